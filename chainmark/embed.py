@@ -8,7 +8,6 @@ probability mass at all, the position is sampled freely.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -16,15 +15,11 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from .keys import key_fingerprint
 from .gates import Gate, check_gate_kind, check_rho, gate_signal
 from .partition import Key, check_num_states, key_bytes, state_table
 from .settings import GENERATION_SEED
 from .topology import Topology, TopologyLike, resolve_topology
-
-
-def key_fingerprint(key: Key) -> str:
-    """A short, non-reversible identifier of a key (safe to print and store)."""
-    return hashlib.sha256(b"chainmark-fingerprint-v1\x00" + key_bytes(key)).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -113,7 +108,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
 
     def _build(self, vocab_size: int, device: Any) -> None:
         table = state_table(self.config.key, vocab_size, self.config.S)
-        self._table = torch.as_tensor(np.asarray(table), dtype=torch.long, device=device)
+        self._table = torch.tensor(table, dtype=torch.long, device=device)
         self._allowed = torch.as_tensor(self.config.topo.matrix, dtype=torch.bool, device=device)
         self.vocab_size = vocab_size
 
