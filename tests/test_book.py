@@ -1,0 +1,113 @@
+"""The book's structure: table of contents, stripped notebooks, failing builds fail."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+            for part in entry.get("chapters", []) if "chapters" in entry else []:
+                walk([part])
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return files
+
+
+def resolve(entry: str) -> Path:
+    for suffix in ("", ".ipynb", ".md"):
+        path = ROOT / f"{entry}{suffix}"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(entry)
+
+
+def test_every_toc_entry_exists():
+    files = toc_files()
+    assert files[0] == "book/intro" and "book/00_first_run" in files
+    for entry in files:
+        resolve(entry)
+
+
+def test_every_notebook_is_listed_in_the_toc():
+    listed = {resolve(e) for e in toc_files()}
+    for nb in (ROOT / "book").glob("*.ipynb"):
+        assert nb in listed, f"{nb} is not in _toc.yml"
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in (ROOT / "book").glob("*.ipynb"):
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code":
+                assert not cell.get("outputs"), f"{path.name} has outputs"
+                assert cell.get("execution_count") is None, f"{path.name} has execution counts"
+
+
+def test_colab_headers_are_in_sync_with_config():
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "notebooks.py"), "check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_colab_install_cell_never_touches_torch():
+    for path in (ROOT / "book").glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        install = nb.cells[1].source
+        assert "google.colab" in install, path.name
+        pip_lines = [ln for ln in install.splitlines() if "pip install" in ln]
+        assert pip_lines and not any("torch" in ln for ln in pip_lines), path.name
+
+
+def test_config_executes_and_fails_on_errors():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["execute"]["execute_notebooks"] == "force"
+    assert config["sphinx"]["config"]["nb_execution_raise_on_error"] is True
+    assert config["only_build_toc_files"] is True
+    assert config["repository"]["url"].startswith("https://github.com/")
+    assert "colab_url" in config["launch_buttons"]
+
+
+def _mini_book(tmp_path: Path, cell_source: str) -> Path:
+    book = tmp_path / "book"
+    book.mkdir(parents=True)
+    shutil.copy(ROOT / "_config.yml", book / "_config.yml")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n")
+    (book / "intro.md").write_text("# Mini book\n\nA page.\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Chapter"), nbformat.v4.new_code_cell(cell_source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, book / "chapter.ipynb")
+    return book
+
+
+def _build(book: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), str(book)],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_failing_cell_fails_the_build(tmp_path):
+    ok = _build(_mini_book(tmp_path / "ok", "print('fine')"))
+    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
+    bad = _build(_mini_book(tmp_path / "bad", "raise RuntimeError('this cell fails on purpose')"))
+    assert bad.returncode != 0
+    assert "FAILED" in bad.stderr

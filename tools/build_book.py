@@ -1,0 +1,64 @@
+"""Build the book and fail loudly if any notebook cell raised.
+
+    python tools/build_book.py [BOOK_DIR]
+
+Runs ``jupyter-book build --all`` (every chapter executes; ``_config.yml`` sets
+``nb_execution_raise_on_error``), keeps the full log in ``BOOK_DIR/_build.log``,
+and exits non-zero if the build failed or the log reports a cell error. Also
+writes ``_build/timings.json``: wall time per executed notebook, read from the
+execution reports, for the teaching page.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
+                 "An error occurred while executing the following cell")
+
+
+def build(book_dir: Path) -> int:
+    book_dir = book_dir.resolve()
+    build_dir = book_dir / "_build"
+    for stale in (build_dir / "html", build_dir / ".doctrees", build_dir / "jupyter_execute"):
+        shutil.rmtree(stale, ignore_errors=True)
+    jb = Path(sys.executable).with_name("jupyter-book")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    log_path = book_dir / "_build.log"
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(jb), "build", "--all", str(book_dir)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+        status = proc.wait()
+    elapsed = time.perf_counter() - start
+    text = log_path.read_text()
+    failed = [m for m in ERROR_MARKERS if m in text]
+    if status == 0 and failed:
+        status = 1
+    if status != 0:
+        print(f"\nbuild_book: FAILED ({', '.join(failed) or f'exit status {status}'}); log: {log_path}",
+              file=sys.stderr)
+        return status
+    if not (build_dir / "html" / "index.html").exists():
+        print("build_book: no _build/html/index.html was written", file=sys.stderr)
+        return 1
+    timings = {Path(m.group(1)).relative_to(book_dir).as_posix(): float(m.group(2))
+               for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}
+    (build_dir / "timings.json").write_text(json.dumps(
+        {"total_build_seconds": round(elapsed, 1), "notebooks": timings}, indent=2))
+    print(f"build_book: ok in {elapsed:.0f} s; site in {build_dir / 'html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(build(Path(sys.argv[1] if len(sys.argv) > 1 else ".")))
