@@ -35,8 +35,8 @@ def colab_url(notebook: Path) -> str:
 
 
 def badge_line(notebook: Path) -> str:
-    return (f"{BADGE_MARK}(https://colab.research.google.com/assets/colab-badge.svg)]"
-            f"({colab_url(notebook)})")
+    # the badge image ships with the book (no request to a third-party host)
+    return f"{BADGE_MARK}(images/open-in-colab.svg)]({colab_url(notebook)})"
 
 
 def install_source() -> str:
