@@ -17,6 +17,7 @@ from .partition import Key, key_bytes
 KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
 KEY_FILE_ENV = "CHAINMARK_KEY_FILE"  # path of a file holding the raw key bytes
 KEY_LENGTH = 32
+HASH_LENGTH = 32  # SHA-256 output size in bytes
 
 
 def key_fingerprint(key: Key) -> str:
@@ -24,26 +25,70 @@ def key_fingerprint(key: Key) -> str:
     return hashlib.sha256(b"chainmark-fingerprint-v1\x00" + key_bytes(key)).hexdigest()[:16]
 
 
-def hkdf(master: bytes, info: bytes, length: int = KEY_LENGTH, salt: bytes = b"") -> bytes:
-    """HKDF-SHA-256 (RFC 5869): extract with ``salt``, expand with ``info``."""
-    if not isinstance(master, (bytes, bytearray)) or not master:
-        raise TypeError("master must be non-empty bytes")
-    if not 1 <= length <= 255 * 32:
-        raise ValueError(f"length must lie in [1, {255 * 32}], got {length}")
-    prk = hmac.new(salt or b"\x00" * 32, bytes(master), hashlib.sha256).digest()
+def _check_bytes(value: object, name: str, allow_empty: bool = True) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{name} must be bytes, got {type(value).__name__}")
+    value = bytes(value)
+    if not allow_empty and not value:
+        raise ValueError(f"{name} must be non-empty bytes")
+    return value
+
+
+def hkdf_extract(salt: bytes, ikm: bytes) -> bytes:
+    """HKDF-Extract (RFC 5869, section 2.2): PRK = HMAC-SHA-256(salt, IKM).
+
+    An empty salt stands for 32 zero bytes, as the RFC specifies.
+    """
+    salt = _check_bytes(salt, "salt")
+    ikm = _check_bytes(ikm, "master", allow_empty=False)
+    return hmac.new(salt or b"\x00" * HASH_LENGTH, ikm, hashlib.sha256).digest()
+
+
+def hkdf_expand(prk: bytes, info: bytes, length: int = KEY_LENGTH) -> bytes:
+    """HKDF-Expand (RFC 5869, section 2.3): ``length`` bytes of T(1) | T(2) | ...
+
+    T(i) = HMAC-SHA-256(PRK, T(i-1) | info | i); at most 255 blocks.
+    """
+    prk = _check_bytes(prk, "prk")
+    if len(prk) < HASH_LENGTH:
+        raise ValueError(f"prk must be at least {HASH_LENGTH} bytes (a SHA-256 output), got {len(prk)}")
+    info = _check_bytes(info, "info")
+    if isinstance(length, bool) or not isinstance(length, int):
+        raise TypeError(f"length must be an integer in [1, {255 * HASH_LENGTH}], got {type(length).__name__}")
+    if not 1 <= length <= 255 * HASH_LENGTH:
+        raise ValueError(f"length must lie in [1, {255 * HASH_LENGTH}], got {length}")
     out, block, counter = b"", b"", 1
     while len(out) < length:
-        block = hmac.new(prk, block + bytes(info) + bytes([counter]), hashlib.sha256).digest()
+        block = hmac.new(prk, block + info + bytes([counter]), hashlib.sha256).digest()
         out += block
         counter += 1
     return out[:length]
 
 
+def hkdf(master: bytes, info: bytes, length: int = KEY_LENGTH, salt: bytes = b"") -> bytes:
+    """HKDF-SHA-256 (RFC 5869): extract with ``salt``, expand with ``info``.
+
+    Built on the standard library's ``hmac``; checked against the RFC's test
+    vectors (cases 1-3) in ``tests/test_keys.py``.
+    """
+    master = _check_bytes(master, "master", allow_empty=False)
+    return hkdf_expand(hkdf_extract(salt, master), info, length)
+
+
 def derive_key(master: Key, context: str, length: int = KEY_LENGTH) -> bytes:
-    """Per-deployment key for ``context`` (e.g. 'acme-chat/2026-Q3') from a master key."""
-    if not isinstance(context, str) or not context:
+    """Per-deployment key for ``context`` (e.g. 'acme-chat/2026-Q3') from a master key.
+
+    Different contexts give independent-looking keys; a leaked deployment
+    key reveals neither the master nor its sibling keys (HKDF is one-way).
+    """
+    if not isinstance(context, str):
+        raise TypeError(f"context must be a non-empty string, got {type(context).__name__}")
+    if not context:
         raise ValueError("context must be a non-empty string")
-    return hkdf(key_bytes(master), b"chainmark/v1/" + context.encode("utf-8"), length)
+    master_bytes = key_bytes(master)
+    if not master_bytes:
+        raise ValueError("master must be a non-empty key")
+    return hkdf(master_bytes, b"chainmark/v1/" + context.encode("utf-8"), length)
 
 
 def generate_key() -> bytes:
@@ -52,14 +97,25 @@ def generate_key() -> bytes:
 
 
 def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite: bool = False) -> bytes:
-    """Write a key (fresh if not given) to ``path`` with permissions 0600."""
+    """Write a key (fresh if not given) to ``path`` with permissions 0600.
+
+    Without ``overwrite`` the file is created exclusively (``O_EXCL``), so an
+    existing key is never replaced, even by a concurrent writer.
+    """
     path = Path(path)
+    key = generate_key() if key is None else key_bytes(key)
+    if not key:
+        raise ValueError("key must be non-empty")
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; give the path of the key file to create")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; refusing to overwrite a key file")
-    key = generate_key() if key is None else key_bytes(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    fd = os.open(path, flags, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise FileExistsError(f"{path} exists; refusing to overwrite a key file") from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(key)
     os.chmod(path, 0o600)
@@ -67,7 +123,10 @@ def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite:
 
 
 def read_key_file(path: str | os.PathLike) -> bytes:
-    """Read the raw key bytes of a key file; a clear error if missing or empty."""
+    """Read the raw key bytes of a key file; a clear error if missing, unreadable or empty.
+
+    The messages name the path, never the content.
+    """
     path = Path(path)
     try:
         key = path.read_bytes()
@@ -75,9 +134,18 @@ def read_key_file(path: str | os.PathLike) -> bytes:
         raise FileNotFoundError(f"key file {path} does not exist (create one with `chainmark keygen --out {path}`)") from None
     except PermissionError:
         raise PermissionError(f"key file {path} is not readable by this user") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"key file {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise OSError(f"key file {path} could not be read ({exc.strerror or type(exc).__name__})") from None
     if not key:
         raise ValueError(f"key file {path} is empty")
     return key
+
+
+def key_file_is_private(path: str | os.PathLike) -> bool:
+    """True when no one but the owner may read or write the key file (mode 0600 or stricter)."""
+    return (Path(path).stat().st_mode & 0o077) == 0
 
 
 def load_key(path: str | os.PathLike | None = None) -> bytes:
@@ -86,7 +154,7 @@ def load_key(path: str | os.PathLike | None = None) -> bytes:
         return read_key_file(path)
     if os.environ.get(KEY_FILE_ENV):
         return read_key_file(os.environ[KEY_FILE_ENV])
-    if os.environ.get(KEY_ENV):
+    if os.environ.get(KEY_ENV, "").strip():
         try:
             return bytes.fromhex(os.environ[KEY_ENV].strip())
         except ValueError:

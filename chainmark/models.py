@@ -173,3 +173,34 @@ def timed_load(name: str | None = None) -> tuple[Any, Any, float]:
     start = time.perf_counter()
     model, tokenizer = load_model(name)
     return model, tokenizer, time.perf_counter() - start
+
+
+def load_tokenizer(name: str | None = None) -> Any:
+    """Load only the tokenizer of a model (what an auditor needs): no weights.
+
+    ``name`` defaults like :func:`load_model`. For the embedded model the
+    tokenizer is read from the converted checkpoint when it is cached, else
+    straight from the GGUF file (no weight conversion). Any Hub id or local
+    folder works where it can be reached. Raises :class:`ModelLoadError` with
+    what to do when the tokenizer cannot be loaded.
+    """
+    from transformers import AutoTokenizer
+
+    name = name or get_settings().model
+    try:
+        if name == DEFAULT_MODEL:
+            gguf = embedded_gguf_path()
+            converted = _converted_dir(gguf)
+            if (converted / "tokenizer.json").exists():
+                return AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
+            return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        return AutoTokenizer.from_pretrained(name)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises OSError, ValueError, HTTP errors, ...
+        raise ModelLoadError(
+            f"Could not load the tokenizer {name!r}: {type(exc).__name__}: {exc}\n"
+            "Give a Hugging Face Hub id (needs network access) or a local folder "
+            "holding tokenizer files; leave it out for the embedded "
+            "SmolLM2-135M-Instruct tokenizer."
+        ) from exc
