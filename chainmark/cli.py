@@ -1,0 +1,711 @@
+"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | regime``.
+
+ChainMark's promise is that a third party can audit text with nothing but
+the key and the tokenizer. This module is that third party's tool:
+
+- ``keygen`` writes a fresh 32-byte key (mode 0600) or derives a
+  per-deployment key from a master key (HKDF), and prints only the key's
+  fingerprint;
+- ``calibrate`` turns a regulator's targets (n, rho, alpha) into S*;
+- ``regime`` writes the public detection regime (S, topology, alpha,
+  threshold, tokenizer, key fingerprint; never the key);
+- ``detect`` scores text files and reports phi, z, the p-value and a decision;
+- ``recalibrate`` sets the operating threshold from the z-scores of
+  unwatermarked text of the deployment's own domain.
+
+Exit codes: 0 ok, 1 a watermark was detected and ``--fail-on-detect`` was
+given, 2 a usage error (bad option, missing or unreadable key or input
+file, empty input, tokenizer that cannot be loaded).
+
+The key is read from a file (``--key-file``) or the environment
+(``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
+output, JSON records and error messages carry its fingerprint only.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence, TextIO
+
+EXIT_OK = 0
+EXIT_DETECTED = 1
+EXIT_USAGE = 2
+
+#: Format tag of the published regime document.
+REGIME_FORMAT = "chainmark-regime/1"
+
+DETECT_DEFAULTS = {"S": 5, "topology": "clockwork", "alpha": 0.01, "distinct_pairs": False,
+                   "threshold": None, "min_tokens": 0}
+
+
+class UsageError(Exception):
+    """A problem with how the command was called or with its inputs (exit code 2)."""
+
+
+# ---------------------------------------------------------------------------
+# small helpers (importable: the chapter and the tests use them)
+# ---------------------------------------------------------------------------
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short hash of a tokenizer's vocabulary (token -> id), to catch mismatches.
+
+    Two tokenizers with the same fingerprint map every token string to the
+    same id, which is what the keyed partition needs.
+    """
+    if not hasattr(tokenizer, "get_vocab"):
+        raise TypeError(f"tokenizer must have get_vocab(), got {type(tokenizer).__name__}")
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    blob = json.dumps(vocab, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def regime_document(
+    key: bytes | str,
+    S: int,
+    alpha: float,
+    topology: str = "clockwork",
+    threshold: float | None = None,
+    tokenizer_name: str | None = None,
+    tokenizer: Any = None,
+    n_min: int | None = None,
+    rho: float | None = None,
+    gate: str | None = None,
+    distinct_pairs: bool = False,
+    recalibration: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The public detection regime a deployer publishes (JSON-ready; no key).
+
+    ``threshold`` is the operating z threshold; left out, it is the analytic
+    z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
+    fingerprint so that an auditor's tokenizer can be checked against it.
+    """
+    from .detect import check_alpha
+    from .gates import check_gate_kind, check_rho
+    from .keys import key_fingerprint
+    from .partition import check_num_states, key_bytes
+    from .topology import resolve_topology
+
+    if not key_bytes(key):
+        raise ValueError("key must be non-empty")
+    S = check_num_states(S)
+    alpha = check_alpha(alpha)
+    topo = resolve_topology(topology, S)
+    z_alpha = _z_alpha(alpha)
+    if threshold is None:
+        threshold = z_alpha
+    threshold = _check_finite(threshold, "threshold")
+    doc: dict[str, Any] = {
+        "format": REGIME_FORMAT,
+        "scheme": "chainmark",
+        "S": S,
+        "topology": topo.name,
+        "k": topo.k,
+        "p0": topo.p0,
+        "alpha": alpha,
+        "z_alpha": z_alpha,
+        "threshold": threshold,
+        "distinct_pairs": bool(distinct_pairs),
+        "tokenizer": tokenizer_name,
+        "key_fingerprint": key_fingerprint(key),
+    }
+    if tokenizer is not None:
+        doc["tokenizer_fingerprint"] = tokenizer_fingerprint(tokenizer)
+        doc["vocab_size"] = len(tokenizer)
+    if n_min is not None:
+        if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2:
+            raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
+        doc["n_min"] = n_min
+    if rho is not None:
+        doc["rho"] = check_rho(rho)
+    if gate is not None:
+        doc["gate"] = check_gate_kind(gate)
+    if recalibration is not None:
+        doc["recalibration"] = dict(recalibration)
+    return doc
+
+
+def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
+    """z-scores from JSON lines: one object per line with a numeric ``"z"`` field.
+
+    Blank lines are skipped; anything else is an error naming the line. The
+    output of ``chainmark detect --json`` has exactly this form, so detecting
+    on unwatermarked domain text produces a null file directly.
+    """
+    values: list[float] = []
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{source}, line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or "z" not in obj:
+            raise UsageError(f'{source}, line {number}: expected an object with a "z" field')
+        z = obj["z"]
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z):
+            raise UsageError(f'{source}, line {number}: "z" must be a finite number, got {z!r}')
+        values.append(float(z))
+    if len(values) < 2:
+        raise UsageError(f"{source}: needs at least 2 z-scores, found {len(values)}")
+    return values
+
+
+def _z_alpha(alpha: float) -> float:
+    from .calibrate import z_alpha
+
+    return float(z_alpha(alpha))
+
+
+def _check_finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------
+# argument types: bad values are usage errors with the allowed range
+# ---------------------------------------------------------------------------
+def _int_at_least(low: int, name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _float_in(low: float, high: float, name: str, closed: bool):
+    brackets = "[{}, {}]" if closed else "({}, {})"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        inside = (low <= value <= high) if closed else (low < value < high)
+        if not inside:
+            raise argparse.ArgumentTypeError(
+                f"must lie in {brackets.format(low, high)}, got {text!r}")
+        return value
+    return parse
+
+
+def _finite_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        return value
+    return parse
+
+
+# ---------------------------------------------------------------------------
+# the parser
+# ---------------------------------------------------------------------------
+_EPILOG = """\
+examples:
+  chainmark keygen --out deploy.key
+  chainmark keygen --out acme.key --from-master master.key --context acme-chat/2026-Q3
+  chainmark calibrate --n 200 --rho 0.5 --alpha 0.001
+  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --n-min 200 --out regime.json
+  chainmark detect --key-file acme.key texts/*.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt > scores.jsonl
+  cat essay.txt | chainmark detect --key-file acme.key --fail-on-detect -
+  chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
+
+exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect);
+2 usage error (bad option, missing/unreadable key or input, empty input,
+tokenizer that cannot be loaded).
+The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
+(hex). It is never printed; only its fingerprint is."""
+
+_DETECT_EPILOG = """\
+examples:
+  chainmark detect --key-file acme.key essay.txt report.txt
+  chainmark detect --key-file acme.key --S 3 --topology soft_cycle --alpha 0.001 *.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt
+  echo "some text" | chainmark detect --key-file acme.key -
+
+Every input is read before anything is scored: if one cannot be read, is not
+text in the given encoding, or is empty, nothing is scored and the exit code
+is 2. Values from --regime are used unless the option is given explicitly.
+--json prints one JSON object per input (fields file, n_tokens,
+n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
+S, k, topology, alpha, tokenizer, key_fingerprint); such a file of
+unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
+
+_RECAL_EPILOG = """\
+the --null file (JSON lines): one JSON object per line with a numeric "z"
+field, the detector's z-score on one unwatermarked text of the domain; other
+fields are ignored and blank lines skipped. Example lines:
+  {"file": "doc001.txt", "z": -0.41}
+  {"z": 1.27}
+`chainmark detect --json` writes exactly this format.
+
+methods: sd       z* = mean + z_alpha * sd of the null z-scores
+         quantile z* = the empirical (1 - alpha) quantile (robust to heavy
+                   tails; needs well over 1/alpha null texts)
+examples:
+  chainmark detect --key-file acme.key --json corpus/*.txt > null.jsonl
+  chainmark recalibrate --null null.jsonl --alpha 0.01
+  chainmark recalibrate --null null.jsonl --alpha 0.01 --method quantile --json"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``chainmark`` argument parser with its five subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="chainmark",
+        description="Audit text for the ChainMark watermark with a key and a tokenizer.",
+        epilog=_EPILOG, formatter_class=fmt)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"chainmark {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # detect ---------------------------------------------------------------
+    d = sub.add_parser("detect", help="score text files for the watermark",
+                       description="Score each input for the ChainMark watermark: tokens scored, "
+                                   "phi, z, p-value and the decision.",
+                       epilog=_DETECT_EPILOG, formatter_class=fmt)
+    d.add_argument("inputs", nargs="+", metavar="FILE", help="text files to audit; '-' reads standard input")
+    d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
+                   "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
+    d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
+                   "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
+    d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
+                   "(its key fingerprint must match the key)")
+    d.add_argument("--S", type=_int_at_least(2, "--S"), help="number of states (>= 2; default 5)")
+    d.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
+    d.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False),
+                   help="significance level in (0, 1) (default 0.01)")
+    d.add_argument("--threshold", type=_finite_float("--threshold"), metavar="Z",
+                   help="operating z threshold (e.g. from recalibrate); default: z_alpha")
+    d.add_argument("--distinct-pairs", action="store_true", default=None,
+                   help="score each distinct token pair once (repetitive text)")
+    d.add_argument("--min-tokens", type=_int_at_least(0, "--min-tokens"), metavar="N",
+                   help="report texts shorter than N tokens as 'too short' instead of deciding "
+                        "(default: the regime's n_min, else 0)")
+    d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs (default utf-8)")
+    d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
+    d.add_argument("--fail-on-detect", action="store_true",
+                   help="exit with code 1 if any input is detected as watermarked")
+    d.set_defaults(func=_cmd_detect)
+
+    # calibrate ------------------------------------------------------------
+    c = sub.add_parser("calibrate", help="S* from the targets (n, rho, alpha)",
+                       description="The smallest state count S* that detects watermarked text of n "
+                                   "tokens with budget rho at level alpha (midpoint rule), and the "
+                                   "z-score it predicts.",
+                       epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
+                              "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
+                       formatter_class=fmt)
+    c.add_argument("--n", type=_int_at_least(2, "--n"), required=True, help="minimum text length in tokens (>= 2)")
+    c.add_argument("--rho", type=_float_in(0.0, 1.0, "--rho", closed=True), required=True,
+                   help="watermark budget: share of gated positions, in (0, 1]")
+    c.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    c.add_argument("--k", type=_int_at_least(1, "--k"), default=1, help="successors per state (default 1: clockwork)")
+    c.add_argument("--json", action="store_true", help="print a JSON object")
+    c.set_defaults(func=_cmd_calibrate)
+
+    # recalibrate ----------------------------------------------------------
+    r = sub.add_parser("recalibrate", help="operating threshold from a null corpus",
+                       description="The operating z threshold z* from the z-scores of unwatermarked "
+                                   "texts of the deployment's domain.",
+                       epilog=_RECAL_EPILOG, formatter_class=fmt)
+    r.add_argument("--null", required=True, metavar="FILE.jsonl", help="null z-scores as JSON lines ('-': stdin)")
+    r.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
+    r.add_argument("--json", action="store_true", help="print a JSON object")
+    r.set_defaults(func=_cmd_recalibrate)
+
+    # keygen ---------------------------------------------------------------
+    k = sub.add_parser("keygen", help="write a fresh (or derived) key file, mode 0600",
+                       description="Write a 32-byte key to a new file with permissions 0600 and print "
+                                   "only its fingerprint. Never overwrites an existing file.",
+                       epilog="examples:\n  chainmark keygen --out master.key\n"
+                              "  chainmark keygen --out acme.key --from-master master.key --context acme-chat/2026-Q3",
+                       formatter_class=fmt)
+    k.add_argument("--out", required=True, metavar="FILE", help="key file to create (must not exist)")
+    k.add_argument("--from-master", metavar="KEY", help="derive the key from this master key file (HKDF) "
+                   "instead of drawing a random one")
+    k.add_argument("--context", help="deployment context for --from-master, e.g. 'acme-chat/2026-Q3'")
+    k.set_defaults(func=_cmd_keygen)
+
+    # regime ---------------------------------------------------------------
+    g = sub.add_parser("regime", help="write the public detection regime (JSON, no key)",
+                       description="Write the detection regime a deployer publishes: S, topology, "
+                                   "alpha, threshold, tokenizer and the key's fingerprint; never the key.",
+                       epilog="examples:\n  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --out regime.json\n"
+                              "  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --threshold 2.71 "
+                              "--n-min 200 --rho 0.5",
+                       formatter_class=fmt)
+    g.add_argument("--key-file", metavar="KEY", help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
+    g.add_argument("--S", type=_int_at_least(2, "--S"), required=True, help="number of states (>= 2)")
+    g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
+    g.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True)
+    g.add_argument("--threshold", type=_finite_float("--threshold"), metavar="Z",
+                   help="operating z threshold (default: z_alpha)")
+    g.add_argument("--tokenizer", metavar="NAME", help="tokenizer name to publish (default: the embedded model's); "
+                   "it is loaded to record its vocabulary fingerprint")
+    g.add_argument("--n-min", type=_int_at_least(2, "--n-min"), metavar="N", help="minimum text length in tokens")
+    g.add_argument("--rho", type=_float_in(0.0, 1.0, "--rho", closed=True), help="watermark budget")
+    g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
+    g.add_argument("--distinct-pairs", action="store_true")
+    g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
+    g.set_defaults(func=_cmd_regime)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``chainmark`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        return _fail(str(exc))
+    except (OSError, ValueError, TypeError, LookupError) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        return 130
+
+
+def _fail(message: str) -> int:
+    print(f"chainmark: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _warn(message: str) -> None:
+    print(f"chainmark: warning: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# keys and tokenizers for the commands
+# ---------------------------------------------------------------------------
+def _load_key(path: str | None) -> bytes:
+    from .keys import key_file_is_private, load_key
+
+    try:
+        key = load_key(path)
+    except LookupError:
+        raise UsageError("no key: pass --key-file KEY, or set CHAINMARK_KEY_FILE (a key file) "
+                         "or CHAINMARK_KEY (hex)") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if path is not None:
+        try:
+            if not key_file_is_private(path):
+                _warn(f"key file {path} is readable by other users; run `chmod 600 {path}`")
+        except OSError:
+            pass
+    return key
+
+
+def _load_tokenizer(name: str | None) -> Any:
+    from .models import ModelLoadError, load_tokenizer
+
+    try:
+        return load_tokenizer(name)
+    except ModelLoadError as exc:
+        raise UsageError(f"the tokenizer cannot be loaded.\n{exc}") from None
+
+
+def _tokenizer_label(name: str | None) -> str:
+    from .settings import get_settings
+
+    return name or get_settings().model
+
+
+# ---------------------------------------------------------------------------
+# detect
+# ---------------------------------------------------------------------------
+def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO) -> list[tuple[str, str]]:
+    """Read every input first; collect every problem, then fail once."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise UsageError(f"--encoding: unknown text encoding {encoding!r}") from None
+    if list(paths).count("-") > 1:
+        raise UsageError("'-' (standard input) may be given only once")
+    texts, problems = [], []
+    for path in paths:
+        label = "<stdin>" if path == "-" else path
+        try:
+            if path == "-":
+                text = stdin.read()
+            else:
+                text = Path(path).read_bytes().decode(encoding)
+        except FileNotFoundError:
+            problems.append(f"{label}: no such file")
+            continue
+        except IsADirectoryError:
+            problems.append(f"{label}: is a folder, not a text file")
+            continue
+        except PermissionError:
+            problems.append(f"{label}: not readable by this user")
+            continue
+        except UnicodeDecodeError as exc:
+            problems.append(f"{label}: not {encoding} text (byte {exc.start}); pass --encoding")
+            continue
+        except OSError as exc:
+            problems.append(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})")
+            continue
+        if not text.strip():
+            problems.append(f"{label}: empty input, nothing to score")
+            continue
+        texts.append((label, text))
+    if problems:
+        raise UsageError("cannot audit these inputs (nothing was scored):\n  " + "\n  ".join(problems))
+    return texts
+
+
+def _load_regime(path: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"regime file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"regime file {path} cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"regime file {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
+        raise UsageError(f"regime file {path} is not a {REGIME_FORMAT} document")
+    return doc
+
+
+def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) -> dict[str, Any]:
+    """Explicit options win over the regime, the regime over the defaults."""
+    from_regime = {
+        "S": regime.get("S"), "topology": regime.get("topology"), "alpha": regime.get("alpha"),
+        "threshold": regime.get("threshold"), "distinct_pairs": regime.get("distinct_pairs"),
+        "min_tokens": regime.get("n_min"), "tokenizer": regime.get("tokenizer"),
+    } if regime else {}
+    out: dict[str, Any] = {}
+    for name in ("S", "topology", "alpha", "threshold", "distinct_pairs", "min_tokens", "tokenizer"):
+        given = getattr(args, name)
+        if given is not None:
+            out[name] = given
+        elif from_regime.get(name) is not None:
+            out[name] = from_regime[name]
+        else:
+            out[name] = DETECT_DEFAULTS.get(name)
+    # a threshold published for another alpha does not apply when --alpha changes it
+    if regime and args.alpha is not None and args.threshold is None and args.alpha != regime.get("alpha"):
+        out["threshold"] = None
+    return out
+
+
+def _decision(n_transitions: int, n_tokens: int, min_tokens: int, detected: bool) -> str:
+    if n_transitions < 1 or n_tokens < min_tokens:
+        return "too short"
+    return "WATERMARKED" if detected else "not detected"
+
+
+def _cmd_detect(args: argparse.Namespace) -> int:
+    from .detect import detect_text
+    from .keys import key_fingerprint
+    from .topology import resolve_topology
+
+    regime = _load_regime(args.regime) if args.regime else None
+    cfg = _detect_settings(args, regime)
+    key = _load_key(args.key_file)
+    fingerprint = key_fingerprint(key)
+    if regime and regime.get("key_fingerprint") not in (None, fingerprint):
+        raise UsageError(f"the key's fingerprint {fingerprint} does not match the regime's "
+                         f"{regime['key_fingerprint']}: wrong key file?")
+    topo = resolve_topology(cfg["topology"], cfg["S"])
+    texts = _read_inputs(args.inputs, args.encoding, sys.stdin)
+    tokenizer = _load_tokenizer(cfg["tokenizer"])
+    if regime and regime.get("tokenizer_fingerprint"):
+        seen = tokenizer_fingerprint(tokenizer)
+        if seen != regime["tokenizer_fingerprint"]:
+            raise UsageError(
+                f"tokenizer mismatch: {_tokenizer_label(cfg['tokenizer'])!r} has vocabulary fingerprint "
+                f"{seen}, the regime was published for {regime['tokenizer_fingerprint']}; detection "
+                "with another tokenizer sees different token ids and finds nothing")
+    threshold = cfg["threshold"] if cfg["threshold"] is not None else _z_alpha(cfg["alpha"])
+    rows = []
+    for label, text in texts:
+        res = detect_text(text, tokenizer, key, S=cfg["S"], topology=topo, alpha=cfg["alpha"],
+                          distinct_pairs=bool(cfg["distinct_pairs"]))
+        detected = bool(res.n_transitions >= 1 and res.n_tokens >= cfg["min_tokens"] and res.z > threshold)
+        rows.append({
+            "file": label, "n_tokens": res.n_tokens, "n_transitions": res.n_transitions,
+            "n_valid": res.n_valid, "phi": res.phi, "z": res.z, "p_value": res.p_value,
+            "threshold": threshold, "is_watermarked": detected,
+            "decision": _decision(res.n_transitions, res.n_tokens, cfg["min_tokens"], detected),
+            "S": topo.S, "k": topo.k, "topology": topo.name, "alpha": cfg["alpha"],
+            "distinct_pairs": bool(cfg["distinct_pairs"]),
+            "tokenizer": _tokenizer_label(cfg["tokenizer"]), "key_fingerprint": fingerprint,
+        })
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        print(_detect_table(rows, topo, cfg, threshold, fingerprint))
+    if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
+        return EXIT_DETECTED
+    return EXIT_OK
+
+
+def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], threshold: float,
+                  fingerprint: str) -> str:
+    head = ["file", "tokens", "scored", "valid", "phi", "z", "p-value", "decision"]
+    body = [[r["file"], str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
+             f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    numeric = {1, 2, 3, 4, 5, 6}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    detected = sum(r["is_watermarked"] for r in rows)
+    lines = [
+        f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={cfg['alpha']:g}, "
+        f"threshold z > {threshold:.3f}{', distinct pairs' if cfg['distinct_pairs'] else ''}",
+        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {fingerprint}",
+        line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
+        f"{detected} of {len(rows)} input(s) detected as watermarked",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# calibrate, recalibrate
+# ---------------------------------------------------------------------------
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import calibrate as cal
+
+    if args.rho == 0.0:
+        raise UsageError("--rho must be > 0: with no gated positions there is no watermark to detect")
+    s_star = int(cal.s_star(args.n, args.rho, args.alpha, k=args.k))
+    if args.k >= s_star:
+        raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")
+    z_a = float(cal.z_alpha(args.alpha))
+    z_pred = float(cal.predicted_z(args.n, args.rho, s_star, k=args.k))
+    out = {
+        "n": args.n, "rho": args.rho, "alpha": args.alpha, "k": args.k,
+        "z_alpha": z_a, "S_star": s_star, "predicted_z": z_pred,
+        "midpoint_threshold": float(cal.midpoint_threshold(args.rho, s_star, k=args.k)),
+        "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k)),
+    }
+    if args.json:
+        print(json.dumps(out))
+        return EXIT_OK
+    print(f"targets: n = {args.n} tokens, rho = {args.rho:g}, alpha = {args.alpha:g}, k = {args.k}")
+    print(f"S* = {s_star} states (smallest S whose predicted z reaches 2 z_alpha = {2 * z_a:.3f})")
+    print(f"predicted z at S*: {z_pred:.3f} (one-sided z_alpha = {z_a:.3f})")
+    print(f"midpoint threshold on phi: {out['midpoint_threshold']:.4f}")
+    print(f"Hoeffding bound on the false-positive rate at that threshold: {out['hoeffding_fpr_bound']:.3g}")
+    return EXIT_OK
+
+
+def _cmd_recalibrate(args: argparse.Namespace) -> int:
+    from . import calibrate as cal
+
+    if args.null == "-":
+        values = read_null_z(sys.stdin, "<stdin>")
+    else:
+        try:
+            with open(args.null, encoding="utf-8") as fh:
+                values = read_null_z(fh, args.null)
+        except FileNotFoundError:
+            raise UsageError(f"null file {args.null} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"null file {args.null} cannot be read ({exc})") from None
+    import numpy as np
+
+    z = np.asarray(values, dtype=float)
+    threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
+    z_a = float(cal.z_alpha(args.alpha))
+    out = {
+        "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
+        "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
+        "z_alpha": z_a, "threshold": threshold,
+        "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
+    }
+    if args.method == "quantile" and z.size * args.alpha < 10:
+        _warn(f"only {z.size} null texts for alpha = {args.alpha:g}: the {1 - args.alpha:g} quantile "
+              f"rests on {z.size * args.alpha:.1f} expected exceedances; use more texts or --method sd")
+    if args.json:
+        print(json.dumps(out))
+        return EXIT_OK
+    print(f"null corpus: {out['n_null']} z-scores, mean {out['null_mean']:.3f}, sd {out['null_sd']:.3f}")
+    print(f"analytic threshold z_alpha = {z_a:.3f}: exceeded by {100 * out['fpr_at_z_alpha']:.2f}% of the null "
+          f"(target {100 * args.alpha:g}%)")
+    print(f"operating threshold ({args.method}): z* = {threshold:.3f}: exceeded by "
+          f"{100 * out['fpr_at_threshold']:.2f}% of the null")
+    print(f"audit with: chainmark detect --threshold {threshold:.3f} ...")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# keygen, regime
+# ---------------------------------------------------------------------------
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .keys import derive_key, key_fingerprint, read_key_file, write_key_file
+
+    if (args.from_master is None) != (args.context is None):
+        raise UsageError("--from-master and --context go together")
+    out = Path(args.out)
+    if out.exists():
+        raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)")
+    if args.from_master is not None:
+        try:
+            master = read_key_file(args.from_master)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        if not args.context:
+            raise UsageError("--context must be a non-empty string")
+        key = write_key_file(out, derive_key(master, args.context))
+        how = f"derived for context {args.context!r} from master {key_fingerprint(master)}"
+    else:
+        key = write_key_file(out)
+        how = "random"
+    print(f"wrote a {len(key)}-byte key ({how}) to {out} with permissions 0600", file=sys.stderr)
+    print(key_fingerprint(key))
+    return EXIT_OK
+
+
+def _cmd_regime(args: argparse.Namespace) -> int:
+    key = _load_key(args.key_file)
+    tokenizer = _load_tokenizer(args.tokenizer)
+    doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
+                          tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
+                          n_min=args.n_min, rho=args.rho, gate=args.gate,
+                          distinct_pairs=args.distinct_pairs)
+    text = json.dumps(doc, indent=2)
+    if args.out:
+        out = Path(args.out)
+        if out.exists():
+            raise UsageError(f"{out} exists; refusing to overwrite it")
+        out.write_text(text + "\n", encoding="utf-8")
+        print(f"wrote the detection regime to {out}", file=sys.stderr)
+    print(text)
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
