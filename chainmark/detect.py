@@ -1,27 +1,46 @@
-"""The model-free detector: re-derive states from the key and count legal transitions.
+"""The detectors: re-derive states from the key and test whether the text walks the cycle.
 
-phi = share of transitions t_i -> t_{i+1} whose states follow the topology;
-under the null (text not written with this key) phi has mean p0 = k/S and
-variance p0(1 - p0)/(n - 1), so z = (phi - p0) / sqrt(p0(1 - p0)/(n - 1)) and
-the one-sided p-value is the normal upper tail at z (the paper's Algorithm 2
-and reference listing). Only the key and the tokenizer are needed.
+**Model-free detector** (the paper's Algorithm 2 and reference listing).
+phi is the share of transitions t_i -> t_{i+1} whose states follow the
+topology. Under the null (text not written with this key) phi has mean
+p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
+
+    z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
+
+and the text is flagged when p < alpha. Only the key and the tokenizer are
+needed. The implementation is vectorised through the cached state table;
+:func:`reference_detect` keeps the per-token ``hashlib`` loop of the paper's
+listing for comparison.
+
+**LM-aware detector** (the paper's entropy-weighted likelihood-ratio
+theorem). A verifier who also has the language model recomputes, by one
+teacher-forced forward pass, how likely each step was to be gated, and
+weighs the validity indicators accordingly: gated steps are valid with
+probability 1 under the watermark, ungated ones with p0, so the evidence of
+a valid transition is large exactly where the gate was open. Its critical
+value comes from simulating the null.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import log_ndtr, ndtr
 
-from .partition import Key, as_token_array, check_num_states, states_of
+from .partition import Key, as_token_array, check_num_states, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
+
+# --------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------
 
 
 def check_alpha(alpha: object, name: str = "alpha") -> float:
     """A significance level must lie strictly between 0 and 1."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number in (0, 1), got {type(alpha).__name__}")
     if not 0.0 < float(alpha) < 1.0:
         raise ValueError(f"{name} must lie in (0, 1), got {alpha}")
@@ -29,20 +48,44 @@ def check_alpha(alpha: object, name: str = "alpha") -> float:
 
 
 def z_score(phi: float, p0: float, n_transitions: int) -> float:
-    """Standardised score of phi against the null mean p0 over n_transitions."""
+    """Standardised score of phi against the null mean p0 over n_transitions.
+
+    Computed in the same order of operations as the paper's listing
+    (``(phi - p0) / sqrt(p0 * (1 - p0) / n)``), so the two agree bit for bit.
+    No transitions means no evidence: z = 0.
+    """
     if n_transitions < 1:
         return 0.0
-    return (phi - p0) / math.sqrt(p0 * (1.0 - p0) / n_transitions)
+    se = math.sqrt(p0 * (1.0 - p0) / n_transitions)
+    return (phi - p0) / se
 
 
 def p_value(z: float) -> float:
-    """One-sided normal upper-tail probability, accurate far in the tail."""
-    return float(norm.sf(z))
+    """One-sided normal upper-tail probability 1 - Phi(z), accurate far in the tail.
+
+    ``ndtr(-z)`` (what ``scipy.stats.norm.sf`` calls, without its
+    per-call overhead) evaluates the tail directly through erfc, so it keeps
+    full relative precision where ``1 - norm.cdf(z)`` has cancelled to 0
+    (z above about 8). It underflows to 0 only beyond z of about 38; use
+    :func:`log_p_value` there.
+    """
+    return float(ndtr(-z))
+
+
+def log_p_value(z: float) -> float:
+    """Natural log of the one-sided p-value; finite even where the p-value underflows."""
+    return float(log_ndtr(-z))
 
 
 @dataclass
 class DetectionResult:
-    """What the detector found in one token sequence."""
+    """What the model-free detector found in one token sequence.
+
+    ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
+    ``scored_mask[i]`` whether it was counted (all of them unless
+    ``distinct_pairs=True``). ``n_transitions`` counts the scored
+    transitions and ``n_valid`` the legal ones among them.
+    """
 
     phi: float
     z: float
@@ -58,12 +101,18 @@ class DetectionResult:
     valid_mask: np.ndarray = field(repr=False)
     scored_mask: np.ndarray = field(repr=False)
 
+    @property
+    def log_p_value(self) -> float:
+        """Natural log of the p-value (finite when the p-value itself underflows to 0)."""
+        return 0.0 if self.n_transitions == 0 else log_p_value(self.z)
+
     def to_dict(self, include_masks: bool = False) -> dict[str, Any]:
         """Plain-Python dictionary (JSON-ready); masks only when asked for."""
         out: dict[str, Any] = {
             "phi": float(self.phi),
             "z": float(self.z),
             "p_value": float(self.p_value),
+            "log_p_value": float(self.log_p_value),
             "is_watermarked": bool(self.is_watermarked),
             "n_tokens": int(self.n_tokens),
             "n_transitions": int(self.n_transitions),
@@ -79,13 +128,90 @@ class DetectionResult:
         return out
 
 
-def _first_occurrence(ids: np.ndarray) -> np.ndarray:
-    """Mask of transitions whose (t_i, t_{i+1}) pair appears for the first time."""
-    pairs = np.stack([ids[:-1], ids[1:]], axis=1)
-    _, first = np.unique(pairs, axis=0, return_index=True)
-    mask = np.zeros(len(pairs), dtype=bool)
-    mask[first] = True
-    return mask
+# --------------------------------------------------------------------------
+# validity of transitions
+# --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=128)
+def _circulant_offsets(topology: Topology) -> tuple[int, ...] | None:
+    """Offsets o with T[s, (s + o) mod S] = 1 if T is circulant, else None.
+
+    Clockwork (offset 1) and soft-cycle (offsets 1, 2) are circulant: whether
+    a transition is legal depends only on the difference of the two states,
+    which lets the detector skip the matrix lookup.
+    """
+    m, S = topology.matrix, topology.S
+    offsets = tuple(int(o) for o in np.flatnonzero(m[0]))
+    rebuilt = np.zeros((S, S), dtype=bool)
+    for o in offsets:
+        rebuilt[np.arange(S), (np.arange(S) + o) % S] = True
+    return offsets if np.array_equal(rebuilt, m) else None
+
+
+def _signed(states: np.ndarray) -> np.ndarray:
+    """States as a signed integer array (differences must not wrap around)."""
+    if states.dtype.kind == "i":
+        return states
+    if states.dtype.kind == "u":
+        return states.astype(np.int64)
+    raise TypeError(f"states must be integers, got dtype {states.dtype}")
+
+
+def valid_transitions(states: np.ndarray, topology: Topology) -> np.ndarray:
+    """Boolean legality of every transition ``states[..., i] -> states[..., i + 1]``.
+
+    Works along the last axis, so a 2-D array of equal-length rows is
+    handled in one pass. For circulant topologies the test uses the state
+    difference d = s_{i+1} - s_i: the step is legal when d is an allowed
+    offset o, or o - S (the wrap-around). Comparisons on the compact int8
+    states are several times cheaper than gathering from the S x S matrix.
+    """
+    states = _signed(np.asarray(states))
+    S = topology.S
+    prev, nxt = states[..., :-1], states[..., 1:]
+    offsets = _circulant_offsets(topology)
+    if offsets is not None:
+        d = nxt - prev  # in [-(S-1), S-1]: fits any signed type that holds S - 1
+        valid = d == offsets[0]
+        valid |= d == offsets[0] - S
+        for o in offsets[1:]:
+            valid |= d == o
+            valid |= d == o - S
+        return valid
+    index_type = np.int32 if S < 46341 else np.int64
+    return np.take(topology.matrix.ravel(), prev.astype(index_type) * S + nxt)
+
+
+def _check_states(states: np.ndarray, S: int) -> np.ndarray:
+    states = _signed(np.asarray(states))
+    if states.ndim != 1:
+        raise ValueError(f"states must be one-dimensional, got shape {states.shape}")
+    if states.size and (int(states.min()) < 0 or int(states.max()) >= S):
+        raise ValueError(f"states must lie in [0, {S - 1}] for S = {S}, "
+                         f"got values in [{int(states.min())}, {int(states.max())}]")
+    return states
+
+
+def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionResult:
+    empty = np.zeros(0, dtype=bool)
+    valid = np.zeros(max(n_tokens - 1, 0), dtype=bool)
+    return DetectionResult(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology.S, int(topology.k),
+                           topology.p0, alpha, valid if n_tokens >= 2 else empty,
+                           np.zeros_like(valid) if n_tokens >= 2 else empty)
+
+
+def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
+            valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
+    """phi, z, p-value and decision from m scored transitions of which c are legal."""
+    if m == 0:
+        return _empty_result(n_tokens, topology, alpha)
+    p0 = topology.p0
+    phi = c / m
+    z = z_score(phi, p0, m)
+    p = p_value(z)
+    return DetectionResult(phi, z, p, p < alpha, n_tokens, m, c, topology.S, int(topology.k),
+                           p0, alpha, valid, scored)
 
 
 def score_states(
@@ -95,36 +221,106 @@ def score_states(
     scored: np.ndarray | None = None,
     n_tokens: int | None = None,
 ) -> DetectionResult:
-    """Detection statistics from a state sequence (the part that needs no hashing)."""
-    n = int(len(states))
-    p0, k = topology.p0, int(topology.k)
+    """Detection statistics from a state sequence (the part that needs no hashing).
+
+    ``scored`` (a boolean mask over the n - 1 transitions) selects which
+    transitions count; None counts all of them. Fewer than two states, or no
+    scored transition, give phi = z = 0, p = 1 and no detection.
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
+    if topology.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    alpha = check_alpha(alpha)
+    states = _check_states(states, topology.S)
+    if scored is not None:
+        scored = np.asarray(scored, dtype=bool)
+        if scored.shape != (max(states.size - 1, 0),):
+            raise ValueError(f"scored must have one entry per transition ({max(states.size - 1, 0)}), "
+                             f"got shape {scored.shape}")
+    return _score(states, topology, alpha, scored, states.size if n_tokens is None else int(n_tokens))
+
+
+def _score(states: np.ndarray, topology: Topology, alpha: float, scored: np.ndarray | None,
+           n_tokens: int) -> DetectionResult:
+    """score_states without the argument checks (the detector's states are valid by construction)."""
+    n = int(states.size)
     if n < 2:
-        empty = np.zeros(0, dtype=bool)
-        return DetectionResult(0.0, 0.0, 1.0, False, n if n_tokens is None else n_tokens,
-                               0, 0, topology.S, k, p0, alpha, empty, empty)
-    flat = topology.matrix.ravel()
-    prev = states[:-1].astype(np.int32 if topology.S < 46341 else np.int64)
-    valid = np.take(flat, prev * topology.S + states[1:])
+        return _empty_result(n_tokens, topology, alpha)
+    valid = valid_transitions(states, topology)
     if scored is None:
         scored = np.ones(n - 1, dtype=bool)
-    m = int(scored.sum())
-    c = int(valid[scored].sum())
-    phi = c / m
-    z = z_score(phi, p0, m)
-    p = p_value(z)
-    return DetectionResult(phi, z, p, p < alpha, n if n_tokens is None else n_tokens,
-                           m, c, topology.S, k, p0, alpha, valid, scored)
+        m, c = n - 1, int(np.count_nonzero(valid))
+    else:
+        m, c = int(np.count_nonzero(scored)), int(np.count_nonzero(valid & scored))
+    return _result(n_tokens, m, c, topology, alpha, valid, scored)
+
+
+# --------------------------------------------------------------------------
+# token-level detection
+# --------------------------------------------------------------------------
+
+
+def first_occurrences(ids: np.ndarray) -> np.ndarray:
+    """Mask over transitions: True where the pair (t_i, t_{i+1}) appears for the first time.
+
+    With ``distinct_pairs=True`` only these transitions are scored, so a
+    phrase the text repeats counts once (compare ``ignore_repeated_ngrams``
+    in lm-watermarking). A pair's legality is a function of the pair, so a
+    repeat adds no new evidence, only correlated copies of old evidence.
+    """
+    ids = np.asarray(ids)
+    if ids.size < 2:
+        return np.zeros(max(ids.size - 1, 0), dtype=bool)
+    a, b = ids[:-1], ids[1:]
+    top = int(ids.max())
+    if top < 2**31:  # one int64 code per pair: much faster than unique over rows
+        codes = a.astype(np.int64) * (top + 1) + b
+        _, first = np.unique(codes, return_index=True)
+    else:
+        _, first = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True)
+    mask = np.zeros(ids.size - 1, dtype=bool)
+    mask[first] = True
+    return mask
+
+
+def _as_numpy(token_ids: Any) -> Any:
+    """Torch tensors (any device) become numpy arrays; everything else is returned as is."""
+    if hasattr(token_ids, "detach") and hasattr(token_ids, "cpu") and not isinstance(token_ids, np.ndarray):
+        return token_ids.detach().cpu().numpy()
+    return token_ids
 
 
 def _is_batch(token_ids: Any) -> bool:
     if isinstance(token_ids, np.ndarray):
+        if token_ids.ndim > 2:
+            raise ValueError(f"token_ids must be 1-D (one text) or 2-D (a batch), got shape {token_ids.shape}")
         return token_ids.ndim == 2
-    if hasattr(token_ids, "dim") and hasattr(token_ids, "tolist"):  # torch tensor
-        return token_ids.dim() == 2
     if isinstance(token_ids, (list, tuple)) and token_ids:
         return all(isinstance(row, (list, tuple, np.ndarray)) or hasattr(row, "tolist")
                    for row in token_ids)
     return False
+
+
+def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
+                   vocab_size: int | None) -> list[DetectionResult]:
+    """All rows of a rectangular batch in one vectorised pass."""
+    rows, n = ids.shape
+    if rows == 0:
+        return []
+    if n < 2:
+        return [_empty_result(n, topo, alpha) for _ in range(rows)]
+    states = states_of(ids.ravel(), key, topo.S, vocab_size).reshape(rows, n)
+    valid = valid_transitions(states, topo)
+    counts = np.count_nonzero(valid, axis=1)
+    m, p0, k = n - 1, topo.p0, int(topo.k)
+    phi = counts / m  # the same IEEE operations as the scalar path, so rows agree bit for bit
+    z = (phi - p0) / math.sqrt(p0 * (1.0 - p0) / m)
+    p = ndtr(-z)
+    scored = np.ones(m, dtype=bool)
+    return [DetectionResult(float(phi[r]), float(z[r]), float(p[r]), bool(p[r] < alpha), n, m,
+                            int(counts[r]), topo.S, k, p0, alpha, valid[r], scored)
+            for r in range(rows)]
 
 
 def detect(
@@ -138,26 +334,39 @@ def detect(
 ) -> DetectionResult | list[DetectionResult]:
     """Test a token sequence (or a batch of them) for the ChainMark watermark.
 
+    ``token_ids`` is a 1-D sequence of ids (list, numpy array or torch
+    tensor) or a batch: a 2-D array/tensor (every row scored whole, so strip
+    padding first) or a list of sequences of any lengths; a batch gives a
+    list of results, one per row, equal to detecting each row alone.
+
     ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
     repeated n-grams otherwise count several times and break the
-    independence the z-test assumes. ``vocab_size`` (when known) rejects
-    token ids outside the vocabulary. A 2-D array or a list of lists gives
-    a list of results, one per row.
+    independence the z-test assumes. ``vocab_size`` (when known) rejects ids
+    outside the vocabulary and saves a pass over the ids.
     """
     S = check_num_states(S)
     alpha = check_alpha(alpha)
+    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
     topo = resolve_topology(topology, S)
     if topo.k is None:
-        raise ValueError("detection needs a k-regular topology")
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    if not isinstance(distinct_pairs, (bool, np.bool_)):
+        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
+    token_ids = _as_numpy(token_ids)
     if _is_batch(token_ids):
-        rows = token_ids.tolist() if hasattr(token_ids, "tolist") else token_ids
-        return [detect(row, key, S, topo, alpha, distinct_pairs, vocab_size) for row in rows]
-    if hasattr(token_ids, "tolist") and not isinstance(token_ids, np.ndarray):
-        token_ids = token_ids.tolist()  # torch tensors
-    ids = as_token_array(token_ids, vocab_size)
-    states = states_of(ids, key, S)
-    scored = _first_occurrence(ids) if (distinct_pairs and ids.size >= 2) else None
-    return score_states(states, topo, alpha, scored)
+        if isinstance(token_ids, np.ndarray) and not distinct_pairs and token_ids.dtype.kind in "iu":
+            return _detect_matrix(as_token_array(token_ids.ravel(), vocab_size).reshape(token_ids.shape),
+                                  key, topo, alpha, vocab_size)
+        return [detect(_as_numpy(row), key, S, topo, alpha, distinct_pairs, vocab_size) for row in token_ids]
+    if isinstance(token_ids, np.ndarray) and token_ids.dtype.kind in "iu" and token_ids.size >= 2:
+        ids = token_ids  # states_of validates the ids (sign, range) in the same pass it uses them
+    else:
+        ids = as_token_array(token_ids, vocab_size)
+        if ids.size < 2:
+            return _empty_result(int(ids.size), topo, alpha)
+    states = states_of(ids, key, S, vocab_size)
+    scored = first_occurrences(ids) if distinct_pairs else None
+    return _score(states, topo, alpha, scored, int(ids.size))
 
 
 def detect_text(
@@ -168,30 +377,267 @@ def detect_text(
     topology: TopologyLike = "clockwork",
     alpha: float = 0.01,
     distinct_pairs: bool = False,
+    vocab_size: int | None = None,
 ) -> DetectionResult:
-    """The auditor's path: tokenize the text (no special tokens), then detect."""
+    """The auditor's path: tokenize the text without special tokens, then detect.
+
+    The auditor has the published text, not the generated ids; re-tokenizing
+    the decoded text usually, but not always, gives back the same ids (the
+    detection chapter measures how often). ``vocab_size`` defaults to
+    ``len(tokenizer)``; pass the model's logit width if the state table
+    was built for a larger vocabulary.
+    """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return detect(ids, key, S, topology, alpha, distinct_pairs, vocab_size=len(tokenizer))
+    if vocab_size is None:
+        vocab_size = len(tokenizer)
+    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size)
 
 
-def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01) -> dict:
-    """A plain per-token re-statement of the paper's reference detector (clockwork).
+def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01,
+                     T: Sequence[Sequence[int]] | None = None) -> dict:
+    """A plain per-token re-statement of the paper's reference detector listing.
 
-    Written independently of the vectorised path above, for tests and for the
-    chapter's comparison; it hashes every token with ``hashlib`` in a loop.
+    Written independently of the vectorised path above, for tests, the
+    benchmark and the chapter's comparison: it hashes every token with
+    ``hashlib`` in a Python loop. Without ``T`` it is the clockwork listing
+    itself (including its ``1 - norm.cdf(z)`` p-value, which loses all
+    precision beyond z of about 8); with a 0/1 matrix ``T`` it applies the
+    listing's stated extension to k-regular topologies
+    (``T[s_i][s_{i+1}] > 0`` and ``p0 = (T > 0).mean()``).
     """
     import hashlib
+
+    from scipy.stats import norm
 
     n = len(token_ids)
     if n < 2:
         return {"phi": 0.0, "z": 0.0, "p_value": 1.0, "is_watermarked": False}
     st = [int.from_bytes(hashlib.sha256(key + int(t).to_bytes(8, "big")).digest()[:8], "big") % S
           for t in token_ids]
-    valid = sum(1 for i in range(n - 1) if st[i + 1] == (st[i] + 1) % S)
+    if T is None:
+        valid = sum(1 for i in range(n - 1) if st[i + 1] == (st[i] + 1) % S)
+        p0 = 1.0 / S
+    else:
+        valid = sum(1 for i in range(n - 1) if T[st[i]][st[i + 1]] > 0)
+        p0 = float((np.asarray(T) > 0).mean())
     phi = valid / (n - 1)
-    p0 = 1.0 / S
-    z = (phi - p0) / math.sqrt(p0 * (1 - p0) / (n - 1))
+    se = math.sqrt(p0 * (1.0 - p0) / (n - 1))
+    z = (phi - p0) / se
     p = 1.0 - norm.cdf(z)
     return {"phi": phi, "z": z, "p_value": p, "is_watermarked": p < alpha}
+
+
+# --------------------------------------------------------------------------
+# LM-aware likelihood-ratio detector
+# --------------------------------------------------------------------------
+
+
+def teacher_forced_signal(model: Any, token_ids: Sequence[int], kind: str = "high_entropy",
+                          prefix_ids: Sequence[int] | None = None) -> np.ndarray:
+    """The gate's signal at the step that produced each token, from one forward pass.
+
+    Feeds ``prefix_ids + token_ids`` to the model (teacher forcing) and
+    evaluates the gate signal (entropy in nats, or the top-2 gap) of the
+    next-token logits before every token of ``token_ids``; entry ``j``
+    belongs to the step that generated ``token_ids[j]``, the same indexing
+    as ``Generation.entropy``. Logits are taken raw, before temperature,
+    which is what the watermark's gate saw during generation. Without a
+    prefix the first entry has no context and is NaN.
+    """
+    import torch
+
+    from .gates import gate_signal
+
+    ids = [int(t) for t in token_ids]
+    prefix = [int(t) for t in (prefix_ids or [])]
+    out = np.full(len(ids), np.nan)
+    if not ids or len(prefix) + len(ids) < 2:
+        return out
+    device = next(model.parameters()).device
+    inputs = torch.tensor([prefix + ids[:-1]], device=device)  # the last token predicts nothing we need
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits[0]
+    signal = gate_signal(logits.float(), kind).cpu().numpy().astype(float)
+    start = len(prefix) - 1  # logits at position p predict token p + 1
+    if start >= 0:
+        out[:] = signal[start:start + len(ids)]
+    else:
+        out[1:] = signal[:len(ids) - 1]
+    return out
+
+
+def gate_probabilities(signal: Any, gate: Any, width: float = 0.0, eps: float = 0.05) -> np.ndarray:
+    """Probability q_i that step i was gated, from the recomputed gate signal.
+
+    ``width = 0`` uses the gate itself (q = 0 or 1). A positive ``width``
+    (in the signal's units, e.g. nats) softens it into a logistic ramp
+    around tau, for a verifier whose recomputed signal is only close to the
+    one the generator saw (a missing prompt, other numerics). Either way q
+    is capped at ``1 - eps``: a likelihood ratio that treats a step as
+    surely gated sends log(1 - pi) to minus infinity on a single illegal
+    transition there, and one re-tokenized token or one misjudged gate
+    would veto any amount of evidence. ``eps`` is the probability allowed
+    for "looked gated but was not". NaN signals (no context) give q = 0.
+    """
+    from .gates import Gate
+
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a chainmark Gate, got {type(gate).__name__}")
+    if isinstance(width, bool) or not isinstance(width, (int, float, np.integer, np.floating)) or width < 0:
+        raise ValueError(f"width must be a number >= 0, got {width!r}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not 0 < eps < 1:
+        raise ValueError(f"eps must lie in (0, 1), got {eps!r}")
+    signal = np.asarray(signal, dtype=float)
+    if gate.kind == "all":
+        q = np.ones_like(signal)
+    elif width == 0:
+        q = np.asarray(gate.flags_from_signal(signal), dtype=float)
+    else:
+        margin = (signal - gate.tau) if gate.kind == "high_entropy" else (gate.tau - signal)
+        with np.errstate(over="ignore", invalid="ignore"):
+            q = 1.0 / (1.0 + np.exp(-margin / width))
+        if not math.isfinite(gate.tau):  # rho = 0 or 1: the gate is constant
+            q = np.asarray(gate.flags_from_signal(signal), dtype=float)
+    q = np.where(np.isnan(signal), 0.0, q)
+    return np.minimum(q, 1.0 - eps)
+
+
+@dataclass
+class LikelihoodRatioResult:
+    """The LM-aware detector's verdict on one token sequence.
+
+    ``llr`` is the product-form log-likelihood ratio Lambda (nats);
+    ``critical_value`` its simulated null (1 - alpha)-quantile; ``p_value``
+    the share of null draws at least as large (with the +1 correction);
+    ``z`` Lambda standardised by its exact null mean and SD, for reference.
+    """
+
+    llr: float
+    critical_value: float
+    p_value: float
+    z: float
+    is_watermarked: bool
+    n_tokens: int
+    n_transitions: int
+    n_valid: int
+    expected_gated: float
+    p0: float
+    alpha: float
+    n_null: int
+    pi: np.ndarray = field(repr=False)
+    valid_mask: np.ndarray = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python dictionary (JSON-ready), without the per-step arrays."""
+        return {"llr": float(self.llr), "critical_value": float(self.critical_value),
+                "p_value": float(self.p_value), "z": float(self.z),
+                "is_watermarked": bool(self.is_watermarked), "n_tokens": int(self.n_tokens),
+                "n_transitions": int(self.n_transitions), "n_valid": int(self.n_valid),
+                "expected_gated": float(self.expected_gated), "p0": float(self.p0),
+                "alpha": float(self.alpha), "n_null": int(self.n_null)}
+
+
+def llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step alternative probability pi and the LLR's weights for X = 1 and X = 0.
+
+    Under the watermark a gated step is legal for sure and an ungated one
+    with p0, so pi_i = q_i + (1 - q_i) p0 (the paper's g_i + (1 - g_i)/S
+    for k = 1). A legal step adds log(pi/p0), an illegal one
+    log((1 - pi)/(1 - p0)); ungated steps (pi = p0) add nothing.
+    """
+    q = np.asarray(q, dtype=float)
+    if q.size and (np.nanmin(q) < 0 or np.nanmax(q) >= 1 or np.isnan(q).any()):
+        raise ValueError("gate probabilities q must lie in [0, 1) (cap them with eps)")
+    pi = q + (1.0 - q) * p0
+    return pi, np.log(pi / p0), np.log((1.0 - pi) / (1.0 - p0))
+
+
+def simulate_llr_null(q: np.ndarray, p0: float, n_null: int = 20000, seed: int | None = 0) -> np.ndarray:
+    """Draws of Lambda when the text carries no watermark under this key.
+
+    Under the null each step is legal independently with probability p0
+    (the random-oracle product law), whatever the model thinks of the text,
+    because the states come from the key and the gate from the model.
+    """
+    _, w1, w0 = llr_weights(q, p0)
+    rng = np.random.default_rng(seed)
+    legal = rng.random((int(n_null), w1.size)) < p0
+    return legal @ (w1 - w0) + w0.sum()
+
+
+def lr_detect(
+    token_ids: Any,
+    key: Key,
+    gate_probs: Any,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    n_null: int = 20000,
+    seed: int | None = 0,
+    vocab_size: int | None = None,
+) -> LikelihoodRatioResult:
+    """Likelihood-ratio test of one sequence, given per-transition gate probabilities.
+
+    ``gate_probs[i]`` is the probability that the step producing
+    ``token_ids[i + 1]`` was gated (length n - 1; see
+    :func:`gate_probabilities`). The critical value and p-value come from
+    ``n_null`` simulated null draws (seeded, so results are reproducible).
+    """
+    S = check_num_states(S)
+    alpha = check_alpha(alpha)
+    topo = resolve_topology(topology, S)
+    if topo.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    if isinstance(n_null, bool) or not isinstance(n_null, (int, np.integer)) or n_null < 100:
+        raise ValueError(f"n_null must be an integer >= 100, got {n_null!r}")
+    ids = as_token_array(_as_numpy(token_ids), vocab_size)
+    n = int(ids.size)
+    q = np.asarray(gate_probs, dtype=float).ravel()
+    if q.size != max(n - 1, 0):
+        raise ValueError(f"gate_probs needs one entry per transition ({max(n - 1, 0)}), got {q.size}")
+    p0 = topo.p0
+    if n < 2:
+        empty = np.zeros(0)
+        return LikelihoodRatioResult(0.0, 0.0, 1.0, 0.0, False, n, 0, 0, 0.0, p0, alpha, int(n_null),
+                                     empty, empty.astype(bool))
+    valid = valid_transitions(states_of(ids, key, S, vocab_size), topo)
+    pi, w1, w0 = llr_weights(q, p0)
+    llr = float(np.where(valid, w1, w0).sum())
+    null = simulate_llr_null(q, p0, n_null, seed)
+    critical = float(np.quantile(null, 1.0 - alpha, method="higher"))
+    p = (1.0 + np.count_nonzero(null >= llr - 1e-12)) / (n_null + 1.0)
+    mean = float((p0 * w1 + (1 - p0) * w0).sum())
+    sd = math.sqrt(float((p0 * (1 - p0) * (w1 - w0) ** 2).sum()))
+    z = (llr - mean) / sd if sd > 0 else 0.0
+    return LikelihoodRatioResult(llr, critical, float(p), z, bool(p < alpha), n, n - 1,
+                                 int(np.count_nonzero(valid)), float(q.sum()), p0, alpha, int(n_null),
+                                 pi, valid)
+
+
+def lm_detect(
+    token_ids: Any,
+    key: Key,
+    model: Any,
+    gate: Any,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    prefix_ids: Sequence[int] | None = None,
+    width: float = 0.0,
+    eps: float = 0.05,
+    n_null: int = 20000,
+    seed: int | None = 0,
+) -> LikelihoodRatioResult:
+    """The LM-aware detector: recompute the gate with the model, then the likelihood-ratio test.
+
+    ``gate`` is the same calibrated :class:`~chainmark.gates.Gate` the
+    generator used; ``prefix_ids`` is whatever context the verifier has
+    (the prompt if it was logged, a bare chat header otherwise). See
+    :func:`gate_probabilities` for ``width`` and ``eps``.
+    """
+    ids = as_token_array(_as_numpy(token_ids))
+    signal = teacher_forced_signal(model, ids.tolist(), gate.kind, prefix_ids)
+    q = gate_probabilities(signal[1:], gate, width, eps)
+    return lr_detect(ids, key, q, S, topology, alpha, n_null, seed)

@@ -1,0 +1,617 @@
+"""Tests of the detectors (chainmark.detect).
+
+The vectorised detector is checked against an independent per-token
+implementation written here (hashlib in a loop, the validity matrix looked
+up entry by entry) and against the paper's reference listing; statistical
+tests use fixed seeds and tolerances from the binomial sampling distribution.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom, norm
+
+from chainmark.detect import (
+    DetectionResult,
+    check_alpha,
+    detect,
+    detect_text,
+    first_occurrences,
+    gate_probabilities,
+    llr_weights,
+    log_p_value,
+    lr_detect,
+    p_value,
+    reference_detect,
+    score_states,
+    simulate_llr_null,
+    teacher_forced_signal,
+    valid_transitions,
+    z_score,
+)
+from chainmark.gates import Gate
+from chainmark.partition import state_table
+from chainmark.topology import Topology
+
+KEYS = [b"\x00" * 32, b"another key", "a str key, UTF-8 encoded"]
+VOCAB = 49152
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def per_token_detect(ids, key, T, alpha=0.01):
+    """Independent restatement of Algorithm 2 for any 0/1 matrix T, one token at a time."""
+    kb = key.encode() if isinstance(key, str) else key
+    S = len(T)
+
+    def state(t):
+        h = hashlib.sha256(kb + int(t).to_bytes(8, "big")).digest()
+        return int.from_bytes(h[:8], "big") % S
+
+    n = len(ids)
+    if n < 2:
+        return None
+    valid = []
+    for i in range(n - 1):
+        valid.append(bool(T[state(ids[i])][state(ids[i + 1])]))
+    p0 = sum(map(sum, T)) / (S * S)
+    phi = sum(valid) / (n - 1)
+    z = (phi - p0) / math.sqrt(p0 * (1 - p0) / (n - 1))
+    return {"phi": phi, "z": z, "p": norm.sf(z), "valid": valid, "c": sum(valid)}
+
+
+def clockwork_matrix(S):
+    return [[1 if b == (a + 1) % S else 0 for b in range(S)] for a in range(S)]
+
+
+def permuted_regular(S, k, seed):
+    """A k-regular matrix that is not circulant: a circulant one with its columns shuffled."""
+    rng = np.random.default_rng(seed)
+    base = np.zeros((S, S), dtype=int)
+    for o in range(1, k + 1):
+        base[np.arange(S), (np.arange(S) + o) % S] = 1
+    while True:
+        m = base[:, rng.permutation(S)]
+        if not m.diagonal().any():  # keep it free of self-loops, like the named topologies
+            return m
+
+
+def walk_ids(key, S, n, rng, offsets=(1,)):
+    """Token ids whose states walk a circulant topology at every step (a perfect watermark)."""
+    table = state_table(key, VOCAB, S)
+    by_state = [np.flatnonzero(table == s) for s in range(S)]
+    s = int(rng.integers(S))
+    out = []
+    for _ in range(n):
+        out.append(int(rng.choice(by_state[s])))
+        s = (s + int(rng.choice(offsets))) % S
+    return out
+
+
+# ------------------------------------------------- agreement with the listing
+
+
+@pytest.mark.parametrize("S", [2, 3, 5, 8, 16, 50, 130])
+@pytest.mark.parametrize("key", KEYS)
+def test_matches_independent_per_token_implementation(S, key):
+    rng = np.random.default_rng(S)
+    T = clockwork_matrix(S)
+    for n in (2, 3, 17, 300):
+        ids = rng.integers(0, VOCAB, n)
+        ref = per_token_detect(ids.tolist(), key, T)
+        res = detect(ids, key, S)
+        assert res.n_transitions == n - 1 and res.n_tokens == n
+        assert res.n_valid == ref["c"]
+        assert res.valid_mask.tolist() == ref["valid"]
+        assert res.phi == ref["phi"]
+        assert res.z == pytest.approx(ref["z"], rel=1e-12, abs=1e-12)
+        assert res.p_value == pytest.approx(ref["p"], rel=1e-12, abs=1e-300)
+        assert res.is_watermarked == (ref["p"] < 0.01)
+
+
+@pytest.mark.parametrize("S", [2, 5, 7, 32])
+def test_agrees_with_the_reference_listing(S):
+    rng = np.random.default_rng(100 + S)
+    key = b"listing key"
+    for n in (2, 5, 64, 1000):
+        ids = rng.integers(0, VOCAB, n).tolist()
+        ref = reference_detect(ids, key, S)
+        res = detect(ids, key, S)
+        # same formula, same order of operations: bit-for-bit equal
+        assert res.phi == ref["phi"] and res.z == ref["z"]
+        # the listing's 1 - cdf(z) has absolute error ~1e-16; ours is the exact tail
+        assert res.p_value == pytest.approx(ref["p_value"], rel=1e-9, abs=5e-16)
+        assert res.is_watermarked == ref["is_watermarked"]
+
+
+def test_agrees_with_the_listing_on_watermarked_text():
+    rng = np.random.default_rng(7)
+    key = b"walk"
+    ids = walk_ids(key, 5, 40, rng)
+    ref = reference_detect(ids, key, 5)
+    res = detect(ids, key, 5)
+    assert res.phi == ref["phi"] == 1.0
+    assert res.z == ref["z"]
+    assert res.is_watermarked and ref["is_watermarked"]
+    # z = 12.5 here: the listing's p-value has cancelled to 0, ours has not
+    assert ref["p_value"] == 0.0
+    assert res.p_value == pytest.approx(norm.sf(res.z), rel=1e-14) and res.p_value > 0
+
+
+@pytest.mark.parametrize("topology,S", [
+    ("soft_cycle", 5), ("soft_cycle", 9), (Topology.from_offsets(7, [2, 5]), 7),
+    (Topology.from_offsets(12, [1, 4, 7]), 12),
+    (Topology.from_matrix(permuted_regular(6, 2, 0)), 6),
+    (Topology.from_matrix(permuted_regular(11, 3, 1)), 11),
+    (Topology.from_matrix(permuted_regular(150, 4, 2)), 150),
+])
+def test_k_regular_topologies(topology, S):
+    topo = topology if isinstance(topology, Topology) else Topology.soft_cycle(S)
+    T = topo.matrix.astype(int).tolist()
+    rng = np.random.default_rng(S)
+    for key in KEYS[:2]:
+        for n in (2, 9, 400):
+            ids = rng.integers(0, VOCAB, n)
+            ref = per_token_detect(ids.tolist(), key, T)
+            res = detect(ids, key, S, topology=topology)
+            assert res.k == topo.k and res.p0 == pytest.approx(topo.k / S, rel=1e-15)
+            assert res.valid_mask.tolist() == ref["valid"]
+            assert res.phi == ref["phi"]
+            assert res.z == pytest.approx(ref["z"], rel=1e-12, abs=1e-12)
+            listing = reference_detect(ids.tolist(), key if isinstance(key, bytes) else key.encode(), S, T=T)
+            assert res.phi == listing["phi"] and res.z == pytest.approx(listing["z"], rel=1e-12, abs=1e-12)
+
+
+def test_soft_cycle_walk_is_fully_valid():
+    rng = np.random.default_rng(3)
+    ids = walk_ids(b"k", 7, 60, rng, offsets=(1, 2))
+    res = detect(ids, b"k", 7, topology="soft_cycle")
+    assert res.phi == 1.0 and res.is_watermarked
+    assert not detect(ids, b"k", 7, topology="clockwork").phi == 1.0
+
+
+def test_valid_transitions_circulant_and_matrix_paths_agree():
+    rng = np.random.default_rng(0)
+    for S in (3, 5, 10, 127, 128, 300):
+        topo = Topology.from_offsets(S, [1, S // 2 + 1] if S > 3 else [1])
+        for dtype in (np.int8, np.int16, np.int64, np.uint8, np.uint16):
+            if np.iinfo(dtype).max < S - 1:
+                continue
+            states = rng.integers(0, S, 1000).astype(dtype)
+            fast = valid_transitions(states, topo)
+            slow = topo.matrix[states[:-1].astype(int), states[1:].astype(int)]
+            assert np.array_equal(fast, slow)
+
+
+# ---------------------------------------------------------------- p-values
+
+
+@pytest.mark.parametrize("z", [5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 25.0, 30.0])
+def test_p_value_is_accurate_deep_in_the_tail(z):
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    exact = mpmath.erfc(mpmath.mpf(z) / mpmath.sqrt(2)) / 2
+    assert p_value(z) == pytest.approx(float(exact), rel=1e-12)
+    assert log_p_value(z) == pytest.approx(float(mpmath.log(exact)), rel=1e-12)
+
+
+def test_log_p_value_survives_underflow():
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    for z in (40.0, 100.0):
+        assert p_value(z) == 0.0  # below the smallest double
+        exact = mpmath.log(mpmath.erfc(mpmath.mpf(z) / mpmath.sqrt(2)) / 2)
+        assert log_p_value(z) == pytest.approx(float(exact), rel=1e-10)
+
+
+def test_z_score_matches_the_formula():
+    assert z_score(0.2, 0.2, 10) == 0.0
+    assert z_score(11 / 13, 0.2, 13) == pytest.approx((11 / 13 - 0.2) / math.sqrt(0.16 / 13))
+    assert z_score(0.5, 0.2, 0) == 0.0
+
+
+# ---------------------------------------------------------------- edge cases
+
+
+@pytest.mark.parametrize("ids", [[], [17], np.array([], dtype=np.int64), np.array([5])])
+def test_fewer_than_two_tokens(ids):
+    res = detect(ids, b"k", 5)
+    assert isinstance(res, DetectionResult)
+    assert res.n_transitions == 0 and res.n_valid == 0
+    assert res.p_value == 1.0 and res.z == 0.0 and res.phi == 0.0 and not res.is_watermarked
+    assert res.n_tokens == len(ids) and res.log_p_value == 0.0
+    json.dumps(res.to_dict(include_masks=True))
+
+
+def test_torch_inputs():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, VOCAB, 50)
+    a = detect(torch.tensor(ids), b"k", 5)
+    b = detect(ids.tolist(), b"k", 5)
+    assert a.to_dict() == b.to_dict()
+    assert detect(torch.tensor([3]), b"k", 5).n_transitions == 0
+    rows = detect(torch.tensor(rng.integers(0, VOCAB, (3, 20))), b"k", 5)
+    assert len(rows) == 3
+
+
+def test_vocab_size_checks_range_and_agrees():
+    ids = np.random.default_rng(2).integers(0, 1000, 100)
+    assert detect(ids, b"k", 5, vocab_size=1000).to_dict() == detect(ids, b"k", 5).to_dict()
+    with pytest.raises(ValueError, match="token_ids"):
+        detect([1, 2, 1000], b"k", 5, vocab_size=1000)
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    ({"alpha": 0.0}, ValueError), ({"alpha": 1.0}, ValueError), ({"alpha": True}, TypeError),
+    ({"alpha": "0.01"}, TypeError), ({"S": 1}, ValueError), ({"S": 2.5}, TypeError),
+    ({"topology": "spiral"}, ValueError), ({"key": 12345}, TypeError),
+    ({"distinct_pairs": "yes"}, TypeError),
+    ({"topology": Topology.soft_cycle(6)}, ValueError),  # S mismatch
+])
+def test_bad_arguments_raise_clear_errors(kwargs, exc):
+    args = {"token_ids": [1, 2, 3], "key": b"k", "S": 5}
+    args.update(kwargs)
+    with pytest.raises(exc):
+        detect(**args)
+
+
+@pytest.mark.parametrize("ids,exc", [
+    ([1, -2, 3], ValueError), ([1.5, 2.0], TypeError), ("some text", TypeError),
+    (np.zeros((2, 2, 2), dtype=int), ValueError),
+])
+def test_bad_token_ids_raise(ids, exc):
+    with pytest.raises(exc):
+        detect(ids, b"k", 5)
+
+
+def test_irregular_topology_is_refused():
+    m = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
+    topo = Topology.from_matrix(m, allow_irregular=True)
+    with pytest.raises(ValueError, match="k-regular"):
+        detect([1, 2, 3], b"k", 3, topology=topo)
+    with pytest.raises(ValueError, match="k-regular"):
+        score_states(np.array([0, 1, 2]), topo)
+
+
+def test_check_alpha():
+    assert check_alpha(0.05) == 0.05 and check_alpha(np.float32(0.5)) == 0.5
+    with pytest.raises(ValueError, match="alpha"):
+        check_alpha(-0.1)
+
+
+def test_score_states_validates_states_and_mask():
+    topo = Topology.clockwork(5)
+    with pytest.raises(ValueError, match="states"):
+        score_states(np.array([0, 1, 5]), topo)
+    with pytest.raises(ValueError, match="scored"):
+        score_states(np.array([0, 1, 2]), topo, scored=np.array([True]))
+    res = score_states(np.array([0, 1, 2, 4]), topo)
+    assert res.n_valid == 2 and res.n_transitions == 3
+    none = score_states(np.array([0, 1, 2]), topo, scored=np.array([False, False]))
+    assert none.n_transitions == 0 and none.p_value == 1.0
+
+
+def test_long_input_and_big_token_ids():
+    ids = np.random.default_rng(5).integers(0, 2**40, 500, dtype=np.int64)
+    res = detect(ids, b"k", 5)
+    ref = per_token_detect(ids.tolist(), b"k", clockwork_matrix(5))
+    assert res.phi == ref["phi"]
+    big = np.array([2**64 - 1, 2**63, 5, 2**64 - 1], dtype=np.uint64)
+    res = detect(big, b"k", 5)
+    assert res.valid_mask.tolist() == per_token_detect(big.tolist(), b"k", clockwork_matrix(5))["valid"]
+
+
+# ---------------------------------------------------------------- batches
+
+
+def _same(a: DetectionResult, b: DetectionResult):
+    assert a.to_dict(include_masks=True) == b.to_dict(include_masks=True)
+
+
+def test_batches_equal_per_row_results():
+    rng = np.random.default_rng(11)
+    matrix = rng.integers(0, VOCAB, (6, 40))
+    matrix[2] = walk_ids(b"k", 5, 40, rng)
+    rows = detect(matrix, b"k", 5)
+    assert isinstance(rows, list) and len(rows) == 6
+    for r, res in zip(matrix, rows):
+        _same(res, detect(r, b"k", 5))
+    assert rows[2].is_watermarked and rows[2].phi == 1.0
+    # the same rows as a list of lists, and with distinct_pairs (the per-row path)
+    for res, r in zip(detect(matrix.tolist(), b"k", 5), matrix):
+        _same(res, detect(r.tolist(), b"k", 5))
+    for res, r in zip(detect(matrix, b"k", 5, distinct_pairs=True), matrix):
+        _same(res, detect(r, b"k", 5, distinct_pairs=True))
+
+
+def test_ragged_batches():
+    rng = np.random.default_rng(12)
+    rows = [rng.integers(0, VOCAB, n).tolist() for n in (0, 1, 2, 30, 7)]
+    out = detect(rows, b"k", 5, topology="soft_cycle")
+    assert len(out) == 5
+    for res, r in zip(out, rows):
+        _same(res, detect(r, b"k", 5, topology="soft_cycle"))
+    assert out[0].n_transitions == 0 and out[1].n_transitions == 0 and out[2].n_transitions == 1
+    mixed = detect((np.array(rows[3]), rows[4]), b"k", 5)  # a tuple of an array and a list
+    _same(mixed[0], detect(rows[3], b"k", 5))
+    _same(mixed[1], detect(rows[4], b"k", 5))
+
+
+def test_degenerate_matrix_batches():
+    assert detect(np.zeros((0, 5), dtype=int), b"k", 5) == []
+    res = detect(np.array([[3], [4]]), b"k", 5)
+    assert [r.n_transitions for r in res] == [0, 0]
+
+
+# ---------------------------------------------------------------- distinct pairs
+
+
+def test_first_occurrences_marks_each_pair_once():
+    ids = np.array([4, 9, 4, 9, 4, 9, 1])
+    assert first_occurrences(ids).tolist() == [True, True, False, False, False, True]
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ids = rng.integers(0, 6, 50)
+        seen, expect = set(), []
+        for pair in zip(ids[:-1].tolist(), ids[1:].tolist()):
+            expect.append(pair not in seen)
+            seen.add(pair)
+        assert first_occurrences(ids).tolist() == expect
+    huge = np.array([2**62, 5, 2**62, 5], dtype=np.int64)
+    assert first_occurrences(huge).tolist() == [True, True, False]
+
+
+def test_distinct_pairs_scores_repeats_once():
+    ids = [10, 20, 10, 20, 10, 20, 30]
+    res = detect(ids, b"k", 5, distinct_pairs=True)
+    assert res.n_transitions == 3 and res.n_tokens == 7
+    assert res.scored_mask.tolist() == [True, True, False, False, False, True]
+    assert res.n_valid == int(res.valid_mask[res.scored_mask].sum())
+    plain = detect(ids, b"k", 5)
+    assert plain.n_transitions == 6
+    # with no repeated pair the option changes nothing
+    fresh = np.random.default_rng(1).permutation(VOCAB)[:100]
+    _same(detect(fresh, b"k", 5, distinct_pairs=True), detect(fresh, b"k", 5))
+
+
+def _z_test_fpr(m, p0, alpha):
+    """Exact false-positive rate of the one-sided z-test on m iid Bernoulli(p0) indicators."""
+    c = np.arange(m + 1)
+    z = (c / m - p0) / math.sqrt(p0 * (1 - p0) / m)
+    return float(binom.pmf(c, m, p0)[norm.sf(z) < alpha].sum())
+
+
+def test_null_false_positive_rate_on_random_tokens():
+    # iid random tokens are the null of the paper's lemma: the FPR must be the z-test's own
+    rng = np.random.default_rng(2024)
+    trials, n, alpha = 4000, 200, 0.01
+    rows = detect(rng.integers(0, VOCAB, (trials, n)), b"null key", 5, alpha=alpha)
+    hits = sum(r.is_watermarked for r in rows)
+    expected = _z_test_fpr(n - 1, 0.2, alpha)
+    lo, hi = binom.interval(0.999, trials, expected)
+    assert lo <= hits <= hi, (hits, expected * trials)
+
+
+def test_distinct_pairs_restores_the_null_on_repetitive_text():
+    # a 20-token phrase repeated 10 times: its 20 distinct pairs are counted 10 times each,
+    # so plain phi has ~10x the null variance; scoring each pair once restores the test
+    rng = np.random.default_rng(77)
+    trials, alpha = 2000, 0.01
+    texts = []
+    for _ in range(trials):
+        block = rng.choice(VOCAB, 20, replace=False)
+        texts.append(np.tile(block, 10))
+    plain = sum(r.is_watermarked for r in detect(np.array(texts), b"k", 5, alpha=alpha))
+    distinct = sum(r.is_watermarked for r in detect(np.array(texts), b"k", 5, alpha=alpha,
+                                                    distinct_pairs=True))
+    exp_distinct = _z_test_fpr(20, 0.2, alpha)  # 19 in-phrase pairs + the wrap-around pair
+    lo, hi = binom.interval(0.999, trials, exp_distinct)
+    assert lo <= distinct <= hi, (distinct, exp_distinct * trials)
+    # plain counting: phi equals the 20-pair share up to one pair, so its FPR is that of a
+    # test on 20 indicators judged as if there were 199: P(z_20 > 2.326 / sqrt(199/20)) ~ 0.2
+    assert plain > 10 * hi
+
+
+# ---------------------------------------------------------------- detect_text
+
+
+class CharTokenizer:
+    """A tiny tokenizer (one id per character) to test the text path without a model."""
+
+    def __len__(self):
+        return 0x20000  # covers the characters the test uses
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = [ord(c) for c in text]
+        return {"input_ids": ([1] if add_special_tokens else []) + ids}
+
+
+def test_detect_text_tokenizes_without_special_tokens():
+    tok = CharTokenizer()
+    text = "Ünïcödé text, with emoji 🙂 and more."
+    res = detect_text(text, tok, b"k", 5)
+    _same(res, detect([ord(c) for c in text], b"k", 5))
+    assert detect_text("", tok, b"k", 5).n_transitions == 0
+    assert detect_text("x", tok, b"k", 5).p_value == 1.0
+    with pytest.raises(TypeError, match="text"):
+        detect_text(b"bytes", tok, b"k", 5)
+
+
+# ---------------------------------------------------------------- LM-aware detector
+
+
+def test_llr_weights_and_null_moments():
+    q = np.array([0.0, 0.5, 0.95])
+    pi, w1, w0 = llr_weights(q, 0.2)
+    assert pi.tolist() == pytest.approx([0.2, 0.6, 0.96])
+    assert w1[0] == 0.0 and w0[0] == 0.0  # an ungated step carries no evidence
+    assert w1[2] == pytest.approx(math.log(0.96 / 0.2)) and w0[2] == pytest.approx(math.log(0.04 / 0.8))
+    with pytest.raises(ValueError):
+        llr_weights(np.array([1.0]), 0.2)
+    q = np.random.default_rng(0).uniform(0, 0.95, 64)
+    draws = simulate_llr_null(q, 0.2, n_null=20000, seed=1)
+    _, w1, w0 = llr_weights(q, 0.2)
+    mean = (0.2 * w1 + 0.8 * w0).sum()
+    sd = math.sqrt((0.16 * (w1 - w0) ** 2).sum())
+    assert abs(draws.mean() - mean) < 5 * sd / math.sqrt(draws.size)
+    assert draws.std() == pytest.approx(sd, rel=0.03)  # SE of an SD from 20000 draws ~0.5%
+
+
+def test_gate_probabilities():
+    gate = Gate("high_entropy", 2.0)
+    signal = np.array([1.0, 1.9, 2.1, 5.0, np.nan])
+    hard = gate_probabilities(signal, gate, eps=0.05)
+    assert hard.tolist() == [0.0, 0.0, 0.95, 0.95, 0.0]
+    soft = gate_probabilities(signal, gate, width=0.5, eps=0.01)
+    assert np.all(np.diff(soft[:4]) > 0) and soft[4] == 0.0 and soft.max() <= 0.99
+    assert soft[1] < 0.5 < soft[2]
+    low = gate_probabilities(np.array([0.1, 0.9]), Gate("top2_gap", 0.5), width=0.1)
+    assert low[0] > 0.5 > low[1]
+    assert gate_probabilities(np.array([3.0]), Gate("all", 0.0), eps=0.1).tolist() == [0.9]
+    with pytest.raises(ValueError, match="width"):
+        gate_probabilities(signal, gate, width=-1)
+    with pytest.raises(ValueError, match="eps"):
+        gate_probabilities(signal, gate, eps=0)
+    with pytest.raises(TypeError, match="gate"):
+        gate_probabilities(signal, "high_entropy")
+
+
+def _synthetic_watermark(key, n, q_true, rng):
+    """Ids whose gated steps (q_true) walk the clockwork cycle and the others are free."""
+    table = state_table(key, VOCAB, 5)
+    by_state = [np.flatnonzero(table == s) for s in range(5)]
+    ids = [int(rng.integers(VOCAB))]
+    for i in range(n - 1):
+        if rng.random() < q_true[i]:
+            ids.append(int(rng.choice(by_state[(table[ids[-1]] + 1) % 5])))
+        else:
+            ids.append(int(rng.integers(VOCAB)))
+    return ids
+
+
+def test_lr_detector_power_and_size():
+    rng = np.random.default_rng(8)
+    key, n, alpha = b"lr", 32, 0.05
+    g = (rng.random(n - 1) < 0.5).astype(float)  # which steps the gate opened
+    q = np.minimum(g, 0.95)
+    # watermarked: gated steps walk the cycle -> detected every time at this length
+    for _ in range(20):
+        ids = _synthetic_watermark(key, n, g, rng)
+        assert lr_detect(ids, key, q, alpha=alpha, n_null=2000).is_watermarked
+    # null: random ids, p-value is super-uniform (the +1 correction and ties only make it larger)
+    trials = 400
+    hits = sum(lr_detect(rng.integers(0, VOCAB, n), key, q, alpha=alpha, n_null=2000, seed=i).is_watermarked
+               for i in range(trials))
+    assert hits <= binom.ppf(0.999, trials, alpha)
+
+
+def test_lr_detector_survives_an_illegal_gated_step():
+    rng = np.random.default_rng(9)
+    key = b"lr"
+    g = np.ones(40)
+    ids = _synthetic_watermark(key, 41, g, rng)
+    ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], key, 5).valid_mask[0]
+                   and not detect([t, ids[21]], key, 5).valid_mask[0])
+    res = lr_detect(ids, key, np.full(40, 0.95), n_null=2000)
+    assert math.isfinite(res.llr) and res.n_valid == 38 and res.is_watermarked
+
+
+def test_lr_detect_edge_cases_and_errors():
+    q = np.zeros(0)
+    res = lr_detect([5], b"k", q)
+    assert res.p_value == 1.0 and not res.is_watermarked and res.n_transitions == 0
+    json.dumps(res.to_dict())
+    with pytest.raises(ValueError, match="gate_probs"):
+        lr_detect([1, 2, 3], b"k", [0.5])
+    with pytest.raises(ValueError, match="n_null"):
+        lr_detect([1, 2, 3], b"k", [0.5, 0.5], n_null=10)
+
+
+class FakeLM:
+    """A 'model' whose next-token entropy after position p is log(p + 2) (uniform over p + 2 tokens)."""
+
+    def __init__(self, vocab=64):
+        import torch
+
+        self.vocab = vocab
+        self._p = torch.nn.Parameter(torch.zeros(1))
+
+    def parameters(self):
+        return iter([self._p])
+
+    def __call__(self, input_ids):
+        import torch
+
+        L = input_ids.shape[1]
+        logits = torch.full((1, L, self.vocab), -1e9)
+        for p in range(L):
+            logits[0, p, : p + 2] = 0.0
+
+        class Out:
+            pass
+
+        out = Out()
+        out.logits = logits
+        return out
+
+
+def test_teacher_forced_signal_alignment():
+    lm = FakeLM()
+    ids = [7, 8, 9, 10]
+    # with a 3-token prefix, token j is predicted from position 2 + j
+    sig = teacher_forced_signal(lm, ids, "high_entropy", prefix_ids=[1, 2, 3])
+    assert sig == pytest.approx([math.log(2 + 2 + j) for j in range(4)], rel=1e-5)
+    bare = teacher_forced_signal(lm, ids, "high_entropy")
+    assert math.isnan(bare[0])
+    assert bare[1:] == pytest.approx([math.log(j + 1) for j in range(1, 4)], rel=1e-5)
+    assert teacher_forced_signal(lm, [], "high_entropy").size == 0
+
+
+# ---------------------------------------------------------------- on the real model
+
+
+@pytest.fixture(scope="module")
+def generations(model_and_tokenizer):
+    from chainmark.embed import ChainMarkConfig, generate
+
+    model, tok = model_and_tokenizer
+    prompts = [f"Explain {t} in a comprehensive way." for t in
+               ("photosynthesis", "the water cycle", "volcanoes", "the immune system")]
+    plain = generate(model, tok, prompts, None, max_new_tokens=48, min_new_tokens=48, batch_size=4)
+    gate = Gate.calibrate("high_entropy", 0.5, np.concatenate([g.entropy for g in plain]))
+    key = b"test key for the detector"
+    cfg = ChainMarkConfig(key=key, S=5, rho=0.5)
+    marked = generate(model, tok, prompts, cfg, gate, max_new_tokens=48, min_new_tokens=48, batch_size=4)
+    return key, gate, plain, marked, prompts
+
+
+@pytest.mark.slow
+def test_watermarked_generations_are_detected(generations, model_and_tokenizer):
+    key, _, plain, marked, _ = generations
+    _, tok = model_and_tokenizer
+    for g in marked:
+        res = detect(g.token_ids, key, 5, alpha=0.01)
+        assert res.is_watermarked, res
+        assert detect_text(g.text, tok, key, 5).z > 2.326
+    flagged = sum(detect(g.token_ids, key, 5).is_watermarked for g in plain)
+    assert flagged <= 1
+
+
+@pytest.mark.slow
+def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_tokenizer):
+    from chainmark.models import chat_prompt
+
+    key, gate, _, marked, prompts = generations
+    model, tok = model_and_tokenizer
+    for g, prompt in zip(marked, prompts):
+        prefix = tok(chat_prompt(tok, prompt), add_special_tokens=False)["input_ids"]
+        sig = teacher_forced_signal(model, g.token_ids, "high_entropy", prefix_ids=prefix)
+        assert np.allclose(sig, g.entropy, atol=2e-3)
+        res = lr_detect(g.token_ids, key, gate_probabilities(sig[1:], gate), n_null=5000)
+        assert res.is_watermarked
