@@ -1,0 +1,224 @@
+"""Every public function rejects bad parameters with a clear error.
+
+Each case names the call, the exception type (ValueError for a value out of
+range, TypeError for a value of the wrong type) and words the message must
+contain: the parameter's name and the allowed range, so the user knows what
+to change. Cases marked ``xfail`` document gaps found by this audit in
+modules owned elsewhere; they pass (XPASS) once the module is fixed, and the
+mark should then be removed.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from chainmark.detect import check_alpha, detect, detect_text, score_states, z_score
+from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
+from chainmark.gates import Gate, check_rho
+from chainmark.partition import state_of, state_table, states_of
+from chainmark.topology import Topology, resolve_topology
+
+KEY = b"validation-key"
+IRREGULAR = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
+
+
+def gap(reason: str):
+    """A documented validation gap in a module this test does not own."""
+    return pytest.mark.xfail(reason=f"validation gap: {reason}", strict=False)
+
+
+class ByteTokenizer:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": list(text.encode("utf-8"))}
+
+    def __len__(self):
+        return 256
+
+
+def _processor_call_with_wrong_width():
+    config = ChainMarkConfig(KEY, S=5, rho=1.0, gate="all")
+    processor = ChainMarkLogitsProcessor(config, vocab_size=100)
+    processor(torch.zeros((1, 3), dtype=torch.long), torch.zeros((1, 200)))
+
+
+CASES = [
+    # ---- partition ---------------------------------------------------------
+    ("state_of S=1", lambda: state_of(1, KEY, 1), ValueError, ["S", ">= 2"]),
+    ("state_of S=2.5", lambda: state_of(1, KEY, 2.5), TypeError, ["S", ">= 2"]),
+    ("state_of S=True", lambda: state_of(1, KEY, True), TypeError, ["S"]),
+    ("state_of negative id", lambda: state_of(-1, KEY, 5), ValueError, ["token_id", "[0, 2**64 - 1]"]),
+    ("state_of id 2**64", lambda: state_of(2**64, KEY, 5), ValueError, ["token_id", "[0, 2**64 - 1]"]),
+    ("state_of key int", lambda: state_of(1, 12345, 5), TypeError, ["key", "bytes"]),
+    ("state_table vocab 0", lambda: state_table(KEY, 0, 5), ValueError, ["vocab_size", "[1,"]),
+    ("state_table vocab 1.5", lambda: state_table(KEY, 1.5, 5), TypeError, ["vocab_size"]),
+    ("state_table S=1", lambda: state_table(KEY, 10, 1), ValueError, ["S", ">= 2"]),
+    ("states_of negative", lambda: states_of([1, -2], KEY, 5), ValueError, ["token_ids", "non-negative"]),
+    ("states_of id >= vocab", lambda: states_of([1, 70000], KEY, 5, vocab_size=49152), ValueError,
+     ["token_ids", "[0, 49151]"]),
+    ("states_of 2-D", lambda: states_of([[1, 2]], KEY, 5), ValueError, ["token_ids", "one-dimensional"]),
+    ("states_of text", lambda: states_of("some text", KEY, 5), TypeError, ["token_ids"]),
+    ("states_of floats", lambda: states_of([1.5, 2.0], KEY, 5), TypeError, ["token_ids", "integers"]),
+    ("states_of id > 2**64-1", lambda: states_of([2**64], KEY, 5), ValueError, ["token_ids", "2**64 - 1"]),
+    # ---- topology ----------------------------------------------------------
+    ("clockwork S=1", lambda: Topology.clockwork(1), ValueError, ["S", ">= 2"]),
+    ("clockwork S=0.5", lambda: Topology.clockwork(0.5), TypeError, ["S"]),
+    ("soft_cycle S=2", lambda: Topology.soft_cycle(2), ValueError, ["S >= 3"]),
+    ("matrix k = S", lambda: Topology.from_matrix(np.ones((3, 3), dtype=int)), ValueError, ["k", "[1, 2]"]),
+    ("matrix k = 0", lambda: Topology.from_matrix(np.zeros((3, 3), dtype=int)), ValueError, ["k", "[1, 2]"]),
+    ("matrix irregular", lambda: Topology.from_matrix(IRREGULAR), ValueError, ["k-regular"]),
+    ("matrix not square", lambda: Topology.from_matrix(np.ones((2, 3))), ValueError, ["square"]),
+    ("matrix not 0/1", lambda: Topology.from_matrix(np.full((3, 3), 2)), ValueError, ["0 and 1"]),
+    ("offsets zero", lambda: Topology.from_offsets(5, [0]), ValueError, ["offsets", "0"]),
+    ("offsets empty", lambda: Topology.from_offsets(5, []), ValueError, ["offsets"]),
+    ("offsets float", lambda: Topology.from_offsets(5, [1.5]), TypeError, ["offsets", "integers"]),
+    ("resolve unknown", lambda: resolve_topology("spiral", 5), ValueError, ["topology", "clockwork", "soft_cycle"]),
+    ("resolve other S", lambda: resolve_topology(Topology.clockwork(4), 5), ValueError, ["S = 4", "S = 5"]),
+    ("successors bad state", lambda: Topology.clockwork(5).successors(7), ValueError, ["state", "[0, 4]"]),
+    # ---- gates -------------------------------------------------------------
+    ("check_rho 1.5", lambda: check_rho(1.5), ValueError, ["rho", "[0, 1]"]),
+    ("check_rho -0.1", lambda: check_rho(-0.1), ValueError, ["rho", "[0, 1]"]),
+    ("check_rho nan", lambda: check_rho(float("nan")), ValueError, ["rho", "[0, 1]"]),
+    ("check_rho str", lambda: check_rho("0.5"), TypeError, ["rho", "[0, 1]"]),
+    ("gate kind", lambda: Gate("median", 0.0), ValueError, ["gate", "high_entropy", "top2_gap"]),
+    ("gate tau nan", lambda: Gate("high_entropy", float("nan")), ValueError, ["tau", "NaN"]),
+    ("gate tau str", lambda: Gate("high_entropy", "1.0"), TypeError, ["tau", "number"]),
+    ("calibrate rho 1.2", lambda: Gate.calibrate("high_entropy", 1.2, [1.0, 2.0]), ValueError, ["rho", "[0, 1]"]),
+    ("calibrate empty pilot", lambda: Gate.calibrate("high_entropy", 0.5, []), ValueError, ["pilot_signal"]),
+    ("calibrate all rho", lambda: Gate.calibrate("all", 0.5, [1.0]), ValueError, ["rho", "1"]),
+    ("gate rate empty", lambda: Gate("high_entropy", 1.0).rate([]), ValueError, ["signal"]),
+    # ---- detect ------------------------------------------------------------
+    ("detect S=1", lambda: detect([1, 2], KEY, S=1), ValueError, ["S", ">= 2"]),
+    ("detect alpha 0", lambda: detect([1, 2], KEY, alpha=0.0), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha 1", lambda: detect([1, 2], KEY, alpha=1.0), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha 1.5", lambda: detect([1, 2], KEY, alpha=1.5), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha nan", lambda: detect([1, 2], KEY, alpha=float("nan")), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha str", lambda: detect([1, 2], KEY, alpha="0.01"), TypeError, ["alpha", "(0, 1)"]),
+    ("detect alpha on empty input", lambda: detect([], KEY, alpha=2.0), ValueError, ["alpha", "(0, 1)"]),
+    ("detect topology", lambda: detect([1, 2], KEY, topology="spiral"), ValueError, ["topology", "clockwork"]),
+    ("detect topology other S", lambda: detect([1, 2], KEY, S=5, topology=Topology.clockwork(4)), ValueError,
+     ["S = 4", "S = 5"]),
+    ("detect soft_cycle S=2", lambda: detect([1, 2], KEY, S=2, topology="soft_cycle"), ValueError, ["S >= 3"]),
+    ("detect negative ids", lambda: detect([1, -2], KEY), ValueError, ["token_ids", "non-negative"]),
+    ("detect id >= vocab", lambda: detect([1, 50000], KEY, vocab_size=49152), ValueError,
+     ["token_ids", "[0, 49151]"]),
+    ("detect key int", lambda: detect([1, 2], 12345), TypeError, ["key", "bytes"]),
+    ("detect key on empty input", lambda: detect([], None), TypeError, ["key", "bytes"]),
+    ("detect distinct_pairs str", lambda: detect([1, 2], KEY, distinct_pairs="yes"), TypeError, ["distinct_pairs"]),
+    ("detect 3-D", lambda: detect(np.zeros((2, 2, 2), dtype=int), KEY), ValueError, ["token_ids"]),
+    ("detect_text bytes", lambda: detect_text(b"bytes", ByteTokenizer(), KEY), TypeError, ["text", "str"]),
+    ("detect_text id >= vocab", lambda: detect_text("\u00e9t\u00e9", ByteTokenizer(), KEY, vocab_size=100),
+     ValueError, ["token_ids", "[0, 99]"]),
+    ("score_states out of range", lambda: score_states(np.array([0, 7]), Topology.clockwork(5)), ValueError,
+     ["states", "[0, 4]"]),
+    ("score_states topology str", lambda: score_states(np.array([0, 1]), "clockwork"), TypeError, ["topology"]),
+    ("score_states irregular",
+     lambda: score_states(np.array([0, 1]), Topology.from_matrix(IRREGULAR, allow_irregular=True)), ValueError,
+     ["k-regular"]),
+    ("score_states scored shape", lambda: score_states(np.array([0, 1, 2]), Topology.clockwork(5),
+                                                       scored=np.ones(5, dtype=bool)), ValueError, ["scored"]),
+    ("check_alpha -1", lambda: check_alpha(-1), ValueError, ["alpha", "(0, 1)"]),
+    pytest.param("z_score p0 = 0", lambda: z_score(0.5, 0.0, 10), ValueError, ["p0", "(0, 1)"],
+                 marks=gap("detect.z_score does not check p0 (ZeroDivisionError at p0 = 0)")),
+    pytest.param("z_score p0 = 1.5", lambda: z_score(0.5, 1.5, 10), ValueError, ["p0", "(0, 1)"],
+                 marks=gap("detect.z_score does not check p0 (math domain error at p0 > 1)")),
+    # ---- embedding ---------------------------------------------------------
+    ("config S=1", lambda: ChainMarkConfig(KEY, S=1), ValueError, ["S", ">= 2"]),
+    ("config rho 1.5", lambda: ChainMarkConfig(KEY, rho=1.5), ValueError, ["rho", "[0, 1]"]),
+    ("config rho -1", lambda: ChainMarkConfig(KEY, rho=-1), ValueError, ["rho", "[0, 1]"]),
+    ("config gate", lambda: ChainMarkConfig(KEY, gate="median"), ValueError, ["gate", "high_entropy"]),
+    ("config key int", lambda: ChainMarkConfig(12345), TypeError, ["key", "bytes"]),
+    ("config key empty", lambda: ChainMarkConfig(b""), ValueError, ["key", "empty"]),
+    ("config all with rho", lambda: ChainMarkConfig(KEY, gate="all", rho=0.5), ValueError, ["rho", "1"]),
+    ("config soft_cycle S=2", lambda: ChainMarkConfig(KEY, S=2, topology="soft_cycle"), ValueError, ["S >= 3"]),
+    ("config topology", lambda: ChainMarkConfig(KEY, topology="spiral"), ValueError, ["topology", "clockwork"]),
+    ("processor config", lambda: ChainMarkLogitsProcessor({"S": 5}), TypeError, ["config", "ChainMarkConfig"]),
+    ("processor table for another vocabulary", _processor_call_with_wrong_width, ValueError,
+     ["vocab_size", "100", "200"]),
+    ("generate batch_size 0", lambda: generate(None, None, ["hi"], batch_size=0), ValueError, ["batch_size", ">= 1"]),
+    ("generate max_new_tokens 0", lambda: generate(None, None, ["hi"], max_new_tokens=0), ValueError,
+     ["max_new_tokens", ">= 1"]),
+    ("generate prompt str", lambda: generate(None, None, "one prompt"), TypeError, ["prompts"]),
+    ("generate temperature 0", lambda: generate(None, None, ["hi"], temperature=0.0), ValueError,
+     ["temperature", "> 0"]),
+]
+
+
+@pytest.mark.parametrize("label, call, exc, words", CASES,
+                         ids=[c.values[0] if hasattr(c, "marks") else c[0] for c in CASES])
+def test_bad_parameter_is_rejected_with_a_clear_message(label, call, exc, words):
+    with pytest.raises(exc) as err:
+        call()
+    message = str(err.value)
+    for word in words:
+        assert word in message, f"{label}: {word!r} missing from {message!r}"
+
+
+def test_python_int_list_across_2_to_the_63():
+    """A list of valid ids on both sides of 2**63 is accepted (numpy alone would make it float64)."""
+    ids = [2**64 - 1, 1, 2**63, 5]
+    pytest.importorskip("chainmark.partition")
+    try:
+        states = states_of(ids, KEY, 7)
+    except TypeError:
+        pytest.xfail("validation gap: partition.as_token_array turns a Python-int list mixing ids above "
+                     "and below 2**63 into float64 and rejects it")
+    assert [int(s) for s in states] == [state_of(t, KEY, 7) for t in ids]
+
+
+# ---- calibration (chainmark.calibrate) --------------------------------------
+def _calibrate_cases():
+    cal = pytest.importorskip("chainmark.calibrate")
+    z = np.random.default_rng(0).normal(size=500)
+    return cal, z
+
+
+CALIBRATE_CASES = [
+    ("z_alpha 0", lambda cal, z: cal.z_alpha(0.0), ValueError, ["alpha", "(0, 1)"]),
+    ("z_alpha 1", lambda cal, z: cal.z_alpha(1.0), ValueError, ["alpha", "(0, 1)"]),
+    ("s_star n=1", lambda cal, z: cal.s_star(1, 0.5, 0.01), ValueError, ["n", "2"]),
+    ("s_star rho 0", lambda cal, z: cal.s_star(100, 0.0, 0.01), ValueError, ["rho"]),
+    ("s_star rho 1.5", lambda cal, z: cal.s_star(100, 1.5, 0.01), ValueError, ["rho"]),
+    ("s_star alpha 1", lambda cal, z: cal.s_star(100, 0.5, 1.0), ValueError, ["alpha", "(0, 1)"]),
+    ("s_star k 0", lambda cal, z: cal.s_star(100, 0.5, 0.01, k=0), ValueError, ["k"]),
+    ("predicted_z S 1", lambda cal, z: cal.predicted_z(100, 0.5, 1), ValueError, ["S", ">= 2"]),
+    ("predicted_z k >= S", lambda cal, z: cal.predicted_z(100, 0.5, 3, k=3), ValueError, ["k"]),
+    ("predicted_z n 1", lambda cal, z: cal.predicted_z(1, 0.5, 5), ValueError, ["n", "2"]),
+    ("predicted_z rho 2", lambda cal, z: cal.predicted_z(100, 2.0, 5), ValueError, ["rho"]),
+    ("midpoint rho -1", lambda cal, z: cal.midpoint_threshold(-1.0, 5), ValueError, ["rho"]),
+    ("midpoint S 1", lambda cal, z: cal.midpoint_threshold(0.5, 1), ValueError, ["S", ">= 2"]),
+    ("hoeffding n 1", lambda cal, z: cal.hoeffding_fpr_bound(1, 0.5, 5), ValueError, ["n", "2"]),
+    ("hoeffding k >= S", lambda cal, z: cal.hoeffding_fpr_bound(100, 0.5, 4, k=4), ValueError, ["k"]),
+    ("recalibrate method", lambda cal, z: cal.recalibrate(z, 0.01, method="median"), ValueError,
+     ["method", "sd", "quantile"]),
+    ("recalibrate alpha", lambda cal, z: cal.recalibrate(z, 1.5), ValueError, ["alpha", "(0, 1)"]),
+    ("recalibrate empty", lambda cal, z: cal.recalibrate([], 0.01), ValueError, ["null_z"]),
+    ("recalibrate one value", lambda cal, z: cal.recalibrate([1.0], 0.01), ValueError, ["null_z"]),
+    ("recalibrate nan", lambda cal, z: cal.recalibrate([1.0, float("nan"), 0.5], 0.01), ValueError,
+     ["null_z", "finite"]),
+    ("lifted empty", lambda cal, z: cal.lifted_threshold([], 0.5), ValueError, ["null_z"]),
+    ("lifted margin nan", lambda cal, z: cal.lifted_threshold(z, float("nan")), ValueError, ["margin"]),
+]
+
+
+@pytest.mark.parametrize("label, call, exc, words", CALIBRATE_CASES, ids=[c[0] for c in CALIBRATE_CASES])
+def test_calibration_rejects_bad_parameters(label, call, exc, words):
+    cal, z = _calibrate_cases()
+    with pytest.raises(exc) as err:
+        call(cal, z)
+    message = str(err.value)
+    for word in words:
+        assert word in message, f"{label}: {word!r} missing from {message!r}"
+
+
+def test_valid_edge_values_are_accepted():
+    """The allowed ranges are inclusive where they say so."""
+    assert check_rho(0) == 0.0 and check_rho(1) == 1.0
+    assert check_alpha(1e-300) == 1e-300
+    assert Topology.from_matrix(np.ones((3, 3)) - np.eye(3)).k == 2  # k = S - 1
+    assert ChainMarkConfig(KEY, S=2, rho=0.0).S == 2
+    res = detect([], KEY, S=64)
+    assert res.n_tokens == 0 and res.p_value == 1.0
+    assert math.isfinite(detect([0, 1], KEY, S=2).z)
