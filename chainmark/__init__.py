@@ -5,6 +5,16 @@ cycle; at a share rho of positions generation is forced to the next state, so
 the text walks the cycle, and an auditor with the key and the tokenizer alone
 counts the legal transitions.
 """
+from .calibrate import (
+    calibration_table,
+    hoeffding_fpr_bound,
+    lifted_threshold,
+    midpoint_threshold,
+    predicted_z,
+    recalibrate,
+    s_star,
+    z_alpha,
+)
 from .detect import DetectionResult, detect, detect_text
 from .gates import GATE_KINDS, Gate
 from .partition import state_of, state_table, states_of
@@ -18,10 +28,18 @@ __all__ = [
     "GATE_KINDS",
     "Gate",
     "Topology",
+    "calibration_table",
     "detect",
     "detect_text",
     "get_settings",
+    "hoeffding_fpr_bound",
+    "lifted_threshold",
+    "midpoint_threshold",
+    "predicted_z",
+    "recalibrate",
+    "s_star",
     "state_of",
     "state_table",
     "states_of",
+    "z_alpha",
 ]

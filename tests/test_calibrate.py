@@ -1,0 +1,382 @@
+"""Tests for chainmark.calibrate (closed form, exact size, recalibration) and chainmark.corpora.
+
+Statistical tests use fixed seeds; every tolerance is four standard errors of
+the quantity's sampling distribution, derived in the test from the model
+that generated the data, never tuned to pass.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from chainmark.calibrate import (
+    PAPER_ALPHAS,
+    PAPER_NS,
+    PAPER_RHOS,
+    calibration_table,
+    clopper_pearson,
+    critical_count,
+    exact_fpr,
+    exceedance_rate,
+    hoeffding_fpr_bound,
+    lifted_threshold,
+    midpoint_threshold,
+    midpoint_z,
+    min_null_samples,
+    null_p0,
+    predicted_z,
+    rate_estimate,
+    recalibrate,
+    s_star,
+    split_halves,
+    z_alpha,
+)
+from chainmark.detect import p_value, score_states, z_score
+from chainmark.topology import Topology
+
+# The paper's lookup table (reference tables section): rows n, columns
+# (alpha, rho) = (1e-3, 0.3), (1e-3, 0.5), (1e-6, 0.3), (1e-6, 0.5).
+PAPER_TABLE = {
+    100: (6, 3, 12, 5),
+    200: (4, 2, 7, 3),
+    500: (2, 2, 4, 2),
+    1000: (2, 2, 3, 2),
+}
+K_SIGMA = 4.0
+
+
+# ---------------------------------------------------------------- closed form
+def test_z_alpha_known_values():
+    assert z_alpha(0.01) == pytest.approx(2.3263, abs=1e-4)
+    assert z_alpha(0.05) == pytest.approx(1.6449, abs=1e-4)
+    assert z_alpha(0.5) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_calibration_table_reproduces_paper_cell_by_cell():
+    table = calibration_table()
+    assert list(table.index) == list(PAPER_NS)
+    assert list(table.columns) == [(a, r) for a in PAPER_ALPHAS for r in PAPER_RHOS]
+    for n, row in PAPER_TABLE.items():
+        for (alpha, rho), expected in zip(table.columns, row):
+            assert table.loc[n, (alpha, rho)] == expected, (n, alpha, rho)
+            assert s_star(n, rho, alpha) == expected
+
+
+@given(n=st.integers(2, 5000), rho=st.floats(0.01, 1.0), alpha=st.floats(1e-9, 0.49))
+@settings(max_examples=300, deadline=None)
+def test_k1_reduces_to_paper_rule(n, rho, alpha):
+    z = z_alpha(alpha)
+    paper = math.ceil(4 * z * z / (rho * rho * (n - 1)) + 1)
+    assert abs(s_star(n, rho, alpha, k=1) - paper) <= (1 if _near_integer(4 * z * z / (rho * rho * (n - 1))) else 0)
+    S = s_star(n, rho, alpha)
+    assert predicted_z(n, rho, S) == pytest.approx(rho * math.sqrt((S - 1) * (n - 1)))
+    paper_bound = 2 * math.exp(-2 * ((n - 1) // 2) * ((rho / 2) * (S - 1) / S) ** 2)
+    assert hoeffding_fpr_bound(n, rho, S) == pytest.approx(paper_bound)
+    assert midpoint_threshold(rho, S) == pytest.approx(1 / S + (rho / 2) * (S - 1) / S)
+
+
+def _near_integer(x: float) -> bool:
+    return abs(x - round(x)) < 1e-8
+
+
+@given(n=st.integers(2, 3000), rho=st.floats(0.01, 1.0), alpha=st.floats(1e-9, 0.49), k=st.integers(1, 4))
+@settings(max_examples=300, deadline=None)
+def test_s_star_is_the_smallest_state_count_clearing_the_midpoint(n, rho, alpha, k):
+    S = s_star(n, rho, alpha, k)
+    assert S >= k + 1
+    assert midpoint_z(n, rho, S, k) >= z_alpha(alpha) * (1 - 1e-9)
+    if S - 1 >= k + 1:
+        assert midpoint_z(n, rho, S - 1, k) < z_alpha(alpha) * (1 + 1e-9)
+
+
+def test_s_star_monotone_in_n_rho_alpha_and_k():
+    ns = [2, 3, 10, 50, 100, 200, 500, 1000, 5000]
+    rhos = [0.05, 0.1, 0.3, 0.5, 0.8, 1.0]
+    alphas = [1e-8, 1e-6, 1e-3, 1e-2, 0.05, 0.2]
+    for rho in rhos:
+        for alpha in alphas:
+            by_n = [s_star(n, rho, alpha) for n in ns]
+            assert by_n == sorted(by_n, reverse=True)  # longer texts need fewer states
+    for n in ns:
+        for alpha in alphas:
+            by_rho = [s_star(n, r, alpha) for r in rhos]
+            assert by_rho == sorted(by_rho, reverse=True)  # more budget, fewer states
+        for rho in rhos:
+            by_alpha = [s_star(n, rho, a) for a in alphas]
+            assert by_alpha == sorted(by_alpha, reverse=True)  # stricter alpha, more states
+            by_k = [s_star(n, rho, 0.01, k) for k in (1, 2, 3, 4)]
+            assert by_k == sorted(by_k)  # more successors, higher baseline, more states
+
+
+def test_k_regular_generalisation_values():
+    # S* = ceil(k (4 z^2 / (rho^2 (n - 1)) + 1)); at k = 2, n = 100, rho = 0.5, alpha = 1e-3:
+    z = z_alpha(1e-3)
+    assert s_star(100, 0.5, 1e-3, k=2) == math.ceil(2 * (4 * z * z / (0.25 * 99) + 1))
+    assert predicted_z(200, 0.5, 5, k=2) == pytest.approx(0.5 * math.sqrt((1 - 0.4) * 199 / 0.4))
+    assert s_star(100, 0.5, 0.7) == 2 and s_star(100, 0.5, 0.7, k=3) == 4  # alpha >= 0.5: any S works
+
+
+def test_hoeffding_bound_decreases_with_n_and_is_vacuous_for_two_tokens():
+    values = [hoeffding_fpr_bound(n, 0.5, 5) for n in (2, 11, 101, 1001)]
+    assert values[0] == 2.0
+    assert values == sorted(values, reverse=True)
+    assert values[-1] < 1e-10
+
+
+# ---------------------------------------------------------------- exact size
+@pytest.mark.parametrize("S,k,n,alpha", [(2, 1, 50, 0.01), (5, 1, 128, 0.01), (5, 2, 200, 0.05), (3, 1, 20, 0.1)])
+def test_critical_count_and_exact_fpr_match_the_detector(S, k, n, alpha):
+    p0 = k / S
+    fires = [p_value(z_score(c / (n - 1), p0, n - 1)) < alpha for c in range(n)]
+    c_star = critical_count(n, S, alpha, k)
+    assert fires == [c >= c_star for c in range(n)]
+    direct = sum(stats.binom.pmf(c, n - 1, p0) for c in range(n) if fires[c])
+    assert exact_fpr(n, S, alpha, k) == pytest.approx(direct, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", ["clockwork", "soft_cycle", "non_circulant"])
+def test_iid_uniform_states_reach_the_exact_binomial_size(name):
+    """Valid-transition counts of i.i.d. uniform states are Binomial(n - 1, p0) for any k-regular T."""
+    S, n, alpha, trials = 5, 64, 0.05, 40_000
+    if name == "clockwork":
+        topo = Topology.clockwork(S)
+    elif name == "soft_cycle":
+        topo = Topology.soft_cycle(S)
+    else:  # 2-regular, not a circulant: rows and columns sum to 2
+        m = np.zeros((S, S), dtype=int)
+        for a, b in [(0, 1), (0, 2), (1, 0), (1, 3), (2, 4), (2, 0), (3, 4), (3, 1), (4, 2), (4, 3)]:
+            m[a, b] = 1
+        topo = Topology.from_matrix(m)
+    rng = np.random.default_rng(7)
+    states = rng.integers(0, S, size=(trials, n))
+    counts = topo.matrix[states[:, :-1], states[:, 1:]].sum(axis=1)
+    p0, k = topo.p0, topo.k
+    # mean and variance of the count against Binomial(n - 1, p0)
+    mean_se = math.sqrt((n - 1) * p0 * (1 - p0) / trials)
+    assert abs(counts.mean() - (n - 1) * p0) < K_SIGMA * mean_se
+    fired = counts >= critical_count(n, S, alpha, k)
+    expected = exact_fpr(n, S, alpha, k)
+    assert abs(fired.mean() - expected) < K_SIGMA * math.sqrt(expected * (1 - expected) / trials)
+    # the detector itself agrees on a subsample
+    for row in states[:200]:
+        r = score_states(row, topo, alpha)
+        assert r.is_watermarked == (r.n_valid >= critical_count(n, S, alpha, k))
+
+
+# ---------------------------------------------------------------- rates
+def test_clopper_pearson_matches_known_forms():
+    lo, hi = clopper_pearson(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 10))
+    lo, hi = clopper_pearson(10, 10)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / 10))
+    ci = stats.binomtest(7, 50).proportion_ci(0.95, method="exact")
+    assert clopper_pearson(7, 50) == pytest.approx((ci.low, ci.high))
+
+
+def test_rate_estimate_and_exceedance():
+    r = rate_estimate([True, False, False, True])
+    assert (r.hits, r.trials, r.rate) == (2, 4, 0.5) and r.low < 0.5 < r.high
+    assert "2/4" in str(r)
+    e = exceedance_rate([0.0, 1.0, 2.0, 3.0], 1.0)
+    assert (e.hits, e.trials) == (2, 4)  # strictly above
+
+
+# ---------------------------------------------------------------- recalibration
+M_FIT = N_EVAL = 100_000
+ALPHA = 0.01
+
+
+def _split(sample):
+    return sample[:M_FIT], sample[M_FIT:]
+
+
+def _quantile_tolerance(alpha: float) -> tuple[float, float]:
+    """Mean and SD of the held-out FPR of the order-statistic threshold (continuous null).
+
+    The true exceedance probability of z_(j) is Beta(M + 1 - j, j); the held-out
+    rate adds binomial noise over N_EVAL draws.
+    """
+    j = math.ceil((M_FIT + 1) * (1 - alpha) - 1e-9)
+    a, b = M_FIT + 1 - j, j
+    mean = a / (a + b)
+    var_q = a * b / ((a + b) ** 2 * (a + b + 1))
+    e_q1q = mean - (var_q + mean * mean)  # E[q(1 - q)]
+    return mean, math.sqrt(var_q + e_q1q / N_EVAL)
+
+
+@pytest.mark.parametrize("family", ["gaussian", "laplace", "student_t3"])
+def test_quantile_recipe_hits_alpha_on_held_out_data(family):
+    rng = np.random.default_rng({"gaussian": 1, "laplace": 2, "student_t3": 3}[family])
+    if family == "gaussian":
+        sample = 0.4 + 1.3 * rng.standard_normal(M_FIT + N_EVAL)
+    elif family == "laplace":
+        sample = 0.2 + rng.laplace(0.0, 1.0, M_FIT + N_EVAL)
+    else:
+        sample = rng.standard_t(3, M_FIT + N_EVAL)
+    fit, held = _split(sample)
+    threshold = recalibrate(fit, ALPHA, method="quantile")
+    fpr = float(np.mean(held > threshold))
+    mean, sd = _quantile_tolerance(ALPHA)
+    assert mean <= ALPHA  # the finite-sample guarantee
+    assert abs(fpr - mean) < K_SIGMA * sd
+
+
+def test_sd_recipe_hits_alpha_on_a_gaussian_null():
+    rng = np.random.default_rng(11)
+    mu, sigma = 0.4, 1.3  # a drifted, widened null like natural text's
+    fit, held = _split(mu + sigma * rng.standard_normal(M_FIT + N_EVAL))
+    threshold = recalibrate(fit, ALPHA, method="sd")
+    fpr = float(np.mean(held > threshold))
+    z = z_alpha(ALPHA)
+    # delta method: Var(t) = sigma^2 (1/M + z^2 / (2(M - 1))); q = 1 - Phi((t - mu) / sigma)
+    var_q = stats.norm.pdf(z) ** 2 * (1 / M_FIT + z * z / (2 * (M_FIT - 1)))
+    sd = math.sqrt(var_q + ALPHA * (1 - ALPHA) / N_EVAL)
+    assert abs(fpr - ALPHA) < K_SIGMA * sd + 1 / M_FIT
+
+
+def test_sd_recipe_on_a_heavy_tailed_null_misses_by_the_predicted_amount():
+    """On a Laplace null the Gaussian plug-in is off; its FPR is 0.5 exp(-sqrt(2) z_alpha), not alpha."""
+    rng = np.random.default_rng(12)
+    b = 1.0
+    fit, held = _split(rng.laplace(0.0, b, M_FIT + N_EVAL))
+    threshold = recalibrate(fit, ALPHA, method="sd")
+    fpr = float(np.mean(held > threshold))
+    z = z_alpha(ALPHA)
+    predicted = 0.5 * math.exp(-math.sqrt(2) * z)  # P(L > z * sd), sd = b sqrt(2)
+    # Var(mean) = 2b^2/M, Var(sd) ~ (mu4 - sigma^4) / (4 sigma^2 M) = 2.5 b^2 / M, independent
+    t = z * b * math.sqrt(2)
+    density = math.exp(-t / b) / (2 * b)
+    var_q = density ** 2 * (2 + 2.5 * z * z) * b * b / M_FIT
+    sd = math.sqrt(var_q + predicted * (1 - predicted) / N_EVAL)
+    assert abs(fpr - predicted) < K_SIGMA * sd
+    assert fpr > ALPHA + K_SIGMA * sd  # and that is measurably above the target
+
+
+def test_quantile_recipe_is_conservative_on_a_discrete_null():
+    """Ties (z from counts) can only lower the exceedance probability below alpha."""
+    rng = np.random.default_rng(13)
+    n, p0 = 128, 0.2
+    counts = rng.binomial(n - 1, p0, M_FIT + N_EVAL)
+    z = (counts / (n - 1) - p0) / math.sqrt(p0 * (1 - p0) / (n - 1))
+    fit, held = _split(z)
+    fpr = float(np.mean(held > recalibrate(fit, ALPHA, method="quantile")))
+    assert fpr < ALPHA + K_SIGMA * math.sqrt(ALPHA * (1 - ALPHA) / N_EVAL)
+
+
+def test_quantile_order_statistic():
+    assert recalibrate(np.arange(1, 100), 0.01, method="quantile") == 99  # M = 99: the maximum
+    assert recalibrate(np.arange(1, 200)[::-1], 0.01, method="quantile") == 198  # j = ceil(200 * 0.99)
+    assert recalibrate(np.arange(1, 20), 0.1, method="quantile") == 18  # j = ceil(20 * 0.9)
+
+
+def test_min_null_samples():
+    assert min_null_samples(0.01) == 99
+    assert min_null_samples(0.1) == 9
+    assert min_null_samples(0.05) == 19
+    assert min_null_samples(1e-3) == 999
+
+
+def test_lifted_threshold():
+    z = np.array([-1.0, 0.5, 3.25])
+    assert lifted_threshold(z) == 3.75
+    assert lifted_threshold(z, margin=0.0) == 3.25
+    assert exceedance_rate(z, lifted_threshold(z)).hits == 0
+
+
+def test_split_halves_is_a_stratified_partition():
+    strata = np.array(["model"] * 20 + ["human"] * 101)
+    fit, held = split_halves(len(strata), seed=3, strata=strata)
+    assert len(np.intersect1d(fit, held)) == 0
+    assert sorted(np.concatenate([fit, held]).tolist()) == list(range(len(strata)))
+    assert (strata[fit] == "model").sum() == 10 and (strata[held] == "model").sum() == 10
+    assert abs((strata[fit] == "human").sum() - (strata[held] == "human").sum()) == 1
+
+
+# ---------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize("alpha", [0.0, 1.0, -0.1, 1.5])
+def test_bad_alpha(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        z_alpha(alpha)
+    with pytest.raises(ValueError, match="alpha"):
+        s_star(100, 0.5, alpha)
+    with pytest.raises(ValueError, match="alpha"):
+        recalibrate(np.zeros(1000), alpha)
+
+
+@pytest.mark.parametrize("rho", [0.0, -0.2, 1.01])
+def test_bad_rho(rho):
+    for call in (lambda: s_star(100, rho, 0.01), lambda: predicted_z(100, rho, 5),
+                 lambda: midpoint_threshold(rho, 5), lambda: hoeffding_fpr_bound(100, rho, 5)):
+        with pytest.raises(ValueError, match=r"rho must lie in \(0, 1\]"):
+            call()
+
+
+def test_bad_n_S_k_and_types():
+    for n in (1, 0, -5):
+        with pytest.raises(ValueError, match="n must be >= 2"):
+            s_star(n, 0.5, 0.01)
+    with pytest.raises(TypeError, match="n must be an integer"):
+        s_star(100.5, 0.5, 0.01)
+    with pytest.raises(TypeError):
+        s_star(100, "0.5", 0.01)
+    with pytest.raises(TypeError):
+        z_alpha(True)
+    with pytest.raises(ValueError, match="S must be an integer >= 2"):
+        predicted_z(100, 0.5, 1)
+    with pytest.raises(ValueError, match=r"k .* \[1, S - 1\]"):
+        predicted_z(100, 0.5, 3, k=3)
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        null_p0(5, 0)
+    with pytest.raises(ValueError, match="ns must name"):
+        calibration_table(ns=[])
+
+
+def test_bad_corpora():
+    with pytest.raises(ValueError, match="empty"):
+        recalibrate([], 0.01)
+    with pytest.raises(ValueError, match="empty"):
+        lifted_threshold([])
+    with pytest.raises(ValueError, match="NaN"):
+        recalibrate([0.0] * 200 + [float("nan")], 0.01)
+    with pytest.raises(ValueError, match=r"50 scores, too few .* at least .* 99 are needed"):
+        recalibrate(np.linspace(-1, 1, 50), 0.01, method="quantile")
+    with pytest.raises(ValueError, match="99 are needed"):
+        recalibrate(np.linspace(-1, 1, 98), 0.01, method="sd")
+    with pytest.raises(ValueError, match="zero spread"):
+        recalibrate(np.ones(500), 0.01, method="sd")
+    with pytest.raises(ValueError, match="method must be one of"):
+        recalibrate(np.linspace(-1, 1, 500), 0.01, method="mad")
+    with pytest.raises(ValueError, match="margin"):
+        lifted_threshold([1.0, 2.0], margin=-0.1)
+    with pytest.raises(ValueError, match="hits must be <= trials"):
+        clopper_pearson(5, 4)
+
+
+# ---------------------------------------------------------------- corpus
+def test_python_reference_corpus_is_prose():
+    from chainmark.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
+
+    docs = python_reference_documents()
+    summary = corpus_summary(docs)
+    assert summary["documents"] == len(docs) > 20
+    assert summary["words"] > 10_000
+    assert summary["license"] == CORPUS_LICENSE and "PSF" in CORPUS_LICENSE
+    for doc in docs:
+        assert "::=" not in doc.text and ">>>" not in doc.text
+        assert all(not para[:1].isspace() for para in doc.text.split("\n\n"))
+    assert [d.name for d in docs] == sorted(d.name for d in docs)
+
+
+def test_token_windows_do_not_straddle_sequences():
+    from chainmark.corpora import token_windows
+
+    windows = token_windows([list(range(10)), list(range(100, 107))], n=3)
+    assert [w.tolist() for w in windows] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [100, 101, 102], [103, 104, 105]]
+    assert len(token_windows([list(range(10))], n=3, max_windows=2)) == 2
+    with pytest.raises(ValueError, match="n must be an integer >= 2"):
+        token_windows([[1, 2, 3]], n=1)
