@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from chainmark import cli
+from chainmark.models import load_tokenizer as real_load_tokenizer
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
 from chainmark.partition import state_table
 
@@ -577,19 +578,15 @@ def test_console_script_help():
 
 @pytest.mark.slow
 def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
-    """keygen, regime and detect through the installed script, embedded tokenizer."""
-    from chainmark.models import load_tokenizer
-
+    """detect through the installed script with the embedded tokenizer."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop(KEY_ENV, None)
     env.pop(KEY_FILE_ENV, None)
     script = _script()
     key_path = tmp_path / "k.key"
-    proc = subprocess.run([script, "keygen", "--out", str(key_path)], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0
-    key = key_path.read_bytes()
+    key = write_key_file(key_path)
     # a text written to walk the cycle under this key, with the real tokenizer's ids
-    tok = load_tokenizer()
+    tok = real_load_tokenizer()
     table = state_table(key, len(tok), 5)
     words = [i for i in range(1000, 6000) if tok.decode([i]).strip().isalpha() and tok.decode([i]).startswith(" ")]
     by_state = {s: [w for w in words if table[w] == s] for s in range(5)}
@@ -600,7 +597,6 @@ def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
     (tmp_path / "marked.txt").write_text(tok.decode(ids))
     (tmp_path / "plain.txt").write_text("The committee met on Tuesday to review the annual budget "
                                         "and agreed to postpone the decision until the spring.")
-    (tmp_path / "empty.txt").write_text("")
     proc = subprocess.run([script, "detect", "--key-file", str(key_path), "--json", "--fail-on-detect",
                            str(tmp_path / "marked.txt"), str(tmp_path / "plain.txt")],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -608,8 +604,5 @@ def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows[0]["is_watermarked"] and rows[0]["z"] > 8
     assert not rows[1]["is_watermarked"]
-    proc2 = subprocess.run([script, "detect", "--key-file", str(key_path), str(tmp_path / "empty.txt")],
-                           capture_output=True, text=True, env=env, timeout=300)
-    assert proc2.returncode == cli.EXIT_USAGE and "empty input" in proc2.stderr
     for form in key_forms(key):
-        assert form not in proc.stdout + proc.stderr + proc2.stdout + proc2.stderr
+        assert form not in proc.stdout + proc.stderr

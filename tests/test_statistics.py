@@ -146,6 +146,14 @@ def test_null_with_hashed_token_ids(S, n, topology):
         assert lo <= rejections <= hi, (S, n, topology, alpha, rejections, size, lo, hi)
 
 
+@pytest.mark.parametrize("S", [2, 5, 11])
+@pytest.mark.parametrize("n", [3, 50, 200])
+@pytest.mark.parametrize("alpha", [0.01, 0.001])
+def test_exact_size_agrees_with_the_calibration_module(S, n, alpha):
+    cal = pytest.importorskip("chainmark.calibrate")
+    assert cal.exact_fpr(n, S, alpha) == pytest.approx(exact_size(n, 1 / S, alpha), rel=1e-12, abs=1e-300)
+
+
 def test_exact_size_differs_from_alpha_where_the_statistic_is_coarse():
     """A sanity check of the helper: the discrete test's size is not alpha itself."""
     # S = 11, n = 50: the cutoff sits between counts; the exact size exceeds alpha
