@@ -72,15 +72,19 @@ class Gate:
 
     def __post_init__(self) -> None:
         check_gate_kind(self.kind)
-        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float, np.floating)):
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float, np.floating, np.integer)):
             raise TypeError(f"tau must be a number, got {type(self.tau).__name__}")
         if math.isnan(float(self.tau)):
             raise ValueError("tau must not be NaN")
 
     def flags_from_signal(self, signal: Any) -> Any:
         """Gate flags from precomputed signals (entropies or gaps); numpy or torch."""
-        if self.kind == "all":
-            return signal == signal  # all True, same type and shape
+        if self.kind == "all":  # all True, same type and shape (NaN included)
+            if isinstance(signal, torch.Tensor):
+                return torch.ones_like(signal, dtype=torch.bool)
+            return np.ones(np.shape(signal), dtype=bool)
+        if isinstance(signal, (list, tuple)):
+            signal = np.asarray(signal, dtype=float)
         if self.kind == "high_entropy":
             return signal > self.tau
         return signal < self.tau  # low_entropy and top2_gap
@@ -110,7 +114,8 @@ class Gate:
             gate_none = math.inf if kind == "high_entropy" else -math.inf
             return cls(kind, -gate_none if rho == 1.0 else gate_none)
         if values.size == 0:
-            raise ValueError("pilot_signal is empty: calibration needs pilot positions")
+            raise ValueError("pilot_signal is empty (no finite values): calibration needs "
+                             "the gate signal at the positions of a pilot run")
         if kind == "high_entropy":
             return cls(kind, _quantile(values, 1.0 - rho))
         return cls(kind, _quantile(values, rho))

@@ -17,12 +17,19 @@ Key = Union[bytes, str]
 
 #: Token ids must fit the 8-byte big-endian encoding of the hash input.
 MAX_TOKEN_ID = 2**64 - 1
-#: Above this id we stop growing a dense table and hash the distinct ids.
+#: Largest vocabulary for which :func:`state_table` builds a dense table.
 _DENSE_LIMIT = 1 << 24
+#: Without a vocabulary size, :func:`states_of` grows a dense table only up to
+#: this size (about a second of hashing); ids above it are hashed one by one.
+_AUTO_DENSE_LIMIT = 1 << 20
 
 
 def key_bytes(key: Key) -> bytes:
-    """Return the key as bytes; ``str`` keys are UTF-8 encoded."""
+    """Return the key as bytes; ``str`` keys are UTF-8 encoded.
+
+    Anything else (an int, None, a list) is a ``TypeError``: silently turning
+    it into bytes would give a different partition from the auditor's.
+    """
     if isinstance(key, (bytes, bytearray, memoryview)):
         return bytes(key)
     if isinstance(key, str):
@@ -53,7 +60,12 @@ def _digest_value(kb: bytes, token_id: int) -> int:
 
 
 def state_of(token_id: int, key: Key, S: int) -> int:
-    """State of one token id under ``key`` with ``S`` states (the paper's sigma)."""
+    """State of one token id under ``key`` with ``S`` states (the paper's sigma).
+
+    SHA-256 over the key bytes followed by the id as 8 bytes big-endian; the
+    first 8 digest bytes, read big-endian, reduced mod ``S``. This is the
+    paper's reference computation, one token at a time.
+    """
     S = check_num_states(S)
     return _digest_value(key_bytes(key), _check_token_id(token_id)) % S
 
@@ -135,6 +147,12 @@ def as_token_array(token_ids: object, vocab_size: int | None = None) -> np.ndarr
     if isinstance(token_ids, (str, bytes)):
         raise TypeError("token_ids must be a sequence of integers, not text; tokenize it first")
     arr = np.asarray(token_ids)
+    if arr.dtype.kind == "f" and not isinstance(token_ids, np.ndarray):
+        # numpy turns a list mixing small ints and ints above 2**63 into
+        # float64, which silently rounds ids: validate the Python ints instead
+        exact = np.asarray(token_ids, dtype=object)
+        if all(isinstance(t, (int, np.integer)) for t in exact.ravel().tolist()):
+            arr = exact
     if arr.size == 0:
         return np.zeros(0, dtype=np.uint64)
     if arr.ndim != 1:
@@ -173,9 +191,9 @@ def states_of(token_ids: object, key: Key, S: int, vocab_size: int | None = None
         state_table(kb, vocab_size, S)  # validates vocab_size
         return np.take(_compact_table(kb, int(vocab_size), S), ids)
     top = int(ids.max())
-    if top < _DENSE_LIMIT:
+    if top < _AUTO_DENSE_LIMIT:
         # grow the table in powers of two so that nearby sizes share it
-        size = min(1 << max(10, top.bit_length()), _DENSE_LIMIT)
+        size = min(1 << max(10, top.bit_length()), _AUTO_DENSE_LIMIT)
         return np.take(_compact_table(kb, size, S), ids)
     uniq, inverse = np.unique(ids, return_inverse=True)
     states = _digest_values(kb, uniq.tolist()) % np.uint64(S)

@@ -57,6 +57,10 @@ class Topology:
     def from_offsets(cls, S: int, offsets: Iterable[int], name: str | None = None) -> "Topology":
         """Circulant topology: state s may be followed by (s + o) mod S for each offset o."""
         S = check_num_states(S)
+        offsets = list(offsets)
+        for o in offsets:
+            if isinstance(o, bool) or not isinstance(o, (int, np.integer)):
+                raise TypeError(f"offsets must be integers, got {o!r}")
         offs = sorted({int(o) % S for o in offsets})
         if not offs:
             raise ValueError("offsets must name at least one successor offset")
@@ -116,6 +120,45 @@ class Topology:
 
     def __repr__(self) -> str:
         return f"Topology({self.name}, S={self.S}, k={self.k}, p0={self.p0:.4g})"
+
+
+def adjacent_covariance(topology: Topology) -> float:
+    """Covariance of two neighbouring validity indicators under the uniform null.
+
+    With i.i.d. uniform states, X_i = T[s_i, s_{i+1}] and X_{i+1} share only
+    the middle state s'. Given s', X_i is legal with probability c(s')/S (the
+    column sum: how many states may precede s') and X_{i+1} with probability
+    r(s')/S (the row sum), independently; so the covariance is the covariance
+    of c(s')/S and r(s')/S over a uniform s'. For a k-regular matrix both are
+    the constant k/S and the covariance is exactly zero.
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
+    m = topology.matrix
+    S = topology.S
+    rows = m.sum(axis=1) / S
+    cols = m.sum(axis=0) / S
+    return float(np.mean(rows * cols) - np.mean(rows) * np.mean(cols))
+
+
+def null_moments(topology: Topology, n: int) -> tuple[float, float]:
+    """Exact mean and variance of phi over ``n`` tokens with i.i.d. uniform states.
+
+    phi averages the n - 1 indicators X_i. Each has mean d (the matrix
+    density, k/S when regular); indicators two or more steps apart are
+    independent; neighbours have covariance :func:`adjacent_covariance`. So
+    Var(phi) = [(n-1) d(1-d) + 2(n-2) C] / (n-1)^2, which reduces to the
+    lemma's p0(1-p0)/(n-1) exactly when C = 0. Holds for any 0/1 matrix,
+    irregular ones included.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an integer >= 2, got {type(n).__name__}")
+    if n < 2:
+        raise ValueError(f"n must be an integer >= 2 (phi needs a transition), got {n}")
+    d = topology.p0
+    c = adjacent_covariance(topology)
+    m = int(n) - 1
+    return d, (m * d * (1.0 - d) + 2.0 * (m - 1) * c) / m**2
 
 
 TopologyLike = Union[str, Topology]
