@@ -1,0 +1,531 @@
+"""Explorers for S, rho and delta: sliders on the static site, ipywidgets in a live kernel.
+
+Each explorer exists twice, from the same data:
+
+* **static** (the default, ``live=False``): an HTML block with the sliders,
+  read-outs and plots drawn by a small vanilla-JavaScript file shipped in
+  this package (``chainmark/data/explorers.js``), inlined into the block
+  together with the data as JSON. It needs no kernel, no network, no
+  RequireJS and no widget manager, so it works on the built site (even
+  offline), in Jupyter, in Colab and in VS Code. The closed forms of
+  :mod:`chainmark.calibrate` are re-implemented in that file (the tests check
+  them against the Python functions); everything a model produced is
+  precomputed when the book is built (:func:`embedding_grid`,
+  :func:`robustness_grid`).
+* **live** (``live=True``): ``ipywidgets`` controls whose callbacks recompute
+  in Python (closed forms, detection after a fresh attack, or a new
+  generation with the model). Widgets need a kernel, so the static site
+  shows the static twin.
+
+Neither form ever holds the key: the data carry token ids, states and
+scores, and the live twins receive the key as an argument and keep it out of
+every widget's state.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import itertools
+import json
+import math
+from importlib import resources
+from typing import Any, Sequence
+
+import numpy as np
+
+from .settings import ATTACK_SEED
+from .viz import STATE_COLOURS
+
+#: Slider values of the calibration explorer (the static and the live twin use the same).
+ALPHAS: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 0.005, 0.01, 0.02, 0.05, 0.1)
+LENGTHS: tuple[int, ...] = (10, 16, 25, 32, 50, 64, 100, 128, 200, 256, 300, 500, 750, 1000, 2000)
+RHOS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
+KS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+#: Substitution rates of the robustness explorer.
+DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
+
+_counter = itertools.count()
+
+
+# ---------------------------------------------------------------------------
+# the static block
+# ---------------------------------------------------------------------------
+def _asset(name: str) -> str:
+    """A file of chainmark/data, made safe to inline in an HTML <script> or <style>."""
+    text = resources.files("chainmark").joinpath("data", name).read_text(encoding="utf-8")
+    return text.replace("</", "<\\/")
+
+
+def _script_json(obj: Any) -> str:
+    """JSON safe to place inside a <script> element (no '</', no bare U+2028/9)."""
+    text = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _clean(obj: Any) -> Any:
+    """Plain JSON types; non-finite floats become None (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(float(obj)) else None
+    if isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    return obj
+
+
+class StaticExplorer:
+    """An explorer as a self-contained HTML+JavaScript block (what the site shows).
+
+    Displaying it in a notebook renders the block (``_repr_html_``);
+    :meth:`page` wraps it in a complete HTML document.
+    """
+
+    KINDS = ("calibration", "embedding", "robustness")
+
+    def __init__(self, kind: str, data: dict[str, Any], title: str, note: str = ""):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
+        self.kind = kind
+        self.data = _clean(data)
+        self.title = title
+        self.note = note
+
+    @property
+    def html(self) -> str:
+        payload = _script_json(self.data)
+        digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
+        uid = f"cm-{self.kind}-{digest}-{next(_counter)}"
+        note = f'<div class="cm-note">{html.escape(self.note)}</div>' if self.note else ""
+        return (
+            f'<div class="cm-explorer" id="{uid}" data-kind="{self.kind}">'
+            f"<style>{_asset('explorers.css')}</style>"
+            f'<div class="cm-title">{html.escape(self.title)}</div>{note}'
+            '<div class="cm-fallback">This explorer runs in your browser with JavaScript; '
+            "if you see this line, JavaScript is off or the output is not trusted.</div>"
+            '<div class="cm-body"></div>'
+            f'<script type="application/json" class="cm-data">{payload}</script>'
+            "</div>"
+            f"<script>{_asset('explorers.js')}\n"
+            f'window.ChainMarkExplorers.mountFrom(document.currentScript, "{uid}");</script>'
+        )
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def page(self) -> str:
+        """A complete standalone HTML page holding only this explorer."""
+        return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+                f"<title>{html.escape(self.title)}</title></head><body>{self.html}</body></html>")
+
+    def __repr__(self) -> str:
+        return f"StaticExplorer(kind={self.kind!r}, title={self.title!r})"
+
+
+def _nearest(values: Sequence[Any], x: Any) -> Any:
+    return min(values, key=lambda v: abs(v - x))
+
+
+# ---------------------------------------------------------------------------
+# calibration explorer: closed forms only
+# ---------------------------------------------------------------------------
+def calibration_numbers(alpha: float, n: int, rho: float, k: int = 1) -> dict[str, float]:
+    """What the calibration explorer shows, from :mod:`chainmark.calibrate`.
+
+    S* for (n, rho, alpha, k), and at S = S* the predicted z, the midpoint
+    threshold on phi and the Hoeffding bound on the midpoint detector's FPR.
+    """
+    from .calibrate import hoeffding_fpr_bound, midpoint_threshold, predicted_z, s_star, z_alpha
+
+    S = s_star(n, rho, alpha, k)
+    return {
+        "z_alpha": z_alpha(alpha),
+        "s_star": S,
+        "predicted_z": predicted_z(n, rho, S, k),
+        "midpoint_threshold": midpoint_threshold(rho, S, k),
+        "fpr_bound": hoeffding_fpr_bound(n, rho, S, k),
+    }
+
+
+def calibration_explorer(alpha: float = 0.01, n: int = 200, rho: float = 0.5, k: int = 1,
+                         live: bool = False) -> Any:
+    """Sliders for (alpha, n, rho, k) -> S*, predicted z, midpoint threshold, FPR bound.
+
+    Start values snap to the nearest slider value. ``live=True`` returns the
+    ipywidgets twin, which recomputes with the Python closed forms.
+    """
+    start = {"alpha": _nearest(ALPHAS, alpha), "n": _nearest(LENGTHS, n),
+             "rho": _nearest(RHOS, rho), "k": _nearest(KS, k)}
+    if live:
+        return _calibration_widget(start)
+    data = {"alphas": ALPHAS, "ns": LENGTHS, "rhos": RHOS, "ks": KS, "start": start}
+    return StaticExplorer(
+        "calibration", data, "Calibration explorer: from (α, n, ρ, k) to S*",
+        "Computed in your browser from the closed forms; the plots show S = k+1 … max(2·S*, k+30).")
+
+
+def _calibration_widget(start: dict[str, Any]) -> Any:
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+
+    from .calibrate import hoeffding_fpr_bound, predicted_z
+
+    sliders = {
+        "alpha": W.SelectionSlider(options=list(ALPHAS), value=start["alpha"], description="α"),
+        "n": W.SelectionSlider(options=list(LENGTHS), value=start["n"], description="n (tokens)"),
+        "rho": W.SelectionSlider(options=list(RHOS), value=start["rho"], description="ρ"),
+        "k": W.SelectionSlider(options=list(KS), value=start["k"], description="k"),
+    }
+    readout = W.HTML()
+    plots = W.Output()
+
+    def update(_: Any = None) -> None:
+        a, n, r, k = (sliders[x].value for x in ("alpha", "n", "rho", "k"))
+        v = calibration_numbers(a, n, r, k)
+        readout.value = _readout_html([
+            ("z_α", f"{v['z_alpha']:.3f}"), ("S*", str(v["s_star"])),
+            ("predicted z at S*", f"{v['predicted_z']:.3f}"),
+            ("midpoint threshold at S*", f"{v['midpoint_threshold']:.4f}"),
+            ("Hoeffding FPR bound at S*", f"{v['fpr_bound']:.3g}"),
+        ])
+        S_max = max(2 * v["s_star"], k + 30)
+        Ss = np.arange(k + 1, S_max + 1)
+        with plots:
+            plots.clear_output(wait=True)
+            fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
+            ax1.plot(Ss, [predicted_z(n, r, int(S), k) for S in Ss])
+            ax1.axhline(2 * v["z_alpha"], color="C3", ls="--", label="2 z_α (midpoint rule)")
+            ax1.axvline(v["s_star"], color="C2", label=f"S* = {v['s_star']}")
+            ax1.set(xlabel="number of states S", ylabel="predicted z (SDs)")
+            ax1.legend(fontsize=8)
+            ax2.semilogy(Ss, [hoeffding_fpr_bound(n, r, int(S), k) for S in Ss], color="C4")
+            ax2.axhline(a, color="C3", ls="--", label=f"α = {a}")
+            ax2.axvline(v["s_star"], color="C2")
+            ax2.set(xlabel="number of states S", ylabel="Hoeffding FPR bound")
+            ax2.legend(fontsize=8)
+            fig.tight_layout()
+            plt.show()
+
+    for s in sliders.values():
+        s.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox(list(sliders.values())[:2]), W.HBox(list(sliders.values())[2:]), readout, plots])
+
+
+def _readout_html(items: Sequence[tuple[str, str]]) -> str:
+    cells = "".join(
+        f'<div style="border:1px solid #e1e5ee;background:#f5f8fd;border-radius:4px;padding:3px 8px;'
+        f'margin:2px;display:inline-block"><div style="font-size:11px;color:#4a5060">{html.escape(k)}</div>'
+        f'<div style="font-size:16px;font-weight:700">{html.escape(v)}</div></div>' for k, v in items)
+    return f"<div>{cells}</div>"
+
+
+# ---------------------------------------------------------------------------
+# embedding explorer: a grid of generations over S x rho
+# ---------------------------------------------------------------------------
+def _token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.decode([int(t)]) for t in ids]
+
+
+def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
+                   S_values: Sequence[int] = (2, 3, 5, 8), rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
+                   max_new_tokens: int = 64, gate: str = "high_entropy", alpha: float = 0.01,
+                   batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
+    """Generate watermarked text for every (S, rho) of a grid and score it.
+
+    One unwatermarked run of ``prompts`` is the baseline (its self-perplexity)
+    and the pilot that calibrates the gate threshold for each rho. Every grid
+    cell then generates from the same prompts (seed 42) and records, per
+    text, phi, z, p-value, realised rho and self-perplexity; the first text
+    is kept token by token (strings, ids, states, forced flags) as the cell's
+    example. The key is used, never stored.
+    """
+    from tqdm.auto import tqdm
+
+    from .detect import detect
+    from .embed import ChainMarkConfig, generate
+    from .gates import Gate
+    from .quality import self_perplexity
+
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("prompts must hold at least one prompt")
+    S_values = [int(s) for s in S_values]
+    rho_values = [float(r) for r in rho_values]
+    if not S_values or not rho_values:
+        raise ValueError("S_values and rho_values must each hold at least one value")
+    kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, min_new_tokens=max_new_tokens)
+    pilot = generate(model, tokenizer, prompts, config=None, **kw)
+    signal = np.concatenate([np.asarray(g.gap if gate == "top2_gap" else g.entropy) for g in pilot])
+    baseline_ppl = self_perplexity(model, pilot)
+    gates = {r: Gate.calibrate(gate, r, signal) for r in rho_values}
+    cells = []
+    grid = [(S, r) for S in S_values for r in rho_values]
+    for S, r in tqdm(grid, desc="S x rho grid", disable=not progress):
+        config = ChainMarkConfig(key, S=S, rho=r, gate=gate)
+        gens = generate(model, tokenizer, prompts, config=config, gate=gates[r], **kw)
+        dets = [detect(g.token_ids, key, S, alpha=alpha) for g in gens]
+        ppl = self_perplexity(model, gens)
+        ex, d0 = gens[0], dets[0]
+        cells.append({
+            "S": S, "rho": r, "n_prompts": len(gens),
+            "mean_z": float(np.mean([d.z for d in dets])),
+            "mean_phi": float(np.mean([d.phi for d in dets])),
+            "mean_ppl": float(np.mean(ppl)),
+            "mean_rho_realised": float(np.mean([g.rho_realised for g in gens])),
+            "tpr": float(np.mean([d.is_watermarked for d in dets])),
+            "texts": [{"token_ids": g.token_ids, "z": d.z, "phi": d.phi, "self_ppl": float(p)}
+                      for g, d, p in zip(gens, dets, ppl)],
+            "example": {
+                "prompt": ex.prompt, "token_ids": ex.token_ids, "tokens": _token_strings(tokenizer, ex.token_ids),
+                "states": ex.states, "forced": [int(f) for f in ex.forced],
+                "n_tokens": d0.n_tokens, "phi": d0.phi, "z": d0.z, "p_value": d0.p_value,
+                "rho_realised": ex.rho_realised, "self_ppl": float(ppl[0]),
+            },
+        })
+    model_name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    return {
+        "S_values": S_values, "rho_values": rho_values, "gate": gate, "alpha": alpha,
+        "taus": {str(r): gates[r].tau for r in rho_values}, "max_new_tokens": max_new_tokens,
+        "prompts": prompts, "baseline_ppl": float(np.mean(baseline_ppl)), "model": model_name,
+        "cells": cells,
+    }
+
+
+def _grid_cell(grid: dict[str, Any], S: int, rho: float) -> dict[str, Any]:
+    for c in grid["cells"]:
+        if c["S"] == S and c["rho"] == rho:
+            return c
+    raise ValueError(f"the grid has no cell S = {S}, rho = {rho}; "
+                     f"S in {grid['S_values']}, rho in {grid['rho_values']}")
+
+
+def embedding_explorer(grid: dict[str, Any], S: int = 5, rho: float = 0.5, live: bool = False,
+                       model: Any = None, tokenizer: Any = None, key: Any = None) -> Any:
+    """Sliders over the (S, rho) grid of :func:`embedding_grid`: one coloured text, phi, z, self-PPL.
+
+    ``live=True`` gives the ipywidgets twin; with ``model``, ``tokenizer`` and
+    ``key`` it also has a button that generates a fresh text at the chosen
+    (S, rho) with the model.
+    """
+    start = {"S": _nearest(grid["S_values"], S), "rho": _nearest(grid["rho_values"], rho)}
+    if live:
+        return _embedding_widget(grid, start, model, tokenizer, key)
+    cells = [{k: v for k, v in c.items() if k != "texts"} for c in grid["cells"]]
+    data = {"S_values": grid["S_values"], "rho_values": grid["rho_values"], "cells": cells,
+            "baseline_ppl": grid["baseline_ppl"], "colours": STATE_COLOURS, "start": start}
+    return StaticExplorer(
+        "embedding", data, "Embedding explorer: what S and ρ do to a generation",
+        f"Precomputed when this page was built: {grid['model']}, {len(grid['prompts'])} prompts × "
+        f"{grid['max_new_tokens']} new tokens per cell, gate '{grid['gate']}', seed 42.")
+
+
+def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, tokenizer: Any,
+                      key: Any) -> Any:
+    import ipywidgets as W
+
+    from .viz import tokens_html
+
+    S_slider = W.SelectionSlider(options=grid["S_values"], value=start["S"], description="S")
+    rho_slider = W.SelectionSlider(options=grid["rho_values"], value=start["rho"], description="ρ")
+    view = W.HTML()
+
+    def show(cell_like: dict[str, Any], S: int, source: str) -> None:
+        ex = cell_like["example"]
+        view.value = (f"<div style='font-size:12px;color:#555'>{html.escape(source)} — prompt: "
+                      f"{html.escape(ex['prompt'])}</div>" + _readout_html([
+                          ("tokens n", str(ex["n_tokens"])), ("realised ρ", f"{ex['rho_realised']:.2f}"),
+                          ("φ", f"{ex['phi']:.3f}"), ("z", f"{ex['z']:.2f}"),
+                          ("p-value", f"{ex['p_value']:.3g}"), ("self-PPL", f"{ex['self_ppl']:.2f}")])
+                      + tokens_html(ex["tokens"], ex["states"], ex["forced"], legend_S=S))
+
+    def update(_: Any = None) -> None:
+        show(_grid_cell(grid, S_slider.value, rho_slider.value), S_slider.value, "precomputed")
+
+    S_slider.observe(update, names="value")
+    rho_slider.observe(update, names="value")
+    children: list[Any] = [W.HBox([S_slider, rho_slider])]
+    if model is not None and tokenizer is not None and key is not None:
+        button = W.Button(description="generate now", tooltip="generate with the model at this S and ρ")
+
+        def regenerate(_: Any) -> None:
+            button.disabled = True
+            try:
+                S, r = S_slider.value, rho_slider.value
+                show(generate_example(model, tokenizer, key, grid["prompts"][0], S, r, grid["taus"][str(r)],
+                                      grid["gate"], grid["max_new_tokens"], grid["alpha"]), S, "generated now")
+            finally:
+                button.disabled = False
+
+        button.on_click(regenerate)
+        children[0].children += (button,)
+    children.append(view)
+    update()
+    return W.VBox(children)
+
+
+def generate_example(model: Any, tokenizer: Any, key: Any, prompt: str, S: int, rho: float, tau: float,
+                     gate: str = "high_entropy", max_new_tokens: int = 64, alpha: float = 0.01) -> dict[str, Any]:
+    """Generate one watermarked text at (S, rho) with a given gate threshold and score it."""
+    from .detect import detect
+    from .embed import ChainMarkConfig, generate
+    from .gates import Gate
+    from .quality import self_perplexity
+
+    config = ChainMarkConfig(key, S=S, rho=rho, gate=gate)
+    g = generate(model, tokenizer, [prompt], config=config, gate=Gate(gate, tau),
+                 max_new_tokens=max_new_tokens)[0]
+    d = detect(g.token_ids, key, S, alpha=alpha)
+    ppl = self_perplexity(model, [g])
+    return {"example": {"prompt": prompt, "token_ids": g.token_ids, "tokens": _token_strings(tokenizer, g.token_ids),
+                        "states": g.states, "forced": [int(f) for f in g.forced], "n_tokens": d.n_tokens,
+                        "phi": d.phi, "z": d.z, "p_value": d.p_value, "rho_realised": g.rho_realised,
+                        "self_ppl": float(ppl[0])}}
+
+
+# ---------------------------------------------------------------------------
+# robustness explorer: substitution at rate delta
+# ---------------------------------------------------------------------------
+def simulate_watermarked_ids(trials: int, n: int, key: Any, S: int, rho: float, vocab_size: int,
+                             seed: int = ATTACK_SEED) -> np.ndarray:
+    """Synthetic watermarked token ids under the theorem's model, through the real partition.
+
+    Each sequence starts at a uniform token; every later position is, with
+    probability ``rho``, a uniform token of the clockwork successor state of
+    its predecessor (a forced step) and otherwise a uniform token of the
+    vocabulary. Returns an int64 array of shape (trials, n).
+    """
+    from .calibrate import check_length
+    from .gates import check_rho
+    from .partition import state_table
+
+    n = check_length(n)
+    rho = check_rho(rho)
+    if not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    table = state_table(key, vocab_size, S)
+    buckets = [np.flatnonzero(table == s) for s in range(S)]
+    rng = np.random.default_rng(seed)
+    ids = np.empty((trials, n), dtype=np.int64)
+    ids[:, 0] = rng.integers(0, vocab_size, size=trials)
+    for i in range(1, n):
+        ids[:, i] = rng.integers(0, vocab_size, size=trials)
+        forced = rng.random(trials) < rho
+        nxt = (table[ids[:, i - 1]] + 1) % S
+        for s in range(S):
+            rows = np.flatnonzero(forced & (nxt == s))
+            if rows.size:
+                ids[rows, i] = buckets[s][rng.integers(0, buckets[s].size, size=rows.size)]
+    return ids
+
+
+def _attack_curve(id_lists: Sequence[Sequence[int]], key: Any, S: int, vocab_size: int,
+                  deltas: Sequence[float], alpha: float, seed: int) -> dict[str, Any]:
+    """Mean z before/after substitution at each delta, the z ratio and the TPR."""
+    from .attacks import Substitution
+    from .detect import detect
+
+    z0 = np.array([detect(ids, key, S, alpha=alpha).z for ids in id_lists])
+    ratio, tpr, mean_z, attacked_first = [], [], [], []
+    for delta in deltas:
+        attacked = Substitution(delta, vocab_size, seed=seed).apply(list(id_lists))
+        dets = [detect(a, key, S, alpha=alpha) for a in attacked]
+        z = np.array([d.z for d in dets])
+        mean_z.append(float(z.mean()))
+        ratio.append(float(z.mean() / z0.mean()) if z0.mean() > 0 else float("nan"))
+        tpr.append(float(np.mean([d.is_watermarked for d in dets])))
+        attacked_first.append(attacked[0])
+    return {"ratio": ratio, "tpr": tpr, "mean_z": mean_z, "mean_z_before": float(z0.mean()),
+            "n_texts": len(id_lists), "attacked_first": attacked_first}
+
+
+def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float, vocab_size: int,
+                    tokenizer: Any = None, deltas: Sequence[float] = DELTAS, alpha: float = 0.01,
+                    mc_trials: int = 400, mc_length: int | None = None,
+                    seed: int = ATTACK_SEED) -> dict[str, Any]:
+    """z ratio and TPR against delta, on model text and on a Monte Carlo under the theorem's model.
+
+    ``texts`` are token ids of texts watermarked with (key, S, rho). Each text
+    is attacked with :class:`chainmark.attacks.Substitution` at every delta
+    (seed 43, nested in delta) and detected again; the z ratio is
+    mean z after / mean z before. The Monte Carlo does the same on
+    ``mc_trials`` sequences from :func:`simulate_watermarked_ids` of length
+    ``mc_length`` (default: the mean text length).
+    """
+    from .partition import states_of
+
+    texts = [list(map(int, t)) for t in texts]
+    if not texts:
+        raise ValueError("texts must hold at least one watermarked text")
+    deltas = [float(d) for d in deltas]
+    n_mc = int(mc_length or round(np.mean([len(t) for t in texts])))
+    mc_ids = simulate_watermarked_ids(mc_trials, n_mc, key, S, rho, vocab_size, seed=seed)
+    mc = _attack_curve([row.tolist() for row in mc_ids], key, S, vocab_size, deltas, alpha, seed)
+    text = _attack_curve(texts, key, S, vocab_size, deltas, alpha, seed)
+    examples = []
+    for attacked in text.pop("attacked_first"):
+        changed = [int(a != b) for a, b in zip(attacked, texts[0])]
+        examples.append({"tokens": _token_strings(tokenizer, attacked) if tokenizer is not None
+                         else [str(t) for t in attacked],
+                         "states": states_of(attacked, key, S).tolist(), "substituted": changed})
+    mc.pop("attacked_first")
+    return {"S": S, "rho": rho, "alpha": alpha, "deltas": deltas, "vocab_size": vocab_size,
+            "mc": {**mc, "trials": mc_trials, "length": n_mc}, "text": {**text, "examples": examples},
+            "texts": texts, "seed": seed}
+
+
+def robustness_explorer(grid: dict[str, Any], delta: float = 0.2, live: bool = False,
+                        key: Any = None) -> Any:
+    """A slider over delta: observed z ratio against (1 - delta)^2, and the TPR.
+
+    ``live=True`` gives the ipywidgets twin; with ``key`` it re-attacks the
+    model texts at any delta in [0, 0.6] and detects them in Python.
+    """
+    start = {"delta": _nearest(grid["deltas"], delta)}
+    if live:
+        return _robustness_widget(grid, start, key)
+    data = {"deltas": grid["deltas"], "alpha": grid["alpha"], "colours": STATE_COLOURS, "start": start,
+            "mc": {k: grid["mc"][k] for k in ("ratio", "tpr")},
+            "text": {k: grid["text"][k] for k in ("ratio", "tpr", "examples")}}
+    return StaticExplorer(
+        "robustness", data, "Robustness explorer: random substitution at rate δ",
+        f"S = {grid['S']}, ρ = {grid['rho']}, α = {grid['alpha']}; model text: {grid['text']['n_texts']} "
+        f"watermarked generations; Monte Carlo: {grid['mc']['trials']} sequences of "
+        f"{grid['mc']['length']} tokens; attack seed {grid['seed']}.")
+
+
+def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) -> Any:
+    import ipywidgets as W
+
+    delta = W.FloatSlider(value=start["delta"], min=0.0, max=0.6, step=0.01, description="δ")
+    view = W.HTML()
+
+    def update(_: Any = None) -> None:
+        d = float(delta.value)
+        items = [("(1−δ)²", f"{(1 - d) ** 2:.3f}")]
+        if key is not None:  # recompute on the model texts at exactly this delta
+            curve = _attack_curve(grid["texts"], key, grid["S"], grid["vocab_size"], [d], grid["alpha"],
+                                  grid["seed"])
+            items += [("z ratio, model text (now)", f"{curve['ratio'][0]:.3f}"),
+                      ("TPR, model text (now)", f"{curve['tpr'][0]:.2f}")]
+        i = int(np.argmin([abs(x - d) for x in grid["deltas"]]))
+        items += [(f"z ratio, Monte Carlo (δ = {grid['deltas'][i]})", f"{grid['mc']['ratio'][i]:.3f}"),
+                  (f"TPR, Monte Carlo (δ = {grid['deltas'][i]})", f"{grid['mc']['tpr'][i]:.2f}")]
+        view.value = _readout_html(items)
+
+    delta.observe(update, names="value")
+    update()
+    return W.VBox([delta, view])
+
+
+__all__ = [
+    "ALPHAS", "DELTAS", "KS", "LENGTHS", "RHOS", "StaticExplorer", "calibration_explorer",
+    "calibration_numbers", "embedding_explorer", "embedding_grid", "generate_example",
+    "robustness_explorer", "robustness_grid", "simulate_watermarked_ids",
+]
