@@ -111,7 +111,10 @@
     if (x === null || x === undefined || isNaN(x)) { return "—"; }
     if (!isFinite(x)) { return x > 0 ? "∞" : "−∞"; }
     if (x !== 0 && (Math.abs(x) < 1e-3 || Math.abs(x) >= 1e6)) {
-      return x.toExponential(Math.max(1, digits - 1)).replace("e", "×10^");
+      var parts = x.toExponential(Math.max(1, digits - 1)).split("e");
+      var sup = { "-": "⁻", "+": "", "0": "⁰", "1": "¹", "2": "²", "3": "³", "4": "⁴",
+        "5": "⁵", "6": "⁶", "7": "⁷", "8": "⁸", "9": "⁹" };
+      return parts[0] + " × 10" + parts[1].split("").map(function (c) { return sup[c]; }).join("");
     }
     return x.toFixed(digits);
   }
@@ -344,7 +347,8 @@
       out.sStar(ss, 0, String(ss));
       out.z(forms.predictedZ(nn, r, ss, kk), 3);
       out.mid(forms.midpointThreshold(r, ss, kk), 4);
-      out.fpr(forms.hoeffdingFprBound(nn, r, ss, kk), 3);
+      var fb = forms.hoeffdingFprBound(nn, r, ss, kk);
+      out.fpr(fb, 3, fb >= 1 ? fmt(fb, 2) + " (vacuous)" : fmt(fb, 3));
       var smax = Math.max(2 * ss, kk + 30), step = Math.max(1, Math.floor((smax - kk - 1) / 200));
       var xs = [], zs = [], fs = [];
       for (var S = kk + 1; S <= smax; S += step) {
