@@ -4,22 +4,38 @@ At a gated position only tokens whose state is a legal successor of the
 previous token's state stay available, and the most likely of them is forced
 (the paper's Algorithm 1). At other positions the model's distribution is left
 untouched and sampled (T = 0.7 by default). If the allowed tokens carry no
-probability mass at all, the position is sampled freely.
+probability mass at all (every allowed logit is -inf, e.g. because an earlier
+processor removed them), the position is sampled freely.
+
+Speed matters because the processor runs once per generated token. Three
+choices keep it cheap:
+
+* the tokens allowed after each state are listed once, as an ``S x L`` table
+  of token ids (``L`` ~ k V / S), so the masked argmax reads only the
+  candidate logits instead of masking the whole ``batch x V`` matrix;
+* the gate signal (entropy, and the top-2 gap when asked for) is computed in
+  one pass by :func:`step_signals` and shared with the trace recorder;
+* everything stays on the device of the logits: no host synchronisation and
+  no Python loop over the batch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from .gates import Gate, check_gate_kind, check_rho
 from .keys import key_fingerprint
-from .gates import Gate, check_gate_kind, check_rho, gate_signal
 from .partition import Key, check_num_states, key_bytes, state_table
 from .settings import GENERATION_SEED
 from .topology import Topology, TopologyLike, resolve_topology
+
+#: Above this many (state, candidate) entries the candidate table would be too
+#: large (huge S with large k); the processor then masks row by row instead.
+_MAX_CANDIDATE_ENTRIES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -67,95 +83,278 @@ class ChainMarkConfig:
         )
 
 
+class StepSignals(NamedTuple):
+    """Gate signals of one decoding step, one value per batch row."""
+
+    entropy: torch.Tensor
+    gap: torch.Tensor | None
+
+
+class Workspace:
+    """Reusable scratch tensors, one per name, re-allocated only when the shape changes.
+
+    Fresh ``batch x V`` temporaries at every decoding step cost more than the
+    arithmetic on them (the allocator hands the pages back and the kernel
+    faults them in again), so the per-step work writes into these instead.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, like: torch.Tensor, shape: tuple[int, ...] | None = None,
+            dtype: torch.dtype | None = None) -> torch.Tensor:
+        shape = tuple(like.shape) if shape is None else shape
+        dtype = dtype or like.dtype
+        buf = self._buffers.get(name)
+        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != like.device:
+            buf = torch.empty(shape, dtype=dtype, device=like.device)
+            self._buffers[name] = buf
+        return buf
+
+
+def step_signals(scores: torch.Tensor, gap: bool = True, workspace: Workspace | None = None) -> StepSignals:
+    """Entropy (nats) and top-2 probability gap of ``softmax(scores)``, in one pass.
+
+    Equal (to float32 rounding) to :func:`chainmark.gates.entropy` and
+    :func:`chainmark.gates.top2_gap`, but it shares the softmax between the
+    two: with ``x = logits - max`` and ``e = exp(x)``, ``Z = sum e``,
+    ``H = log Z - sum(e x) / Z`` and ``gap = (1 - e_second) / Z``. Tokens
+    with logit ``-inf`` have ``e = 0`` and add nothing (``nansum`` drops the
+    ``0 * -inf``). A row whose logits are all ``-inf`` gets NaN. Pass a
+    :class:`Workspace` to reuse scratch memory between calls.
+    """
+    x = scores if scores.dtype == torch.float32 else scores.float()
+    ws = workspace or Workspace()
+    if gap:
+        top, top_idx = x.max(dim=-1, keepdim=True)
+    else:
+        top, top_idx = x.amax(dim=-1, keepdim=True), None
+    shifted = torch.sub(x, top, out=ws.get("shifted", x))
+    e = torch.exp(shifted, out=ws.get("exp", x))
+    z = e.sum(dim=-1)
+    dot = torch.mul(e, shifted, out=shifted).nansum(dim=-1)
+    h = torch.log(z) - dot / z
+    g = None
+    if gap:
+        # the top token has e = 1; knock one copy out to find the runner-up
+        second = e.scatter_(-1, top_idx, 0.0).amax(dim=-1)
+        g = (1.0 - second) / z
+    return StepSignals(h, g)
+
+
 class SignalRecorder(LogitsProcessor):
-    """Records the gate signal (entropy and top-2 gap) at every step; changes nothing."""
+    """Records the gate signal (entropy and top-2 gap) at every step; changes nothing.
+
+    Used for unwatermarked runs (pilots, baselines); a watermarked run records
+    the same signals inside :class:`ChainMarkLogitsProcessor` so that they are
+    computed only once per step. Values stay on the logits' device until
+    :meth:`stacked` moves them to the CPU, once.
+    """
 
     def __init__(self) -> None:
         self.entropy: list[torch.Tensor] = []
         self.gap: list[torch.Tensor] = []
+        self._workspace = Workspace()
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self.entropy.append(gate_signal(scores, "high_entropy").detach().cpu())
-        self.gap.append(gate_signal(scores, "top2_gap").detach().cpu())
+        signals = step_signals(scores, gap=True, workspace=self._workspace)
+        self.entropy.append(signals.entropy)
+        self.gap.append(signals.gap)  # type: ignore[arg-type]
         return scores
+
+    def stacked(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(entropy, gap)`` as ``(batch, steps)`` NumPy arrays."""
+        return _stack(self.entropy), _stack(self.gap)
+
+
+def _stack(steps: list[torch.Tensor], dtype: Any = None) -> np.ndarray:
+    if not steps:
+        return np.zeros((0, 0), dtype=dtype or np.float32)
+    return torch.stack(steps, dim=1).cpu().numpy()
+
+
+def candidate_table(table: np.ndarray, topology: Topology) -> np.ndarray:
+    """Token ids allowed after each state, as an ``S x L`` int64 array.
+
+    Row ``s`` lists, in increasing order, every token whose state is a
+    successor of ``s``; shorter rows are padded by repeating their first id,
+    which cannot change a maximum (and ``torch.max`` returns the first, i.e.
+    the smallest, maximising id, as a full-width masked argmax does).
+    """
+    S = topology.S
+    order = np.argsort(table, kind="stable")
+    bounds = np.searchsorted(table[order], np.arange(S + 1))
+    members = [order[bounds[s]:bounds[s + 1]] for s in range(S)]
+    rows = [np.sort(np.concatenate([members[t] for t in topology.successors(s)])) for s in range(S)]
+    width = max(1, max(len(r) for r in rows))
+    out = np.empty((S, width), dtype=np.int64)
+    for s, r in enumerate(rows):
+        if len(r) == 0:  # no token of any successor state: a tiny vocabulary
+            raise ValueError(
+                f"no token of the vocabulary has a state that may follow state {s}; "
+                "use a larger vocabulary or fewer states S"
+            )
+        out[s, :len(r)] = r
+        out[s, len(r):] = r[0]
+    return out
 
 
 class ChainMarkLogitsProcessor(LogitsProcessor):
     """Forces a legal next state at gated positions (masked argmax).
 
-    ``vocab_size`` is the width of the model's logits (``model.config.vocab_size``),
-    which may exceed ``len(tokenizer)``; the state table is built once for it
-    and kept on ``device``. ``gated`` and ``forced`` record, per step, which
-    rows were gated and which were actually forced (gated with allowed mass).
+    ``vocab_size`` is the width of the model's logits
+    (``model.get_output_embeddings().weight.shape[0]``), which may exceed
+    ``len(tokenizer)``; the state table and the per-state candidate lists are
+    built once for it and kept on ``device`` (moved once if the logits arrive
+    on another device). Without ``vocab_size`` they are built on the first
+    call from the logits' width.
+
+    Gated rows come back with exactly one finite logit (the forced token);
+    other rows come back unchanged. ``gated`` and ``forced`` record, per step,
+    which rows the gate opened and which were actually forced (gated and the
+    allowed set had a finite logit). With ``record_signals=True`` the step's
+    entropy and top-2 gap are kept as well (computed once, shared with the
+    gate). Recorded tensors stay on the device.
     """
 
     def __init__(self, config: ChainMarkConfig, gate: Gate | None = None,
-                 vocab_size: int | None = None, device: Any = None):
+                 vocab_size: int | None = None, device: Any = None,
+                 record_signals: bool = False):
         if not isinstance(config, ChainMarkConfig):
             raise TypeError(f"config must be a ChainMarkConfig, got {type(config).__name__}")
         self.config = config
         self.gate = gate if gate is not None else config.default_gate()
+        if not isinstance(self.gate, Gate):
+            raise TypeError(f"gate must be a chainmark Gate, got {type(self.gate).__name__}")
         if self.gate.kind != config.gate:
             raise ValueError(f"gate kind {self.gate.kind!r} does not match config.gate {config.gate!r}")
-        self.vocab_size = vocab_size
-        self.device = device
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
+                                       or vocab_size < 1):
+            raise ValueError(f"vocab_size must be a positive integer (the logits' width), got {vocab_size!r}")
+        self.vocab_size = int(vocab_size) if vocab_size is not None else None
+        self.device = torch.device(device) if device is not None else None
+        self.record_signals = bool(record_signals)
         self._table: torch.Tensor | None = None
-        self._allowed: torch.Tensor | None = None
+        self._candidates: torch.Tensor | None = None
+        self._successors: torch.Tensor | None = None
+        self._workspace = Workspace()
         self.gated: list[torch.Tensor] = []
         self.forced: list[torch.Tensor] = []
-        if vocab_size is not None:
-            self._build(vocab_size, device or "cpu")
+        self.entropy: list[torch.Tensor] = []
+        self.gap: list[torch.Tensor] = []
+        if self.vocab_size is not None:
+            self._build(self.vocab_size, self.device or torch.device("cpu"))
 
-    def _build(self, vocab_size: int, device: Any) -> None:
+    # ---- set-up (once) ------------------------------------------------
+    def _build(self, vocab_size: int, device: torch.device) -> None:
+        """State table and candidate lists for ``vocab_size`` ids, on ``device``."""
         table = state_table(self.config.key, vocab_size, self.config.S)
-        self._table = torch.tensor(table, dtype=torch.long, device=device)
-        self._allowed = torch.as_tensor(self.config.topo.matrix, dtype=torch.bool, device=device)
+        topo = self.config.topo
+        self._table = torch.from_numpy(np.array(table)).to(device)
+        self._successors = torch.from_numpy(np.array(topo.matrix)).to(device)
+        k = topo.k or int(topo.matrix.sum(axis=1).max())
+        if k * vocab_size <= _MAX_CANDIDATE_ENTRIES * 0.9:
+            self._candidates = torch.from_numpy(candidate_table(table, topo)).to(device)
+        else:
+            self._candidates = None
         self.vocab_size = vocab_size
+        self.device = torch.device(device)
+
+    def _ready(self, scores: torch.Tensor) -> torch.Tensor:
+        width = scores.shape[-1]
+        if self._table is None:
+            self._build(self.vocab_size or width, scores.device)
+        elif self._table.device != scores.device:
+            self._build(self.vocab_size or width, scores.device)
+        table = self._table
+        assert table is not None
+        if table.numel() != width:
+            raise ValueError(
+                f"the state table covers {table.numel()} token ids but the logits have {width}; "
+                "pass vocab_size equal to the width of the model's logits "
+                "(model.get_output_embeddings().weight.shape[0]), not len(tokenizer)"
+            )
+        return table
 
     def reset(self) -> None:
         """Forget the recorded steps (before reusing the processor)."""
-        self.gated.clear()
-        self.forced.clear()
+        for steps in (self.gated, self.forced, self.entropy, self.gap):
+            steps.clear()
+
+    # ---- one decoding step --------------------------------------------
+    def _gate_flags(self, scores: torch.Tensor) -> torch.Tensor:
+        kind = self.gate.kind
+        if kind == "all" and not self.record_signals:
+            return torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+        signals = step_signals(scores, gap=self.record_signals or kind == "top2_gap",
+                               workspace=self._workspace)
+        if self.record_signals:
+            self.entropy.append(signals.entropy)
+            self.gap.append(signals.gap)  # type: ignore[arg-type]
+        signal = signals.gap if kind == "top2_gap" else signals.entropy
+        return self.gate.flags_from_signal(signal)
+
+    def _masked_argmax(self, scores: torch.Tensor, prev_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Best allowed token per row and its logit (-inf when none is allowed)."""
+        if self._candidates is not None:
+            ws = self._workspace
+            shape = (scores.shape[0], self._candidates.shape[1])
+            cand = torch.index_select(self._candidates, 0, prev_state,
+                                      out=ws.get("cand", self._candidates, shape))  # (batch, L) ids
+            values = torch.gather(scores, 1, cand, out=ws.get("values", scores, shape))
+            best, where = values.max(dim=-1)
+            return cand.gather(1, where.unsqueeze(1)).squeeze(1), best
+        assert self._successors is not None and self._table is not None
+        allowed = self._successors[prev_state][:, self._table]  # (batch, V), rare path
+        best, choice = scores.masked_fill(~allowed, float("-inf")).max(dim=-1)
+        return choice, best
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        V = scores.shape[-1]
-        if self._table is None or self._table.device != scores.device:
-            self._build(self.vocab_size or V, scores.device)
-        if self._table.numel() != V:
-            raise ValueError(
-                f"the state table covers {self._table.numel()} token ids but the logits have {V}; "
-                "pass vocab_size=model.config.vocab_size (the width of the logits)"
-            )
-        gate_flags = self.gate(scores)
-        prev_state = self._table[input_ids[:, -1]]
-        allowed_tokens = self._allowed[prev_state][:, self._table]  # (batch, V) bool
-        masked = scores.masked_fill(~allowed_tokens, float("-inf"))
-        has_mass = torch.isfinite(masked).any(dim=-1)
-        force = gate_flags & has_mass
-        self.gated.append(gate_flags.detach().cpu())
-        self.forced.append(force.detach().cpu())
-        if not bool(force.any()):
-            return scores
-        choice = masked.argmax(dim=-1, keepdim=True)
-        forced_rows = torch.full_like(scores, float("-inf")).scatter(1, choice, scores.gather(1, choice))
-        return torch.where(force[:, None], forced_rows, scores)
+        table = self._ready(scores)
+        flags = self._gate_flags(scores)
+        prev_state = table[input_ids[:, -1]]
+        choice, best = self._masked_argmax(scores, prev_state)
+        force = flags & (best > float("-inf"))  # fallback: no allowed mass -> sample freely
+        self.gated.append(flags)
+        self.forced.append(force)
+        # forced rows: -inf everywhere but the chosen token; other rows: an
+        # exact copy (x + 0 == x). Writing a row's own logit back at `choice`
+        # leaves an unforced row unchanged.
+        row_bias = torch.zeros(force.shape, dtype=scores.dtype, device=scores.device)
+        row_bias.masked_fill_(force, float("-inf"))
+        out = scores + row_bias.unsqueeze(1)
+        choice = choice.unsqueeze(1)
+        return out.scatter_(1, choice, scores.gather(1, choice))
 
 
 def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str, rho: float,
                    max_new_tokens: int = 64, **kwargs: Any) -> Gate:
-    """Calibrate a gate's threshold on an unwatermarked pilot run (quantile matching)."""
+    """Calibrate a gate's threshold on an unwatermarked pilot run (quantile matching).
+
+    The pilot generates from ``prompts`` without a watermark, records the
+    gate's signal at every position, and picks tau so that a share ``rho`` of
+    those positions would be gated. Extra keyword arguments go to
+    :func:`generate` (e.g. ``batch_size``, ``seed``).
+    """
     check_gate_kind(kind)
     rho = check_rho(rho)
     if kind == "all" or rho in (0.0, 1.0):
         return Gate.calibrate(kind, rho, [])
     pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, **kwargs)
-    signal = np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy) for g in pilot])
+    signal = np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float)
+                             for g in pilot])
     return Gate.calibrate(kind, rho, signal)
 
 
 @dataclass
 class Generation:
-    """One generated text with its per-position trace (prompt stripped)."""
+    """One generated text with its per-position trace (prompt and EOS stripped).
+
+    Position ``i`` of ``entropy``, ``gap``, ``gated``, ``forced`` and
+    ``states`` describes the step that produced ``token_ids[i]``;
+    ``prev_state`` is the state of the prompt's last token (where the walk
+    starts) and ``prompt_ids`` the exact prompt tokens the model saw.
+    """
 
     prompt: str
     token_ids: list[int]
@@ -166,6 +365,7 @@ class Generation:
     forced: list[bool]
     states: list[int] | None
     prev_state: int | None
+    prompt_ids: list[int] = field(default_factory=list, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -196,6 +396,14 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return ids
 
 
+def logits_width(model: Any) -> int:
+    """Width of the model's logits (may exceed ``len(tokenizer)``)."""
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.vocab_size)
+
+
 def generate(
     model: Any,
     tokenizer: Any,
@@ -223,26 +431,37 @@ def generate(
         raise TypeError("prompts must be a sequence of strings, not one string")
     if not prompts:
         return []
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if config is not None and not isinstance(config, ChainMarkConfig):
+        raise TypeError(f"config must be a ChainMarkConfig or None, got {type(config).__name__}")
+    if getattr(tokenizer, "padding_side", "left") != "left":
+        raise ValueError("the tokenizer must pad on the left for batched generation: "
+                         "set tokenizer.padding_side = 'left' (load_model does)")
     device = next(model.parameters()).device
-    vocab_size = int(model.get_output_embeddings().weight.shape[0])
+    vocab_size = logits_width(model)
     eos = _eos_ids(model, tokenizer)
     table = state_table(config.key, vocab_size, config.S) if config is not None else None
+    cm = None
+    if config is not None:  # built once, reused (reset) for every batch
+        cm = ChainMarkLogitsProcessor(config, gate, vocab_size=vocab_size, device=device,
+                                      record_signals=True)
     results: list[Generation] = []
     for b in range(0, len(prompts), batch_size):
         batch = list(prompts[b:b + batch_size])
         texts = [chat_prompt(tokenizer, p) if chat else p for p in batch]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat).to(device)
-        recorder = SignalRecorder()
-        processors: list[LogitsProcessor] = [recorder]
-        cm = None
-        if config is not None:
-            cm = ChainMarkLogitsProcessor(config, gate, vocab_size=vocab_size, device=device)
-            processors.append(cm)
-        processors.extend(extra_processors)
+        recorder: SignalRecorder | ChainMarkLogitsProcessor
+        if cm is not None:
+            cm.reset()
+            recorder = cm
+        else:
+            recorder = SignalRecorder()
+        processors: list[LogitsProcessor] = [recorder, *extra_processors]
         torch.manual_seed(seed + b // batch_size)
         with torch.no_grad():
             out = model.generate(
@@ -252,28 +471,29 @@ def generate(
                 pad_token_id=tokenizer.pad_token_id,
             )
         new = out[:, enc["input_ids"].shape[1]:].cpu().numpy()
-        steps = len(recorder.entropy)
-        ent = torch.stack(recorder.entropy, dim=1).numpy() if steps else np.zeros((len(batch), 0))
-        gap = torch.stack(recorder.gap, dim=1).numpy() if steps else np.zeros((len(batch), 0))
+        ent, gap = _stack(recorder.entropy), _stack(recorder.gap)
+        steps = ent.shape[1] if ent.size else 0
         if cm is not None and steps:
-            gated = torch.stack(cm.gated, dim=1).numpy()
-            forced = torch.stack(cm.forced, dim=1).numpy()
+            gated, forced = _stack(cm.gated), _stack(cm.forced)
         else:
             gated = forced = np.zeros((len(batch), steps), dtype=bool)
-        last_prompt = enc["input_ids"][:, -1].cpu().numpy()
+        prompt_ids = enc["input_ids"].cpu().numpy()
+        prompt_mask = enc["attention_mask"].cpu().numpy().astype(bool)
         for i, prompt in enumerate(batch):
             row = new[i].tolist()
             n = next((j for j, t in enumerate(row) if t in eos), len(row))
             ids = row[:n]
+            p_ids = prompt_ids[i][prompt_mask[i]].tolist()
             results.append(Generation(
                 prompt=prompt,
                 token_ids=ids,
                 text=tokenizer.decode(ids, skip_special_tokens=True),
-                entropy=ent[i, :n].tolist(),
-                gap=gap[i, :n].tolist(),
+                entropy=ent[i, :n].tolist() if steps else [],
+                gap=gap[i, :n].tolist() if steps else [],
                 gated=gated[i, :n].astype(bool).tolist(),
                 forced=forced[i, :n].astype(bool).tolist(),
                 states=table[ids].tolist() if table is not None else None,
-                prev_state=int(table[last_prompt[i]]) if table is not None else None,
+                prev_state=int(table[p_ids[-1]]) if table is not None and p_ids else None,
+                prompt_ids=p_ids,
             ))
     return results

@@ -1,0 +1,339 @@
+"""Tests for chainmark.embed: configuration, the logits processor, generation."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chainmark.embed import (
+    ChainMarkConfig,
+    ChainMarkLogitsProcessor,
+    Workspace,
+    candidate_table,
+    step_signals,
+)
+from chainmark.gates import Gate, entropy, top2_gap
+from chainmark.partition import state_table
+from chainmark.topology import Topology
+
+KEY = b"test-key-for-embedding-0123456789"
+
+
+def reference_process(config: ChainMarkConfig, gate: Gate, input_ids: torch.Tensor,
+                      scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Naive per-row Algorithm 1: mask the whole row, take the argmax, loop in Python."""
+    V = scores.shape[1]
+    table = state_table(config.key, V, config.S)
+    out = scores.clone()
+    forced = torch.zeros(scores.shape[0], dtype=torch.bool)
+    for r in range(scores.shape[0]):
+        if not bool(gate(scores[r:r + 1])[0]):
+            continue
+        prev = table[int(input_ids[r, -1])]
+        allowed = torch.tensor([config.topo.matrix[prev, table[t]] for t in range(V)])
+        masked = scores[r].masked_fill(~allowed, float("-inf"))
+        if not torch.isfinite(masked).any():
+            continue  # no allowed mass: free sampling
+        choice = int(masked.argmax())
+        out[r] = float("-inf")
+        out[r, choice] = scores[r, choice]
+        forced[r] = True
+    return out, forced
+
+
+def random_case(seed: int, batch: int = 6, V: int = 97, length: int = 7):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(batch, V, generator=g) * 3
+    ids = torch.randint(0, V, (batch, length), generator=g)
+    return ids, scores
+
+
+# ---- configuration ----------------------------------------------------
+def test_config_validates_and_hides_key():
+    cfg = ChainMarkConfig(KEY, S=7, rho=0.3, gate="top2_gap", topology="soft_cycle")
+    assert cfg.topo.k == 2 and cfg.S == 7
+    assert KEY.decode() not in repr(cfg)
+    described = cfg.describe()
+    assert described["key_fingerprint"] == cfg.fingerprint
+    assert KEY.decode() not in str(described)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(S=1), ValueError), (dict(S=2.5), TypeError), (dict(rho=1.5), ValueError),
+    (dict(rho=-0.1), ValueError), (dict(gate="sometimes"), ValueError),
+    (dict(topology="spiral"), ValueError), (dict(gate="all", rho=0.5), ValueError),
+    (dict(S=2, topology="soft_cycle"), ValueError),
+])
+def test_config_rejects_bad_input(kwargs, error):
+    with pytest.raises(error):
+        ChainMarkConfig(KEY, **kwargs)
+
+
+@pytest.mark.parametrize("key, error", [(12345, TypeError), (b"", ValueError), ("", ValueError)])
+def test_config_rejects_bad_keys(key, error):
+    with pytest.raises(error):
+        ChainMarkConfig(key)
+
+
+def test_default_gate_needs_calibration_between_0_and_1():
+    assert ChainMarkConfig(KEY, rho=1.0).default_gate().tau == -math.inf
+    assert ChainMarkConfig(KEY, gate="all", rho=1.0).default_gate().kind == "all"
+    with pytest.raises(ValueError, match="calibrate"):
+        ChainMarkConfig(KEY, rho=0.5).default_gate()
+
+
+# ---- step signals ------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_signals_match_gates(dtype):
+    _, scores = random_case(1, batch=5, V=300)
+    scores[0, :250] = float("-inf")  # a row with removed tokens
+    scores[1, 3] = scores[1, 7] = scores[1].max() + 1.0  # a tie at the top: gap 0
+    scores = scores.to(dtype)
+    ws = Workspace()
+    for _ in range(2):  # the workspace is reused on the second call
+        signals = step_signals(scores, gap=True, workspace=ws)
+        torch.testing.assert_close(signals.entropy, entropy(scores), atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(signals.gap, top2_gap(scores), atol=2e-6, rtol=1e-5)
+    assert float(signals.gap[1]) == 0.0
+    assert step_signals(scores, gap=False).gap is None
+
+
+def test_step_signals_does_not_modify_logits():
+    _, scores = random_case(2)
+    before = scores.clone()
+    step_signals(scores)
+    assert torch.equal(scores, before)
+
+
+# ---- candidate table ---------------------------------------------------
+@pytest.mark.parametrize("S, topology", [(2, "clockwork"), (5, "clockwork"), (6, "soft_cycle")])
+def test_candidate_table_lists_exactly_the_allowed_tokens(S, topology):
+    cfg = ChainMarkConfig(KEY, S=S, rho=1.0, topology=topology)
+    table = state_table(KEY, 500, S)
+    cand = candidate_table(table, cfg.topo)
+    for s in range(S):
+        expected = {t for t in range(500) if cfg.topo.matrix[s, table[t]]}
+        assert set(cand[s].tolist()) == expected
+        assert np.all(np.diff(cand[s][:len(expected)]) > 0)
+
+
+# ---- the processor -----------------------------------------------------
+@pytest.mark.parametrize("S, topology, kind", [
+    (5, "clockwork", "high_entropy"), (2, "clockwork", "low_entropy"),
+    (7, "soft_cycle", "top2_gap"), (5, "clockwork", "all"),
+])
+def test_processor_matches_naive_reference(S, topology, kind):
+    ids, scores = random_case(3)
+    rho = 1.0 if kind == "all" else 0.5
+    cfg = ChainMarkConfig(KEY, S=S, rho=rho, gate=kind, topology=topology)
+    signal = top2_gap(scores) if kind == "top2_gap" else entropy(scores)
+    gate = Gate.calibrate(kind, rho, signal.numpy())
+    proc = ChainMarkLogitsProcessor(cfg, gate)
+    out = proc(ids, scores.clone())
+    ref, forced = reference_process(cfg, gate, ids, scores)
+    assert torch.equal(out, ref)
+    assert torch.equal(proc.forced[0], forced)
+    assert torch.equal(proc.gated[0], gate(scores))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), S=st.integers(2, 9), rho=st.sampled_from([0.25, 0.5, 1.0]))
+def test_gated_rows_one_finite_logit_in_allowed_set_ungated_unchanged(seed, S, rho):
+    ids, scores = random_case(seed, batch=5, V=64)
+    cfg = ChainMarkConfig(KEY, S=S, rho=rho)
+    gate = Gate.calibrate("high_entropy", rho, entropy(scores).numpy())
+    proc = ChainMarkLogitsProcessor(cfg, gate, vocab_size=64)
+    out = proc(ids, scores)
+    table = state_table(KEY, 64, S)
+    gated = proc.gated[0]
+    for r in range(scores.shape[0]):
+        finite = torch.isfinite(out[r]).nonzero().view(-1).tolist()
+        if gated[r]:
+            assert len(finite) == 1
+            t = finite[0]
+            assert table[t] == (table[int(ids[r, -1])] + 1) % S  # the clockwork successor
+            assert out[r, t] == scores[r, t]
+        else:
+            assert torch.equal(out[r], scores[r])
+
+
+def test_processor_does_not_modify_its_input():
+    ids, scores = random_case(4)
+    before = scores.clone()
+    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0))(ids, scores)
+    assert torch.equal(scores, before)
+
+
+def test_fallback_when_the_allowed_set_has_no_mass():
+    ids, scores = random_case(5, batch=3, V=50)
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    table = state_table(KEY, 50, 5)
+    nxt = (table[int(ids[1, -1])] + 1) % 5
+    scores[1, torch.from_numpy(table == nxt)] = float("-inf")  # row 1: every allowed logit removed
+    proc = ChainMarkLogitsProcessor(cfg)
+    out = proc(ids, scores)
+    assert proc.gated[0].tolist() == [True, True, True]
+    assert proc.forced[0].tolist() == [True, False, True]
+    assert torch.equal(out[1], scores[1])  # sampled freely from the model's distribution
+    assert int(torch.isfinite(out[0]).sum()) == 1
+
+
+def test_left_padding_and_batch_equivalence():
+    ids, scores = random_case(6, batch=4, V=80)
+    cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
+    gate = Gate("high_entropy", float(entropy(scores).median()))
+    batched = ChainMarkLogitsProcessor(cfg, gate)(ids, scores)
+    padded_ids = torch.cat([torch.zeros(4, 5, dtype=torch.long), ids], dim=1)  # left padding
+    padded = ChainMarkLogitsProcessor(cfg, gate)(padded_ids, scores)
+    assert torch.equal(batched, padded)
+    proc = ChainMarkLogitsProcessor(cfg, gate)
+    rows = [proc(ids[r:r + 1, 2 * r:], scores[r:r + 1]) for r in range(4)]  # ragged prefixes
+    assert torch.equal(torch.cat(rows), batched)
+
+
+def test_candidate_path_equals_full_mask_path(monkeypatch):
+    import chainmark.embed as embed
+
+    ids, scores = random_case(7, batch=6, V=120)
+    cfg = ChainMarkConfig(KEY, S=6, rho=1.0, topology="soft_cycle")
+    fast = ChainMarkLogitsProcessor(cfg)(ids, scores)
+    monkeypatch.setattr(embed, "_MAX_CANDIDATE_ENTRIES", 1)
+    slow_proc = ChainMarkLogitsProcessor(cfg)
+    slow = slow_proc(ids, scores)
+    assert slow_proc._candidates is None
+    assert torch.equal(fast, slow)
+
+
+def test_vocabulary_mismatch_is_a_clear_error():
+    ids, scores = random_case(8, V=100)
+    proc = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0), vocab_size=90)
+    with pytest.raises(ValueError, match="state table covers 90 token ids but the logits have 100"):
+        proc(ids, scores)
+
+
+def test_processor_rejects_bad_arguments():
+    cfg = ChainMarkConfig(KEY, rho=0.5)
+    with pytest.raises(TypeError):
+        ChainMarkLogitsProcessor({"key": KEY})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not match"):
+        ChainMarkLogitsProcessor(cfg, Gate("top2_gap", 0.1))
+    with pytest.raises(ValueError, match="calibrate"):
+        ChainMarkLogitsProcessor(cfg)
+    with pytest.raises(ValueError, match="vocab_size"):
+        ChainMarkLogitsProcessor(cfg, Gate("high_entropy", 1.0), vocab_size=0)
+
+
+def test_record_signals_and_reset():
+    ids, scores = random_case(9)
+    proc = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0), record_signals=True)
+    proc(ids, scores)
+    proc(ids, scores)
+    assert len(proc.entropy) == len(proc.gap) == len(proc.gated) == 2
+    torch.testing.assert_close(proc.entropy[0], entropy(scores))
+    proc.reset()
+    assert not proc.entropy and not proc.forced
+
+
+def test_state_table_lives_on_the_requested_device():
+    proc = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0), vocab_size=64, device="cpu")
+    assert proc._table is not None and proc._table.device.type == "cpu"
+    assert proc._candidates is not None and proc._candidates.device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_processor_on_cuda_matches_cpu():
+    ids, scores = random_case(10, V=500)
+    cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
+    gate = Gate("high_entropy", float(entropy(scores).median()))
+    cpu = ChainMarkLogitsProcessor(cfg, gate)(ids, scores)
+    proc = ChainMarkLogitsProcessor(cfg, gate, vocab_size=500, device="cuda")
+    gpu = proc(ids.cuda(), scores.cuda())
+    assert proc._table.device.type == "cuda"
+    assert torch.equal(gpu.cpu(), cpu)
+
+
+# ---- inside transformers' generate, on a tiny random model --------------
+def tiny_model(vocab: int = 96):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_every_forced_token_follows_its_predecessor_in_model_generate():
+    from transformers import LogitsProcessorList
+
+    model = tiny_model()
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    proc = ChainMarkLogitsProcessor(cfg, vocab_size=96)
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+    mask = (ids != 0).long()
+    torch.manual_seed(1)
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=20,
+                         min_new_tokens=20, logits_processor=LogitsProcessorList([proc]), pad_token_id=0)
+    table = state_table(KEY, 96, 5)
+    for row in out.tolist():
+        states = table[row[4:]]  # last prompt token, then the generated ones
+        assert np.all((states[:-1] + 1) % 5 == states[1:])
+
+
+# ---- the real model (slow) ----------------------------------------------
+PROMPTS = [
+    "Explain photosynthesis in a comprehensive way.",
+    "Write a short story about a lighthouse keeper.",
+    "Why is the sky blue?",
+    "Describe the water cycle for a ten-year-old.",
+    "What are the benefits of regular exercise?",
+    "Explain how a bicycle stays upright.",
+    "Give three tips for learning a new language.",
+    "What is a black hole?",
+]
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    from chainmark.models import load_model
+
+    return load_model(device="cpu")
+
+
+@pytest.mark.slow
+def test_generate_with_every_position_gated_walks_the_cycle(model_and_tokenizer):
+    from chainmark.embed import generate
+
+    model, tok = model_and_tokenizer
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    gens = generate(model, tok, PROMPTS[:4], cfg, max_new_tokens=24, batch_size=4)
+    for g in gens:  # prompts of different lengths: left padding is exercised
+        assert g.n_tokens > 0 and g.rho_realised == 1.0
+        walk = [g.prev_state] + g.states
+        assert all((a + 1) % 5 == b for a, b in zip(walk, walk[1:]))
+        assert g.prompt_ids and g.prompt_ids[-1] in tok(tok.decode(g.prompt_ids)).input_ids
+
+
+@pytest.mark.slow
+def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and_tokenizer):
+    """At n ~ 64 and rho = 0.5 the expected z is rho sqrt((S-1)(n-1)) ~ 8, far above
+    z_0.01 = 2.33, so every watermarked text must be flagged. Unwatermarked texts are
+    flagged with probability alpha (about 2% on real text, the paper reports); among 8,
+    three or more false alarms has probability < 0.1% even at 2%."""
+    from chainmark.detect import detect
+    from chainmark.embed import calibrate_gate, generate
+
+    model, tok = model_and_tokenizer
+    gate = calibrate_gate(model, tok, PROMPTS[:4], "high_entropy", 0.5, max_new_tokens=32, batch_size=4)
+    cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
+    marked = generate(model, tok, PROMPTS, cfg, gate, max_new_tokens=64, min_new_tokens=48, batch_size=8)
+    plain = generate(model, tok, PROMPTS, None, max_new_tokens=64, min_new_tokens=48, batch_size=8)
+    hits = [detect(g.token_ids, KEY, S=5, alpha=0.01).is_watermarked for g in marked]
+    false_alarms = [detect(g.token_ids, KEY, S=5, alpha=0.01).is_watermarked for g in plain]
+    assert all(hits)
+    assert sum(false_alarms) <= 2
+    assert all(g.states is None and not any(g.forced) for g in plain)
