@@ -327,6 +327,21 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         return out.scatter_(1, choice, scores.gather(1, choice))
 
 
+def pilot_signal(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str = "high_entropy",
+                 max_new_tokens: int = 64, **kwargs: Any) -> np.ndarray:
+    """The gate's signal at every position of an unwatermarked pilot run.
+
+    Entropy for the entropy gates, the top-2 gap for ``top2_gap``; pooled over
+    all prompts. Extra keyword arguments go to :func:`generate`. Keep the
+    result to calibrate several budgets from one pilot with
+    :meth:`Gate.calibrate`.
+    """
+    check_gate_kind(kind)
+    pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, **kwargs)
+    return np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float)
+                           for g in pilot])
+
+
 def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str, rho: float,
                    max_new_tokens: int = 64, **kwargs: Any) -> Gate:
     """Calibrate a gate's threshold on an unwatermarked pilot run (quantile matching).
@@ -340,9 +355,7 @@ def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str
     rho = check_rho(rho)
     if kind == "all" or rho in (0.0, 1.0):
         return Gate.calibrate(kind, rho, [])
-    pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, **kwargs)
-    signal = np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float)
-                             for g in pilot])
+    signal = pilot_signal(model, tokenizer, prompts, kind, max_new_tokens=max_new_tokens, **kwargs)
     return Gate.calibrate(kind, rho, signal)
 
 
