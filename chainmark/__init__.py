@@ -16,6 +16,7 @@ from .calibrate import (
     z_alpha,
 )
 from .detect import DetectionResult, detect, detect_text
+from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from .gates import GATE_KINDS, Gate
 from .partition import state_of, state_table, states_of
 from .settings import get_settings
@@ -24,6 +25,8 @@ from .topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChainMarkConfig",
+    "ChainMarkLogitsProcessor",
     "DetectionResult",
     "GATE_KINDS",
     "Gate",
@@ -31,6 +34,7 @@ __all__ = [
     "calibration_table",
     "detect",
     "detect_text",
+    "generate",
     "get_settings",
     "hoeffding_fpr_bound",
     "lifted_threshold",
