@@ -1,0 +1,720 @@
+"""The experiment runner: a grid of generations written as resumable JSON lines.
+
+A grid is *method x domain x prompt x attack*. For every (method, domain,
+prompt) the runner generates once, then scores the clean text and every
+attacked version of it with the method's own detector, and appends one JSON
+line with the paper's fields: prompt, output, the per-position gate signal
+(next-token entropy) and gate flags, the realised budget rho, self-PPL, phi
+and z, and for each attack phi, z, p-value and decision. The unwatermarked
+method (``NoWatermark``) is the null: its texts are scored by *every*
+watermark detector of the run, which is what an empirically calibrated
+threshold needs.
+
+Resuming. Each record has an id ``method/domain/index``. A rerun reads the
+ids already on disk and skips them; records are appended one line at a time
+with ``flush`` + ``fsync``, so an interruption (a Colab session dropping)
+never loses or duplicates a written record. Generation is batched: with
+``batch_size = 1`` an interruption loses at most the generation in flight,
+with larger batches at most the batch in flight (its finished records are
+written one by one as soon as the batch is scored). A half-written last line
+is cut off before appending. Batches have a fixed composition and seed
+(``seed + batch index``), so a resumed run produces what an uninterrupted one
+would have.
+
+Secrets. Records and ``run.json`` hold each method's key *fingerprint*,
+never the key; the writer refuses any line that contains a key (or the KGW
+hashing key derived from it) in any common encoding.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from .settings import GENERATION_SEED
+
+RECORDS_FILE = "records.jsonl"
+META_FILE = "run.json"
+#: ``CHAINMARK_RUNS`` overrides where runs are stored (e.g. a Google Drive folder in Colab).
+RUNS_ENV = "CHAINMARK_RUNS"
+
+
+# --------------------------------------------------------------------------- where runs live
+
+
+def default_runs_dir() -> Path:
+    """``$CHAINMARK_RUNS``, else ``runs/`` at the book's root (found upwards), else ``./runs``.
+
+    The book's root is the first folder upwards from the working directory
+    that holds ``_toc.yml``; ``runs/`` is git-ignored there.
+    """
+    env = os.environ.get(RUNS_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").is_file():
+            return folder / "runs"
+    return here / "runs"
+
+
+# --------------------------------------------------------------------------- methods
+
+
+@dataclass
+class Output:
+    """One generation as the runner needs it (prompt tokens kept for teacher forcing)."""
+
+    prompt: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    text: str
+    gate_signal: list[float]
+    gated: list[bool]
+
+    @property
+    def rho_realised(self) -> float:
+        return float(np.mean(self.gated)) if self.gated else 0.0
+
+
+class Method(ABC):
+    """A watermarking method as the runner sees it: generate, then detect.
+
+    ``needs_model_to_detect`` says whether the detector needs the language
+    model (SWEET) or only the key and the tokenizer (ChainMark, KGW).
+    """
+
+    name: str = "method"
+    watermarked: bool = True
+    needs_model_to_detect: bool = False
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready settings with the key's fingerprint, never the key."""
+
+    @abstractmethod
+    def generate(self, model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
+                 seed: int, temperature: float, min_new_tokens: int | None) -> list[Output]:
+        """Generate one output per prompt, as one batch sampled with ``seed``."""
+
+    def detect(self, token_ids: Sequence[Sequence[int]], *, vocab_size: int, alpha: float,
+               model: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
+        """Detection results (``phi``, ``z``, ``p_value``, ``decision``, ``n_scored``) per text."""
+        raise NotImplementedError(f"{self.name} has no detector")
+
+    def secrets(self) -> list[Any]:
+        """The secret values this method holds (checked against every record line)."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _outputs(gens: Sequence[Any], gated: np.ndarray | None = None) -> list[Output]:
+    out = []
+    for i, g in enumerate(gens):
+        n = len(g.token_ids)
+        flags = (gated[i, :n].astype(bool).tolist() if gated is not None and gated.size
+                 else [bool(f) for f in g.forced])
+        out.append(Output(g.prompt, list(g.prompt_ids), list(g.token_ids), g.text,
+                          [float(h) for h in g.entropy], flags))
+    return out
+
+
+def _generate(model: Any, tokenizer: Any, prompts: Sequence[str], config: Any = None, gate: Any = None,
+              extra: Sequence[Any] = (), **kwargs: Any) -> list[Any]:
+    from .embed import generate
+
+    return generate(model, tokenizer, list(prompts), config=config, gate=gate, batch_size=len(prompts),
+                    extra_processors=list(extra), **kwargs)
+
+
+def _vocab(model: Any) -> int:
+    from .embed import logits_width
+
+    return logits_width(model)
+
+
+class ChainMarkMethod(Method):
+    """ChainMark: forced walk at gated positions, model-free detection."""
+
+    def __init__(self, config: Any, gate: Any = None, name: str = "chainmark"):
+        from .embed import ChainMarkConfig
+
+        if not isinstance(config, ChainMarkConfig):
+            raise TypeError(f"config must be a ChainMarkConfig, got {type(config).__name__}")
+        self.config, self.gate, self.name = config, gate, name
+
+    def describe(self) -> dict[str, Any]:
+        d = {**self.config.describe(), "method": "chainmark"}
+        if self.gate is not None:
+            d["tau"] = float(self.gate.tau)
+        return d
+
+    def generate(self, model, tokenizer, prompts, **kwargs):
+        return _outputs(_generate(model, tokenizer, prompts, self.config, self.gate, **kwargs))
+
+    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
+        from .detect import detect
+
+        out = []
+        for ids in token_ids:
+            r = detect(list(ids), self.config.key, self.config.S, self.config.topo, alpha,
+                       vocab_size=vocab_size)
+            out.append({"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
+                        "n_scored": r.n_transitions})
+        return out
+
+    def secrets(self):
+        return [self.config.key]
+
+
+class KGWMethod(Method):
+    """KGW from ``transformers``: green-list bias everywhere, model-free detection."""
+
+    def __init__(self, config: Any, name: str = "kgw"):
+        from .baselines import KGWConfig
+
+        if not isinstance(config, KGWConfig):
+            raise TypeError(f"config must be a KGWConfig, got {type(config).__name__}")
+        self.config, self.name = config, name
+
+    def describe(self):
+        return self.config.describe()
+
+    def _processor(self, model):
+        from .baselines import KGWLogitsProcessor
+
+        return KGWLogitsProcessor(self.config, _vocab(model))
+
+    def generate(self, model, tokenizer, prompts, **kwargs):
+        proc = self._processor(model)
+        gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
+        return _outputs(gens, proc.gated_matrix())
+
+    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
+        from .baselines import kgw_detect
+
+        return [_baseline_dict(kgw_detect(list(ids), self.config, vocab_size, alpha)) for ids in token_ids]
+
+    def secrets(self):
+        return [self.config.key, self.config.hashing_key]
+
+
+class SweetMethod(KGWMethod):
+    """SWEET: KGW bias at high-entropy positions only; detection needs the model."""
+
+    needs_model_to_detect = True
+
+    def __init__(self, config: Any, name: str = "sweet", batch_size: int = 8):
+        from .baselines import SweetConfig
+
+        if not isinstance(config, SweetConfig):
+            raise TypeError(f"config must be a SweetConfig, got {type(config).__name__}")
+        self.config, self.name, self.batch_size = config, name, batch_size
+
+    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
+        from .baselines import sweet_detect_batch
+
+        if model is None:
+            raise ValueError("SWEET's detector needs the language model (to recompute entropies): pass model=...")
+        res = sweet_detect_batch([list(t) for t in token_ids], self.config, model, vocab_size,
+                                 prompt_ids=prompt_ids, alpha=alpha, batch_size=self.batch_size)
+        return [_baseline_dict(r) for r in res]
+
+    def secrets(self):
+        return [self.config.key, self.config.kgw.hashing_key]
+
+
+class NoWatermark(Method):
+    """Plain sampling: the null texts, scored by every watermark detector of the run."""
+
+    watermarked = False
+
+    def __init__(self, name: str = "none"):
+        self.name = name
+
+    def describe(self):
+        return {"method": "none"}
+
+    def generate(self, model, tokenizer, prompts, **kwargs):
+        gens = _generate(model, tokenizer, prompts, **kwargs)
+        return _outputs(gens, np.zeros((len(gens), max([len(g.token_ids) for g in gens] + [0])), dtype=bool))
+
+
+def _baseline_dict(r: Any) -> dict[str, Any]:
+    return {"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
+            "n_scored": r.n_scored, "n_green": r.n_green, "p_value_binomial": r.p_value_binomial}
+
+
+# --------------------------------------------------------------------------- JSONL storage
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _clean(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    return value
+
+
+def _secret_forms(secrets: Iterable[Any]) -> list[str]:
+    """Text forms a secret could take in a JSON line (hex, base64, decimal, raw)."""
+    forms: list[str] = []
+    for s in secrets:
+        if isinstance(s, int) and not isinstance(s, bool):
+            forms.append(str(s))
+            continue
+        raw = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+        forms += [raw.hex(), raw.hex().upper(), base64.b64encode(raw).decode(), repr(raw)[2:-1]]
+        try:
+            forms.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    return [f for f in forms if len(f) >= 8]
+
+
+def repair(path: str | os.PathLike) -> int:
+    """Cut a half-written last line (no trailing newline) off a JSONL file; return bytes removed."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return 0
+        # scan back to the last newline
+        pos, chunk = size, 4096
+        cut = 0
+        while pos > 0:
+            start = max(0, pos - chunk)
+            fh.seek(start)
+            block = fh.read(pos - start)
+            idx = block.rfind(b"\n")
+            if idx >= 0:
+                cut = start + idx + 1
+                break
+            pos = start
+        fh.truncate(cut)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return size - cut
+
+
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All complete records of a JSONL file; a half-written last line is ignored.
+
+    A malformed line anywhere else is an error (it cannot come from an
+    interruption, since the writer repairs the file before appending).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECORDS_FILE
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail is b"" when the file ends with a newline
+    out = []
+    for number, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: line {number} is not valid JSON ({exc})") from None
+    del tail  # an unfinished record: ignored (and cut off by the writer)
+    return out
+
+
+class RecordWriter:
+    """Append records to a JSONL file, one durable line at a time (flush + fsync)."""
+
+    def __init__(self, path: str | os.PathLike, secrets: Iterable[Any] = ()):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        repair(self.path)
+        self._forms = _secret_forms(secrets)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False)
+        for form in self._forms:
+            if form in line:
+                raise RuntimeError("refusing to write a record that contains a secret key")
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+def record_id(method: str, domain: str, index: int) -> str:
+    return f"{method}/{domain}/{int(index):04d}"
+
+
+@dataclass
+class GridRun:
+    """What :func:`run_grid` did: where, how many records were written and skipped."""
+
+    path: Path
+    written: int
+    skipped: int
+    total: int
+    seconds: float
+    interrupted: bool = False
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def records_path(self) -> Path:
+        return self.path / RECORDS_FILE
+
+
+def _check_items(items: Sequence[Any]) -> list[tuple[str, int, str]]:
+    out = []
+    seen = set()
+    for item in items:
+        try:
+            domain, index, prompt = item
+        except (TypeError, ValueError):
+            raise TypeError("items must be (domain, index, prompt) triples, e.g. from "
+                            "chainmark.prompts.prompt_grid(n)") from None
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"prompt of item ({domain!r}, {index!r}) must be a non-empty string")
+        if (domain, int(index)) in seen:
+            raise ValueError(f"item ({domain!r}, {index}) appears twice")
+        seen.add((domain, int(index)))
+        out.append((str(domain), int(index), prompt))
+    if not out:
+        raise ValueError("items is empty: nothing to run")
+    return out
+
+
+def _check_methods(methods: Sequence[Method]) -> list[Method]:
+    methods = list(methods)
+    if not methods:
+        raise ValueError("methods is empty")
+    names = [m.name for m in methods]
+    for m in methods:
+        if not isinstance(m, Method):
+            raise TypeError(f"methods must be chainmark.records.Method objects, got {type(m).__name__}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"method names must be unique, got {names}")
+    for n in names:
+        if "/" in n or not n:
+            raise ValueError(f"method name {n!r} must be non-empty and contain no '/'")
+    return methods
+
+
+def _meta(methods, attacks, model_name, settings: dict[str, Any]) -> dict[str, Any]:
+    from . import __version__
+
+    return {"chainmark_version": __version__, "model": model_name,
+            "methods": {m.name: m.describe() for m in methods},
+            "attacks": {label: a.describe() for label, a in attacks.items()}, **settings}
+
+
+def _merge_meta(path: Path, new: dict[str, Any]) -> dict[str, Any]:
+    """Check a resumed run was made with the same settings; new methods may join."""
+    file = path / META_FILE
+    if not file.exists():
+        return new
+    old = json.loads(file.read_text("utf-8"))
+    for k, v in new.items():
+        if k == "methods":
+            continue
+        if old.get(k) != v:
+            raise ValueError(
+                f"{path} holds a run made with {k} = {old.get(k)!r}, not {v!r}; records of different "
+                "settings must not be mixed: choose another run folder or delete this one")
+    for name, desc in new["methods"].items():
+        if name in old.get("methods", {}) and old["methods"][name] != desc:
+            raise ValueError(
+                f"{path} holds method {name!r} with settings {old['methods'][name]} (now {desc}); "
+                "choose another run folder, another method name, or delete this one")
+    merged = dict(old)
+    merged["methods"] = {**old.get("methods", {}), **new["methods"]}
+    return merged
+
+
+def _write_meta(path: Path, meta: dict[str, Any], secrets: Iterable[Any]) -> None:
+    text = json.dumps(_clean(meta), indent=2, sort_keys=True)
+    for form in _secret_forms(secrets):
+        if form in text:
+            raise RuntimeError("refusing to write run metadata that contains a secret key")
+    tmp = path / (META_FILE + ".tmp")
+    tmp.write_text(text + "\n", "utf-8")
+    os.replace(tmp, path / META_FILE)
+
+
+def _self_ppl(model: Any, outputs: Sequence[Output], batch_size: int) -> list[float]:
+    from .quality import score_tokens
+
+    todo = [i for i, o in enumerate(outputs) if o.token_ids and o.prompt_ids]
+    ppl = [math.nan] * len(outputs)
+    if todo:
+        scores = score_tokens(model, [outputs[i].prompt_ids for i in todo],
+                              [outputs[i].token_ids for i in todo], batch_size=batch_size)
+        for i, s in zip(todo, scores):
+            ppl[i] = s.perplexity
+    return ppl
+
+
+def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any) -> tuple[list[list[int]], list[str] | None]:
+    """Attacked token ids (and texts, for text-level attacks) of a batch of outputs."""
+    if getattr(attack, "level", "tokens") == "text":
+        texts = attack.apply([o.text for o in outputs])
+        ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return ids, list(texts)
+    return [list(map(int, x)) for x in attack.apply([o.token_ids for o in outputs])], None
+
+
+def run_grid(
+    model: Any,
+    tokenizer: Any,
+    methods: Sequence[Method],
+    items: Sequence[tuple[str, int, str]],
+    path: str | os.PathLike | None = None,
+    attacks: Mapping[str, Any] | None = None,
+    *,
+    max_new_tokens: int = 128,
+    batch_size: int = 8,
+    seed: int = GENERATION_SEED,
+    temperature: float = 0.7,
+    min_new_tokens: int | None = None,
+    alpha: float = 0.01,
+    self_ppl: bool = True,
+    model_name: str | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+    run_name: str = "grid",
+) -> GridRun:
+    """Run (or resume) a grid and return what was done; records go to ``path/records.jsonl``.
+
+    ``methods`` are :class:`Method` objects with distinct names (the null is
+    a :class:`NoWatermark`); ``items`` are ``(domain, index, prompt)`` triples
+    (:func:`chainmark.prompts.prompt_grid`); ``attacks`` maps a label to an
+    attack object of :mod:`chainmark.attacks` (token- or text-level), applied
+    to every watermarked text. ``path`` defaults to
+    ``default_runs_dir() / run_name``. ``stop_after`` stops after writing that
+    many new records (to demonstrate resuming). ``model`` may be ``None``
+    only for methods that need no model (tests), with ``self_ppl=False``.
+    """
+    from tqdm.auto import tqdm
+
+    from .detect import check_alpha
+
+    methods = _check_methods(methods)
+    items = _check_items(items)
+    attacks = dict(attacks or {})
+    alpha = check_alpha(alpha)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if stop_after is not None and (not isinstance(stop_after, int) or stop_after < 0):
+        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
+    path = Path(path) if path is not None else default_runs_dir() / run_name
+    path.mkdir(parents=True, exist_ok=True)
+    secrets = [s for m in methods for s in m.secrets()]
+    settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
+                "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
+    if model_name is None:
+        from .settings import get_settings
+
+        model_name = get_settings().model
+    meta = _merge_meta(path, _meta(methods, attacks, model_name, settings))
+    _write_meta(path, meta, secrets)
+
+    vocab_size = _vocab(model) if model is not None else len(tokenizer)
+    detectors = [m for m in methods if m.watermarked]
+    done = {r.get("id") for r in read_records(path / RECORDS_FILE)}
+    batches = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+    total = len(items) * len(methods)
+    todo = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) not in done)
+    start = time.perf_counter()
+    written = 0
+    interrupted = False
+    bar = tqdm(total=todo, desc=path.name, unit="gen", disable=not progress)
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
+    with RecordWriter(path / RECORDS_FILE, secrets) as writer:
+        for j, batch in enumerate(batches):
+            for method in methods:
+                ids = [record_id(method.name, d, i) for d, i, _ in batch]
+                if all(r in done for r in ids):
+                    continue
+                if stop_after is not None and written >= stop_after:
+                    interrupted = True
+                    break
+                bar.set_postfix_str(f"{method.name} batch {j + 1}/{len(batches)}")
+                for record in _run_batch(method, detectors, batch, j, model, tokenizer, attacks,
+                                         vocab_size, alpha, seed, self_ppl, gen_kwargs):
+                    if record["id"] in done:
+                        continue
+                    if stop_after is not None and written >= stop_after:
+                        interrupted = True
+                        break
+                    writer.write(record)
+                    done.add(record["id"])
+                    written += 1
+                    bar.update(1)
+                if interrupted:
+                    break
+            if interrupted:
+                break
+    bar.close()
+    return GridRun(path, written, total - todo, total, time.perf_counter() - start, interrupted,
+                   read_records(path / RECORDS_FILE))
+
+
+def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple[str, int, str]], j: int,
+               model: Any, tokenizer: Any, attacks: Mapping[str, Any], vocab_size: int, alpha: float,
+               seed: int, self_ppl: bool, gen_kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Generate one batch with ``method``, score and attack it; yield its records in order."""
+    t0 = time.perf_counter()
+    outputs = method.generate(model, tokenizer, [p for _, _, p in batch], seed=seed + j, **gen_kwargs)
+    gen_s = (time.perf_counter() - t0) / len(batch)
+    ppl = _self_ppl(model, outputs, len(batch)) if self_ppl and model is not None else [math.nan] * len(outputs)
+    ids = [o.token_ids for o in outputs]
+    prompt_ids = [o.prompt_ids for o in outputs]
+    own = [method] if method.watermarked else list(detectors)
+    clean: dict[str, list[dict[str, Any]]] = {}
+    det_s: dict[str, float] = {}
+    for det in own:
+        t0 = time.perf_counter()
+        clean[det.name] = det.detect(ids, vocab_size=vocab_size, alpha=alpha, model=model, prompt_ids=prompt_ids)
+        det_s[det.name] = (time.perf_counter() - t0) / len(batch)
+    attacked: dict[str, tuple[list[list[int]], list[str] | None, list[dict[str, Any]]]] = {}
+    if method.watermarked:
+        from .attacks import edit_fraction
+
+        for label, attack in attacks.items():
+            a_ids, a_texts = _attack_batch(attack, outputs, tokenizer)
+            res = method.detect(a_ids, vocab_size=vocab_size, alpha=alpha, model=model, prompt_ids=prompt_ids)
+            for k, r in enumerate(res):
+                r["edit_fraction"] = edit_fraction(ids[k], a_ids[k]) if ids[k] else 0.0
+                r["n_tokens"] = len(a_ids[k])
+                if a_texts is not None:
+                    r["text"] = a_texts[k]
+            attacked[label] = (a_ids, a_texts, res)
+    for k, (domain, index, prompt) in enumerate(batch):
+        o = outputs[k]
+        yield {
+            "id": record_id(method.name, domain, index),
+            "method": method.name,
+            "watermarked": method.watermarked,
+            "domain": domain,
+            "prompt_index": index,
+            "prompt": prompt,
+            "output": o.text,
+            "token_ids": o.token_ids,
+            "n_tokens": len(o.token_ids),
+            "gate_signal": [round(h, 4) for h in o.gate_signal],
+            "gated": [int(g) for g in o.gated],
+            "rho_realised": o.rho_realised,
+            "self_ppl": ppl[k],
+            "detection": {name: res[k] for name, res in clean.items()},
+            "attacks": {label: res[k] for label, (_, _, res) in attacked.items()},
+            "seconds": {"generate": gen_s, **{f"detect_{n}": s for n, s in det_s.items()}},
+            "batch": j,
+        }
+
+
+def score_null_texts(methods: Sequence[Method], token_ids: Sequence[Sequence[int]], model: Any = None,
+                     vocab_size: int | None = None, alpha: float = 0.01, source: str = "null",
+                     prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
+    """Score texts known to carry no watermark with every watermark detector (not stored).
+
+    Returns one row per (text, detector) with ``z``, for building an
+    empirical null next to a run's unwatermarked generations. Without
+    ``prompt_ids``, SWEET's entropies are conditioned on the text alone.
+    """
+    if vocab_size is None:
+        if model is None:
+            raise ValueError("pass vocab_size or model")
+        vocab_size = _vocab(model)
+    rows: list[dict[str, Any]] = []
+    ids = [list(map(int, t)) for t in token_ids]
+    for m in methods:
+        if not m.watermarked:
+            continue
+        for k, r in enumerate(m.detect(ids, vocab_size=vocab_size, alpha=alpha, model=model,
+                                       prompt_ids=prompt_ids)):
+            rows.append({"source": source, "text": k, "detector": m.name, "z": r["z"], "phi": r["phi"],
+                         "n_tokens": len(ids[k])})
+    return rows
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def records_frame(records: Sequence[Mapping[str, Any]]) -> Any:
+    """One tidy row per (record, detector, condition): condition ``clean`` or an attack label."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        base = {"id": r["id"], "method": r["method"], "watermarked": r["watermarked"], "domain": r["domain"],
+                "prompt_index": r["prompt_index"], "n_tokens": r["n_tokens"], "self_ppl": r["self_ppl"],
+                "rho_realised": r["rho_realised"], "generate_s": r.get("seconds", {}).get("generate")}
+        for det, res in r["detection"].items():
+            rows.append({**base, "detector": det, "condition": "clean", "edit_fraction": 0.0,
+                         "detect_s": r.get("seconds", {}).get(f"detect_{det}"),
+                         **{k: res.get(k) for k in ("phi", "z", "p_value", "decision", "n_scored")}})
+        for label, res in r.get("attacks", {}).items():
+            rows.append({**base, "detector": r["method"], "condition": label,
+                         "edit_fraction": res.get("edit_fraction"), "detect_s": None,
+                         **{k: res.get(k) for k in ("phi", "z", "p_value", "decision", "n_scored")}})
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame["z"] = frame["z"].astype(float)
+    return frame
+
+
+def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] = ("method", "condition")) -> Any:
+    """Share (%) of watermarked texts whose own detector's z exceeds the threshold.
+
+    ``thresholds`` is one z (e.g. 2.326) or one per detector (calibrated).
+    """
+    wm = frame[frame["watermarked"] & (frame["detector"] == frame["method"])].copy()
+    if isinstance(thresholds, Mapping):
+        thr = wm["detector"].map(dict(thresholds)).astype(float)
+    else:
+        thr = float(thresholds)
+    wm["hit"] = wm["z"] > thr
+    return wm.groupby(list(by))["hit"].mean().mul(100.0)
+
+
+__all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
+           "SweetMethod", "default_runs_dir", "read_records", "record_id", "records_frame", "repair",
+           "run_grid", "score_null_texts", "tpr"]

@@ -1,0 +1,257 @@
+"""The resumable grid runner: interruption, truncated lines, settings checks, no keys in records."""
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+
+import numpy as np
+import pytest
+
+from chainmark import records as R
+from chainmark.attacks import Substitution
+from chainmark.baselines import KGWConfig
+from chainmark.embed import ChainMarkConfig
+from chainmark.keys import key_fingerprint
+
+V = 1000  # a small vocabulary keeps the KGW green lists cheap
+KEY = bytes(range(7, 39))  # a test key (32 bytes); not the book key
+
+
+class FakeTokenizer:
+    """Only what the runner needs without a model: the vocabulary size."""
+
+    def __len__(self) -> int:
+        return V
+
+
+def _fake_outputs(prompts, seed, n=24):
+    """Deterministic 'generations': token ids from the prompt and the batch seed."""
+    out = []
+    for p in prompts:
+        rng = np.random.default_rng([zlib.crc32(p.encode()), seed])
+        ids = rng.integers(0, V, size=n).tolist()
+        out.append(R.Output(p, [1, 2, 3], ids, " ".join(map(str, ids)), rng.random(n).tolist(),
+                            [bool(b) for b in rng.random(n) < 0.5]))
+    return out
+
+
+class FakeChainMark(R.ChainMarkMethod):
+    """The real ChainMark detector on fake generations."""
+
+    calls = 0
+    fail_on_call: int | None = None
+
+    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
+        type(self).calls += 1
+        if self.fail_on_call is not None and type(self).calls == self.fail_on_call:
+            raise KeyboardInterrupt("simulated Colab disconnect")
+        return _fake_outputs(prompts, seed)
+
+
+class FakeKGW(R.KGWMethod):
+    """The real KGW detector (transformers') on fake generations."""
+
+    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
+        return _fake_outputs(prompts, seed + 1000)
+
+
+class FakeNull(R.NoWatermark):
+    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
+        return _fake_outputs(prompts, seed + 2000)
+
+
+ITEMS = [(d, i, f"prompt {d} {i}") for d in ("wiki", "code") for i in range(5)]
+
+
+def _methods():
+    FakeChainMark.calls = 0
+    FakeChainMark.fail_on_call = None
+    return [FakeChainMark(ChainMarkConfig(KEY)), FakeKGW(KGWConfig(KEY)), FakeNull()]
+
+
+def _run(path, methods=None, **kw):
+    kw.setdefault("batch_size", 3)
+    return R.run_grid(None, FakeTokenizer(), methods or _methods(), ITEMS, path,
+                      attacks={"substitution_0.2": Substitution(0.2, V)}, self_ppl=False,
+                      model_name="fake", progress=False, **kw)
+
+
+def _strip(records):
+    return sorted((json.dumps({k: v for k, v in r.items() if k != "seconds"}, sort_keys=True)
+                   for r in records))
+
+
+def test_full_run_writes_one_record_per_method_and_prompt(tmp_path):
+    run = _run(tmp_path / "a")
+    assert (run.written, run.skipped, run.total) == (30, 0, 30)
+    ids = [r["id"] for r in run.records]
+    assert len(set(ids)) == 30
+    rec = next(r for r in run.records if r["method"] == "chainmark")
+    for field in ("prompt", "output", "gate_signal", "gated", "rho_realised", "self_ppl", "detection",
+                  "attacks"):
+        assert field in rec
+    assert set(rec["detection"]) == {"chainmark"}
+    assert {"phi", "z", "decision", "edit_fraction"} <= set(rec["attacks"]["substitution_0.2"])
+    null = next(r for r in run.records if r["method"] == "none")
+    assert set(null["detection"]) == {"chainmark", "kgw"} and null["attacks"] == {}
+    # a rerun does nothing
+    again = _run(tmp_path / "a")
+    assert (again.written, again.skipped) == (0, 30)
+    assert len(R.read_records(tmp_path / "a")) == 30
+
+
+def test_resume_after_stop_matches_an_uninterrupted_run(tmp_path):
+    reference = _run(tmp_path / "ref")
+    first = _run(tmp_path / "b", stop_after=7)
+    assert first.interrupted and first.written == 7 and len(first.records) == 7
+    second = _run(tmp_path / "b")
+    assert second.written == 23 and second.skipped == 7
+    assert _strip(second.records) == _strip(reference.records)
+
+
+def test_resume_after_an_exception_mid_run(tmp_path):
+    methods = _methods()
+    FakeChainMark.fail_on_call = 3  # dies while generating the third ChainMark batch
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "c", methods=methods)
+    survived = R.read_records(tmp_path / "c")
+    assert len(survived) == 2 * 3 * 3  # two full batches of three methods, nothing partial
+    FakeChainMark.fail_on_call = None
+    rest = _run(tmp_path / "c", methods=methods)
+    assert rest.written == 30 - len(survived)
+    assert _strip(rest.records) == _strip(_run(tmp_path / "ref2").records)
+
+
+def test_truncated_last_line_is_ignored_then_repaired(tmp_path):
+    _run(tmp_path / "d", stop_after=4)
+    file = tmp_path / "d" / R.RECORDS_FILE
+    good = file.read_bytes()
+    file.write_bytes(good + b'{"id": "kgw/wiki/0003", "out')  # a write cut by a crash
+    assert len(R.read_records(file)) == 4
+    run = _run(tmp_path / "d")
+    lines = file.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    assert len(run.records) == 30 and len({r["id"] for r in run.records}) == 30
+
+
+def test_repair_and_read_edge_cases(tmp_path):
+    f = tmp_path / "x.jsonl"
+    assert R.repair(f) == 0 and R.read_records(f) == []
+    f.write_bytes(b"no newline at all")
+    assert R.read_records(f) == []
+    assert R.repair(f) == len(b"no newline at all") and f.read_bytes() == b""
+    f.write_bytes(b'{"a": 1}\nnot json\n{"b": 2}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        R.read_records(f)
+
+
+def test_changed_settings_are_refused(tmp_path):
+    _run(tmp_path / "e", stop_after=2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        _run(tmp_path / "e", max_new_tokens=64)
+    other = [FakeChainMark(ChainMarkConfig(KEY, S=7)), FakeKGW(KGWConfig(KEY)), FakeNull()]
+    with pytest.raises(ValueError, match="chainmark"):
+        _run(tmp_path / "e", methods=other)
+
+
+def _key_forms(key: bytes) -> list[bytes]:
+    return [key, key.hex().encode(), key.hex().upper().encode(), base64.b64encode(key), repr(key)[2:-1].encode()]
+
+
+def test_records_and_metadata_never_contain_the_key(tmp_path):
+    _run(tmp_path / "f")
+    secret_int = str(KGWConfig(KEY).hashing_key).encode()
+    for name in (R.RECORDS_FILE, R.META_FILE):
+        blob = (tmp_path / "f" / name).read_bytes()
+        for form in _key_forms(KEY) + [secret_int]:
+            assert form not in blob
+    meta = json.loads((tmp_path / "f" / R.META_FILE).read_text())
+    assert meta["methods"]["chainmark"]["key_fingerprint"] == key_fingerprint(KEY)
+    assert meta["methods"]["kgw"]["key_fingerprint"] == key_fingerprint(KEY)
+
+
+def test_writer_refuses_a_line_with_a_key(tmp_path):
+    with R.RecordWriter(tmp_path / "g.jsonl", secrets=[KEY, 123456789012]) as w:
+        w.write({"id": "ok", "value": 1})
+        with pytest.raises(RuntimeError, match="secret"):
+            w.write({"id": "bad", "note": KEY.hex()})
+        with pytest.raises(RuntimeError, match="secret"):
+            w.write({"id": "bad2", "seed": 123456789012})
+    assert [r["id"] for r in R.read_records(tmp_path / "g.jsonl")] == ["ok"]
+
+
+def test_nan_becomes_null_and_frame_and_tpr(tmp_path):
+    run = _run(tmp_path / "h")
+    assert all(r["self_ppl"] is None for r in run.records)  # NaN (not computed) -> JSON null
+    frame = R.records_frame(run.records)
+    assert set(frame["condition"]) == {"clean", "substitution_0.2"}
+    assert len(frame) == 10 * 2 * 2 + 10 * 2  # watermarked: clean + attack; null: two detectors
+    table = R.tpr(frame, 2.326)
+    assert set(table.index.get_level_values("method")) == {"chainmark", "kgw"}
+    assert ((table >= 0) & (table <= 100)).all()
+    # the fake texts carry no watermark, so the calibrated per-detector thresholds are accepted
+    per = R.tpr(frame, {"chainmark": 100.0, "kgw": 100.0})
+    assert (per == 0).all()
+
+
+@pytest.mark.parametrize("bad, err", [
+    (dict(batch_size=0), ValueError), (dict(stop_after=-1), ValueError), (dict(alpha=1.5), ValueError)])
+def test_bad_arguments(tmp_path, bad, err):
+    with pytest.raises(err):
+        _run(tmp_path / "i", **bad)
+
+
+def test_bad_items_and_methods(tmp_path):
+    with pytest.raises(ValueError, match="twice"):
+        R.run_grid(None, FakeTokenizer(), _methods(), ITEMS + ITEMS[:1], tmp_path, self_ppl=False,
+                   progress=False, model_name="fake")
+    with pytest.raises(ValueError, match="unique"):
+        R.run_grid(None, FakeTokenizer(), [FakeNull(), FakeNull()], ITEMS, tmp_path, self_ppl=False,
+                   progress=False, model_name="fake")
+    with pytest.raises(TypeError, match="triples"):
+        R.run_grid(None, FakeTokenizer(), _methods(), ["just a prompt"], tmp_path, self_ppl=False,
+                   progress=False, model_name="fake")
+
+
+def test_default_runs_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv(R.RUNS_ENV, str(tmp_path / "elsewhere"))
+    assert R.default_runs_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv(R.RUNS_ENV)
+    (tmp_path / "_toc.yml").write_text("root: x\n")
+    (tmp_path / "book").mkdir()
+    monkeypatch.chdir(tmp_path / "book")
+    assert R.default_runs_dir() == tmp_path.resolve() / "runs"
+
+
+@pytest.mark.slow
+def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
+    """All four methods through the runner on the real model (tiny), resumed once."""
+    from chainmark.baselines import SweetConfig
+    from chainmark.gates import Gate
+
+    model, tok = model_and_tokenizer
+    gate = Gate("high_entropy", 1.5)
+    methods = [R.ChainMarkMethod(ChainMarkConfig(KEY), gate), R.KGWMethod(KGWConfig(KEY)),
+               R.SweetMethod(SweetConfig(KEY, gate)), R.NoWatermark()]
+    items = [("factual", 0, "What is the capital of Japan?"), ("wiki", 0, "Explain entropy in a comprehensive way.")]
+    kw = dict(attacks={"substitution_0.2": Substitution(0.2, 49152)}, max_new_tokens=16, batch_size=2,
+              model_name="embedded", progress=False)
+    first = R.run_grid(model, tok, methods, items, tmp_path, stop_after=3, **kw)
+    assert first.written == 3
+    run = R.run_grid(model, tok, methods, items, tmp_path, **kw)
+    assert run.written == 5 and len(run.records) == 8
+    for r in run.records:
+        assert r["self_ppl"] is None or r["self_ppl"] >= 1.0
+        assert len(r["gate_signal"]) == len(r["gated"]) == r["n_tokens"]
+    null = next(r for r in run.records if r["method"] == "none")
+    assert set(null["detection"]) == {"chainmark", "kgw", "sweet"}
+    kgw = next(r for r in run.records if r["method"] == "kgw")
+    assert all(kgw["gated"]) and kgw["rho_realised"] == 1.0
+    sweet = next(r for r in run.records if r["method"] == "sweet")
+    signal = np.array(sweet["gate_signal"])
+    clear = np.abs(signal - gate.tau) > 1e-3  # the stored signal is rounded to 4 decimals
+    assert np.array_equal(np.array(sweet["gated"], dtype=bool)[clear], (signal > gate.tau)[clear])
+    blob = (tmp_path / R.RECORDS_FILE).read_bytes()
+    for form in _key_forms(KEY):
+        assert form not in blob
