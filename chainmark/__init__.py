@@ -5,6 +5,7 @@ cycle; at a share rho of positions generation is forced to the next state, so
 the text walks the cycle, and an auditor with the key and the tokenizer alone
 counts the legal transitions.
 """
+from .baselines import KGWConfig, KGWLogitsProcessor, SweetConfig, kgw_detect, sweet_detect
 from .calibrate import (
     calibration_table,
     hoeffding_fpr_bound,
@@ -19,12 +20,23 @@ from .detect import DetectionResult, detect, detect_text
 from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from .gates import GATE_KINDS, Gate
 from .partition import state_of, state_table, states_of
+from .prompts import load_prompts, prompt_grid
+from .records import read_records, run_grid
 from .settings import get_settings
 from .topology import Topology
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "KGWConfig",
+    "KGWLogitsProcessor",
+    "SweetConfig",
+    "kgw_detect",
+    "sweet_detect",
+    "load_prompts",
+    "prompt_grid",
+    "read_records",
+    "run_grid",
     "ChainMarkConfig",
     "ChainMarkLogitsProcessor",
     "DetectionResult",
