@@ -236,7 +236,7 @@ def _token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
 def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
                    S_values: Sequence[int] = (2, 3, 5, 8), rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
                    max_new_tokens: int = 64, gate: str = "high_entropy", alpha: float = 0.01,
-                   batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
+                   batch_size: int = 8, progress: bool = True, model_name: str | None = None) -> dict[str, Any]:
     """Generate watermarked text for every (S, rho) of a grid and score it.
 
     One unwatermarked run of ``prompts`` is the baseline (its self-perplexity)
@@ -244,7 +244,8 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     cell then generates from the same prompts (seed 42) and records, per
     text, phi, z, p-value, realised rho and self-perplexity; the first text
     is kept token by token (strings, ids, states, forced flags) as the cell's
-    example. The key is used, never stored.
+    example. ``model_name`` names the model on the page (default: the
+    settings' model, as in the banner). The key is used, never stored.
     """
     from tqdm.auto import tqdm
 
@@ -289,7 +290,10 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
                 "rho_realised": ex.rho_realised, "self_ppl": float(ppl[0]),
             },
         })
-    model_name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    if model_name is None:
+        from .settings import get_settings
+
+        model_name = get_settings().model
     return {
         "S_values": S_values, "rho_values": rho_values, "gate": gate, "alpha": alpha,
         "taus": {str(r): gates[r].tau for r in rho_values}, "max_new_tokens": max_new_tokens,

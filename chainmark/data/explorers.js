@@ -178,7 +178,7 @@
    * hlines: [{y, color, label}], title} */
   function plot(root, spec) {
     while (root.firstChild) { root.removeChild(root.firstChild); }
-    var W = spec.width || 360, H = spec.height || 230;
+    var W = spec.width || 320, H = spec.height || 230;
     var L = 58, R = 12, T = spec.title ? 24 : 10, B = 42;
     root.setAttribute("viewBox", "0 0 " + W + " " + H);
     root.setAttribute("width", W);
@@ -240,7 +240,9 @@
           fill: v.color || "#888" }, v.label));
       }
     });
-    var legendY = T + 6;
+    var nLegend = (spec.series || []).filter(function (s) { return s.label; }).length;
+    var pos = spec.legend || "tr";
+    var legendY = pos.charAt(0) === "b" ? H - B - 8 - 13 * nLegend : T + 6;
     (spec.series || []).forEach(function (s) {
       var pts = [];
       for (var i = 0; i < s.xs.length; i++) {
@@ -259,7 +261,7 @@
       }
       if (s.label) {
         legendY += 13;
-        var lx = spec.legendLeft ? L + 8 : W - R - 130;
+        var lx = pos.charAt(1) === "l" ? L + 8 : W - R - 130;
         root.appendChild(s.dots ? svg("circle", { cx: lx + 8, cy: legendY - 4, r: 3.2, fill: s.color })
           : svg("line", { x1: lx, x2: lx + 16, y1: legendY - 4, y2: legendY - 4, stroke: s.color,
             "stroke-width": 2, "stroke-dasharray": s.dash || "" }));
@@ -355,16 +357,16 @@
         xs.push(S); zs.push(forms.predictedZ(nn, r, S, kk)); fs.push(forms.hoeffdingFprBound(nn, r, S, kk));
       }
       var zmax = Math.max(zs[zs.length - 1], 2 * za) * 1.1;
-      plot(zPlot, { title: "predicted z against S", xlabel: "number of states S", ylabel: "z (standard deviations)",
-        xmin: kk + 1, xmax: smax, ymin: 0, ymax: zmax, legendLeft: false,
-        series: [{ xs: xs, ys: zs, color: "#1F6AD1", label: "ρ√((S−k)(n−1)/k)" }],
+      plot(zPlot, { title: "predicted z = ρ√((S−k)(n−1)/k)", xlabel: "number of states S",
+        ylabel: "z (standard deviations)", xmin: kk + 1, xmax: smax, ymin: 0, ymax: zmax,
+        series: [{ xs: xs, ys: zs, color: "#1F6AD1" }],
         hlines: [{ y: 2 * za, color: "#E15A5A", label: "2 z_α (midpoint rule)" }, { y: za, color: "#999", label: "z_α" }],
         vlines: [{ x: ss, color: "#4FAE5C", label: "S* = " + ss }] });
       var fmin = Math.min.apply(null, fs.concat([a])) / 3;
       plot(fPlot, { title: "Hoeffding FPR bound against S", xlabel: "number of states S",
         ylabel: "bound on P(false positive)", logY: true, xmin: kk + 1, xmax: smax,
         ymin: Math.max(fmin, 1e-300), ymax: 2,
-        series: [{ xs: xs, ys: fs, color: "#9B6BD1", label: "Hoeffding bound" }],
+        series: [{ xs: xs, ys: fs, color: "#9B6BD1" }],
         hlines: [{ y: a, color: "#E15A5A", label: "α = " + a }],
         vlines: [{ x: ss, color: "#4FAE5C", label: "S*" }] });
     }
@@ -483,8 +485,10 @@
       out.textTpr(data.text.tpr[i], 2);
       out.star(forms.deltaStar(), 3);
       var dmax = data.deltas[data.deltas.length - 1];
+      var all = data.mc.ratio.concat(data.text.ratio).filter(function (v) { return v !== null && isFinite(v); });
       plot(rPlot, { title: "z after / z before", xlabel: "substitution rate δ", ylabel: "z ratio",
-        xmin: 0, xmax: dmax, ymin: 0, ymax: 1.1,
+        xmin: 0, xmax: dmax, ymin: Math.min(0, Math.min.apply(null, all) - 0.05),
+        ymax: Math.max(1.1, Math.max.apply(null, all) + 0.05), legend: "bl",
         series: [{ xs: xsLaw, ys: xsLaw.map(forms.zRatio), color: "#222", label: "(1−δ)²" },
           { xs: data.deltas, ys: data.mc.ratio, color: "#4A8FD3", label: "Monte Carlo", dots: true },
           { xs: data.deltas, ys: data.text.ratio, color: "#E15A5A", label: "model text", dots: true }],
@@ -492,7 +496,7 @@
           { x: forms.deltaStar(), color: "#999", label: "δ*", dash: "4 3", row: 1 }],
         marks: [{ x: d, y: forms.zRatio(d), color: "#4FAE5C" }] });
       plot(tPlot, { title: "detection rate at α = " + data.alpha, xlabel: "substitution rate δ",
-        ylabel: "TPR (share detected)", xmin: 0, xmax: dmax, ymin: 0, ymax: 1.05, legendLeft: true,
+        ylabel: "TPR (share detected)", xmin: 0, xmax: dmax, ymin: 0, ymax: 1.05, legend: "bl",
         series: [{ xs: data.deltas, ys: data.mc.tpr, color: "#4A8FD3", label: "Monte Carlo" },
           { xs: data.deltas, ys: data.text.tpr, color: "#E15A5A", label: "model text" }],
         vlines: [{ x: d, color: "#4FAE5C" }, { x: forms.deltaStar(), color: "#999", dash: "4 3", label: "δ*" }] });
