@@ -12,7 +12,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test install clean
+.PHONY: book test install clean browser
 
 install: $(STAMP)
 
@@ -27,8 +27,12 @@ $(STAMP): pyproject.toml constraints.txt
 book: $(STAMP)
 	$(BIN)/python tools/build_book.py .
 
-test: book
+test: book browser
 	$(BIN)/pytest
+
+# headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian
+browser:
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
 clean:
 	rm -rf _build _build.log

@@ -158,3 +158,14 @@ def test_live_twins_recompute_in_python():
     assert "0.490" in live.children[1].value  # (1 - 0.3)^2
     state = json.dumps([w.get_state() for w in (live, *live.children)], default=str)
     assert KEY.hex() not in state and KEY.decode() not in state
+
+
+@pytest.mark.slow
+def test_live_generation_button_path(model_and_tokenizer):
+    """What the embedding twin's 'generate now' button runs: one watermarked text, scored."""
+    model, tokenizer = model_and_tokenizer
+    out = W.generate_example(model, tokenizer, KEY, "Name three colours.", S=5, rho=1.0,
+                             tau=-math.inf, max_new_tokens=12)["example"]
+    assert 1 <= out["n_tokens"] <= 12 and len(out["tokens"]) == out["n_tokens"]
+    assert out["z"] == pytest.approx(detect(out["token_ids"], KEY, 5).z)
+    assert out["rho_realised"] > 0.5 and out["self_ppl"] > 1.0

@@ -1,15 +1,18 @@
 """Measure how long each chapter takes to execute, for the teaching page's schedule.
 
-    .venv/bin/python tools/measure_chapters.py --from-build   # after `make book`
-    .venv/bin/python tools/measure_chapters.py --run          # executes every chapter itself
+    .venv/bin/python tools/measure_chapters.py --from-build             # after `make book`
+    .venv/bin/python tools/measure_chapters.py --from-build _build.log  # any build log
+    .venv/bin/python tools/measure_chapters.py --run [book/X.ipynb ...] # executes chapters itself
 
-``--from-build`` reads ``_build/timings.json``, which ``tools/build_book.py``
-writes from MyST-NB's "Executed notebook in N seconds" lines, so the numbers
-are those of the real build. ``--run`` executes each notebook of ``_toc.yml``
-in a fresh kernel with nbclient, one after the other, and times it. Either
-way the result goes to ``book/data/chapter_timings.json`` with the machine,
-the scale, the device, the load average and the command, and is committed:
-``book/teaching.md`` builds its schedule from that file.
+``--from-build`` reads ``_build/timings.json`` (written by
+``tools/build_book.py``) or a build log, i.e. MyST-NB's "Executed notebook in
+N seconds" lines, so the numbers are those of a real build. ``--run``
+executes notebooks (default: every notebook of ``_toc.yml``) one after the
+other, each in a fresh kernel with nbclient, and times them. New
+measurements are merged into ``book/data/chapter_timings.json`` (one entry
+per chapter, each with its date, method and load average; ``--fresh``
+starts over), together with the machine, scale and device. The file is
+committed: ``book/teaching.md`` builds its schedule from it.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -26,6 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "data" / "chapter_timings.json"
+EXECUTED = re.compile(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", re.M)
 
 
 def toc_notebooks() -> list[str]:
@@ -60,8 +65,29 @@ def machine() -> dict:
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception:
         gpu = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "python": platform.python_version(),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": gpu, "python": platform.python_version()}
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _relative(path: str) -> str:
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            return p.relative_to(ROOT).as_posix()
+        except ValueError:
+            return "book/" + p.name
+    return p.as_posix()
+
+
+def from_build(source: Path) -> dict[str, float]:
+    """Seconds per notebook from build_book's timings.json or from a build log."""
+    text = source.read_text()
+    if source.suffix == ".json":
+        return {_relative(k): float(v) for k, v in json.loads(text)["notebooks"].items()}
+    return {_relative(m.group(1)): float(m.group(2)) for m in EXECUTED.finditer(text)}
 
 
 def run_all(notebooks: list[str], timeout: int) -> dict[str, float]:
@@ -83,9 +109,11 @@ def run_all(notebooks: list[str], timeout: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-build", action="store_true", help="read _build/timings.json")
-    source.add_argument("--run", action="store_true", help="execute every chapter and time it")
+    source.add_argument("--from-build", nargs="?", const=str(ROOT / "_build" / "timings.json"), metavar="FILE",
+                        help="_build/timings.json (default) or a build log")
+    source.add_argument("--run", nargs="*", metavar="NOTEBOOK", help="execute these (default: all) and time them")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell (--run)")
+    parser.add_argument("--fresh", action="store_true", help="drop earlier measurements")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -93,33 +121,34 @@ def main(argv: list[str] | None = None) -> int:
     from chainmark.settings import get_settings
 
     settings = get_settings()
-    notebooks = toc_notebooks()
-    before = machine()
-    if args.from_build:
-        build = json.loads((ROOT / "_build" / "timings.json").read_text())
-        timings = {k: v for k, v in build["notebooks"].items() if k.endswith(".ipynb")}
-        command = "make book; python tools/measure_chapters.py --from-build"
-        extra = {"total_build_seconds": build.get("total_build_seconds")}
+    load_before = _load()
+    if args.from_build is not None:
+        timings = from_build(Path(args.from_build))
+        how = f"build ({Path(args.from_build).name})"
     else:
-        timings = run_all(notebooks, args.timeout)
-        command = "python tools/measure_chapters.py --run"
-        extra = {}
-    record = {
-        "measured": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command,
-        "scale": settings.scale,
-        "device": settings.device,
-        "model": settings.model,
-        "machine": before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "seconds": {nb: timings[nb] for nb in notebooks if nb in timings},
-        "not_measured": [nb for nb in notebooks if nb not in timings],
-        **extra,
-    }
+        timings = run_all(args.run or toc_notebooks(), args.timeout)
+        how = "tools/measure_chapters.py --run"
+    # the load average while measuring is known only when this script did the measuring
+    load = [max(a, b) for a, b in zip(load_before, _load())] if args.run is not None else None
+    record = {"chapters": {}}
+    if args.out.exists() and not args.fresh:
+        record = json.loads(args.out.read_text())
+    # a build's numbers date from when its log was written
+    stamp = Path(args.from_build).stat().st_mtime if args.from_build is not None else time.time()
+    now = dt.datetime.fromtimestamp(stamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    for nb, seconds in timings.items():
+        record["chapters"][nb] = {"seconds": round(seconds, 1), "measured": now, "how": how,
+                                  "load_average": load}
+    record.update({
+        "machine": machine(), "scale": settings.scale, "device": settings.device, "model": settings.model,
+        "commands": ["make book && python tools/measure_chapters.py --from-build",
+                     "python tools/measure_chapters.py --run [book/X.ipynb ...]"],
+    })
+    record["chapters"] = dict(sorted(record["chapters"].items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}: {len(record['seconds'])} chapters timed, "
-          f"{len(record['not_measured'])} not measured")
+    missing = [nb for nb in toc_notebooks() if nb not in record["chapters"]]
+    print(f"wrote {args.out}: {len(timings)} chapters measured now; not measured yet: {missing or 'none'}")
     return 0
 
 

@@ -1,0 +1,470 @@
+"""Browser tests of the built site: the explorers work with no kernel and no network.
+
+The built site (``_build/html``, made by ``make book``) is served on
+127.0.0.1 from a thread; headless Chromium (Debian's ``chromium``) opens each
+explorer page with every request that is not to the loopback address sent to
+a dead proxy, moves every slider with the keyboard, and checks that the
+numbers shown are the ones the Python closed forms (``chainmark.calibrate``)
+and the detector (``chainmark.detect``) give. It records every request the
+page makes and asserts that none left localhost, and saves a screenshot of
+each explorer to ``_build/screenshots/``.
+
+Chromium is driven through the Chrome DevTools Protocol over a pipe
+(``--remote-debugging-pipe``), so no driver binary and no Python package
+beyond the standard library are needed.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import functools
+import http.server
+import json
+import math
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+EXPLORER_PAGES = ["book/10_explorers.html"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+pytestmark = pytest.mark.slow
+
+
+def _chromium() -> str | None:
+    # Debian's /usr/bin/chromium is a shell wrapper; the real binary keeps our fds 3 and 4
+    if os.access("/usr/lib/chromium/chromium", os.X_OK):
+        return "/usr/lib/chromium/chromium"
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+# --------------------------------------------------------------------------- a small CDP client
+
+
+class CDPError(RuntimeError):
+    pass
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools pipe (fd 3 in, fd 4 out)."""
+
+    def __init__(self, binary: str, timeout: float = 60.0):
+        self.timeout = timeout
+        self.profile = tempfile.mkdtemp(prefix="cm-chromium-")
+        to_child_r, self._w = os.pipe()
+        self._r, from_child_w = os.pipe()
+
+        def wire() -> None:  # in the child: our pipe ends become fds 3 and 4
+            a = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 100)
+            b = fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 100)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        args = [
+            binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+            "--disable-default-apps", "--disable-domain-reliability", "--no-default-browser-check",
+            "--metrics-recording-only", "--disable-features=Translate,OptimizationHints,MediaRouter",
+            "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
+            # every request that is not to the loopback address goes to a dead proxy and fails
+            "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>;127.0.0.1;localhost",
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(args, preexec_fn=wire, pass_fds=(3, 4), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._buf = b""
+        self._id = 0
+        self.events: list[dict] = []
+        self.requests: list[str] = []  # every URL any page asked for
+        self.session: str | None = None
+        target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                 browser=True)["sessionId"]
+        for domain in ("Page", "Network", "Runtime"):
+            self.call(f"{domain}.enable")
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+
+    # -- transport
+    def _read_message(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CDPError("timed out waiting for Chromium")
+            ready, _, _ = select.select([self._r], [], [], left)
+            if ready:
+                chunk = os.read(self._r, 1 << 20)
+                if not chunk:
+                    err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    raise CDPError(f"Chromium closed the DevTools pipe: {err[-2000:]}")
+                self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        msg = json.loads(raw)
+        if msg.get("method") == "Network.requestWillBeSent":
+            self.requests.append(msg["params"]["request"]["url"])
+        return msg
+
+    def call(self, method: str, params: dict | None = None, browser: bool = False) -> dict:
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}}
+        if self.session and not browser:
+            msg["sessionId"] = self.session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self._id:
+                if "error" in reply:
+                    raise CDPError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            if reply.get("method") in self.WANTED:
+                self.events.append(reply)
+
+    def wait_for(self, method: str, timeout: float | None = None) -> dict:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        for i, ev in enumerate(self.events):
+            if ev["method"] == method:
+                return self.events.pop(i)
+        while True:
+            ev = self._read_message(deadline)
+            if ev.get("method") == method:
+                return ev
+            if ev.get("method") in self.WANTED:
+                self.events.append(ev)
+
+    WANTED = ("Page.loadEventFired",)
+
+    # -- page helpers
+    def open(self, url: str) -> None:
+        self.events.clear()
+        self.call("Page.navigate", {"url": url})
+        self.wait_for("Page.loadEventFired")
+
+    def js(self, expression: str):
+        res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                             "awaitPromise": True})
+        if "exceptionDetails" in res:
+            raise CDPError(f"JavaScript error: {res['exceptionDetails']}")
+        return res["result"].get("value")
+
+    def key(self, key: str, code: int) -> None:
+        for kind in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key,
+                                                 "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code})
+
+    def screenshot(self, path: Path, selector: str | None = None) -> None:
+        params: dict = {"format": "png", "captureBeyondViewport": True}
+        if selector:
+            # page coordinates, taken at scroll 0 (a scrolled page shifts the capture)
+            box = self.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+                          "window.scrollTo(0, 0); const r = e.getBoundingClientRect();"
+                          "return {x: r.left + window.scrollX, y: r.top + window.scrollY,"
+                          " width: r.width, height: r.height}; })()")
+            params["clip"] = {**box, "scale": 1}
+        data = self.call("Page.captureScreenshot", params)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", browser=True)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def site_url():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site at {SITE}: run `make book` first (make test does)")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(SITE)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("Chromium is not installed: `apt-get install -y chromium` (make test does)")
+    b = Browser(binary)
+    yield b
+    b.close()
+
+
+def _non_local(urls: list[str]) -> list[str]:
+    bad = []
+    for url in urls:
+        parsed = urlparse(url)
+        if parsed.scheme in ("data", "blob", "about"):
+            continue
+        if parsed.hostname not in LOCAL_HOSTS:
+            bad.append(url)
+    return bad
+
+
+def _explorer(browser: Browser, kind: str) -> str:
+    sel = f".cm-explorer[data-kind='{kind}']"
+    assert browser.js(f"document.querySelectorAll({json.dumps(sel)}).length") >= 1, f"no {kind} explorer on the page"
+    assert browser.js(f"document.querySelector({json.dumps(sel)}).getAttribute('data-mounted')") == "1", \
+        f"the {kind} explorer did not start (its script did not run)"
+    return sel
+
+
+def _values(browser: Browser, sel: str) -> dict[str, float]:
+    return browser.js(f"""(() => {{ const out = {{}};
+        document.querySelector({json.dumps(sel)}).querySelectorAll('[data-field][data-value]')
+          .forEach(e => out[e.getAttribute('data-field')] = parseFloat(e.getAttribute('data-value')));
+        return out; }})()""")
+
+
+def _texts(browser: Browser, sel: str) -> dict[str, str]:
+    return browser.js(f"""(() => {{ const out = {{}};
+        document.querySelector({json.dumps(sel)}).querySelectorAll('[data-field][data-value]')
+          .forEach(e => out[e.getAttribute('data-field')] = e.textContent);
+        return out; }})()""")
+
+
+def _params(browser: Browser, sel: str) -> list[str]:
+    return browser.js(f"""Array.from(document.querySelector({json.dumps(sel)})
+        .querySelectorAll('input[type=range]')).map(e => e.getAttribute('data-param'))""")
+
+
+def _slider_value(browser: Browser, sel: str, param: str):
+    return browser.js(f"""(() => {{ const e = document.querySelector({json.dumps(sel)})
+        .querySelector("input[data-param='{param}']");
+        return {{index: parseInt(e.value), max: parseInt(e.max)}}; }})()""")
+
+
+def _move(browser: Browser, sel: str, param: str, steps: int) -> None:
+    """Focus a slider and press the arrow keys, as a reader would."""
+    browser.js(f"""document.querySelector({json.dumps(sel)})
+        .querySelector("input[data-param='{param}']").focus()""")
+    for _ in range(abs(steps)):
+        if steps > 0:
+            browser.key("ArrowRight", 39)
+        else:
+            browser.key("ArrowLeft", 37)
+
+
+def _data(browser: Browser, sel: str) -> dict:
+    return json.loads(browser.js(f"document.querySelector({json.dumps(sel)})"
+                                 ".querySelector('script.cm-data').textContent"))
+
+
+def _close(a: float, b: float, rel: float = 1e-9) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def _open(browser: Browser, site_url: str, page: str) -> None:
+    if not (SITE / page).exists():
+        pytest.fail(f"{page} is missing from the built site")
+    browser.open(site_url + page)
+    # wait until MathJax has typeset and fonts are in: both move the layout (and start requests)
+    browser.js("(async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
+               " { await MathJax.startup.promise; } await document.fonts.ready; return 1; })()")
+    time.sleep(0.3)
+
+
+def test_calibration_explorer(browser: Browser, site_url: str) -> None:
+    from chainmark import calibrate as cal
+
+    _open(browser, site_url, EXPLORER_PAGES[0])
+    sel = _explorer(browser, "calibration")
+    data = _data(browser, sel)
+
+    def check() -> dict:
+        idx = {p: _slider_value(browser, sel, p)["index"] for p in ("alpha", "n", "rho", "k")}
+        a, n, r, k = data["alphas"][idx["alpha"]], data["ns"][idx["n"]], data["rhos"][idx["rho"]], data["ks"][idx["k"]]
+        shown = _values(browser, sel)
+        S = cal.s_star(n, r, a, k)
+        assert int(shown["s_star"]) == S, (a, n, r, k)
+        assert _close(shown["z_alpha"], cal.z_alpha(a), 1e-12)
+        assert _close(shown["predicted_z"], cal.predicted_z(n, r, S, k))
+        assert _close(shown["midpoint_threshold"], cal.midpoint_threshold(r, S, k))
+        assert _close(shown["fpr_bound"], cal.hoeffding_fpr_bound(n, r, S, k), 1e-9)
+        assert _texts(browser, sel)["s_star"] == str(S)
+        return shown
+
+    before = check()
+    browser.screenshot(SHOTS / "calibration_start.png", sel)
+    for param in _params(browser, sel):
+        state = _slider_value(browser, sel, param)
+        steps = 2 if state["index"] + 2 <= state["max"] else -2
+        old = _values(browser, sel)
+        _move(browser, sel, param, steps)
+        assert _slider_value(browser, sel, param)["index"] == state["index"] + steps
+        new = check()
+        assert new != old, f"moving {param} changed nothing"
+    assert check() != before
+    browser.screenshot(SHOTS / "calibration_moved.png", sel)
+
+
+def test_embedding_explorer(browser: Browser, site_url: str) -> None:
+    from chainmark.calibrate import predicted_z
+    from chainmark.detect import detect
+    from chainmark.keys import book_key
+
+    _open(browser, site_url, EXPLORER_PAGES[0])
+    sel = _explorer(browser, "embedding")
+    data = _data(browser, sel)
+    key = book_key()
+
+    def check() -> dict:
+        S = data["S_values"][_slider_value(browser, sel, "S")["index"]]
+        rho = data["rho_values"][_slider_value(browser, sel, "rho")["index"]]
+        cell = next(c for c in data["cells"] if c["S"] == S and c["rho"] == rho)
+        ex = cell["example"]
+        shown = _values(browser, sel)
+        det = detect(ex["token_ids"], key, S)  # the detector re-scores the shown text
+        assert _close(shown["z"], det.z, 1e-9) and _close(shown["phi"], det.phi, 1e-9), (S, rho)
+        assert _close(shown["p_value"], det.p_value, 1e-6)
+        assert int(shown["n_tokens"]) == det.n_tokens
+        assert _close(shown["self_ppl"], ex["self_ppl"])
+        if ex["rho_realised"] > 0 and det.n_tokens >= 2:
+            assert _close(shown["predicted_z"], predicted_z(det.n_tokens, ex["rho_realised"], S, 1))
+        n_tok = browser.js(f"document.querySelector({json.dumps(sel)}).querySelectorAll('.cm-tokens .cm-tok').length")
+        assert n_tok == len(ex["tokens"])
+        return shown
+
+    first = check()
+    browser.screenshot(SHOTS / "embedding_start.png", sel)
+    for param in _params(browser, sel):
+        state = _slider_value(browser, sel, param)
+        steps = 1 if state["index"] + 1 <= state["max"] else -1
+        old = _values(browser, sel)
+        _move(browser, sel, param, steps)
+        new = check()
+        assert new != old, f"moving {param} changed nothing"
+    assert check() != first
+    browser.screenshot(SHOTS / "embedding_moved.png", sel)
+
+
+def test_robustness_explorer(browser: Browser, site_url: str) -> None:
+    _open(browser, site_url, EXPLORER_PAGES[0])
+    sel = _explorer(browser, "robustness")
+    data = _data(browser, sel)
+
+    def check() -> dict:
+        i = _slider_value(browser, sel, "delta")["index"]
+        d = data["deltas"][i]
+        shown = _values(browser, sel)
+        assert _close(shown["law"], (1 - d) ** 2)
+        assert _close(shown["delta_star"], 1 - 1 / math.sqrt(2))
+        assert _close(shown["mc_ratio"], data["mc"]["ratio"][i]) and _close(shown["text_ratio"], data["text"]["ratio"][i])
+        assert _close(shown["mc_tpr"], data["mc"]["tpr"][i]) and _close(shown["text_tpr"], data["text"]["tpr"][i])
+        return shown
+
+    first = check()
+    browser.screenshot(SHOTS / "robustness_start.png", sel)
+    state = _slider_value(browser, sel, "delta")
+    steps = 3 if state["index"] + 3 <= state["max"] else -3
+    _move(browser, sel, "delta", steps)
+    moved = check()
+    assert moved["law"] != first["law"]
+    browser.screenshot(SHOTS / "robustness_moved.png", sel)
+
+
+def test_no_request_left_localhost(browser: Browser, site_url: str) -> None:
+    """Every page of the site loads with nothing but localhost; explorer pages included."""
+    pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                   if not p.name.startswith(("genindex", "search")))
+    assert pages
+    browser.requests = []
+    for page in pages:
+        _open(browser, site_url, page)
+    assert browser.requests, "the browser recorded no request at all"
+    assert not _non_local(browser.requests), f"requests left localhost: {_non_local(browser.requests)}"
+
+
+def test_math_renders_offline(browser: Browser, site_url: str) -> None:
+    """MathJax is served by the site itself and typesets the explorer page's formulas."""
+    _open(browser, site_url, EXPLORER_PAGES[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if browser.js("document.querySelectorAll('mjx-container').length") > 0:
+            break
+        time.sleep(0.5)
+    assert browser.js("document.querySelectorAll('mjx-container').length") > 0, "MathJax typeset nothing"
+    assert browser.js("Array.from(document.scripts).some(s => /mathjax/.test(s.src) && s.src.startsWith(location.origin))")
+
+
+def test_javascript_closed_forms_equal_python(browser: Browser, tmp_path_factory) -> None:
+    """The explorer script's closed forms against chainmark.calibrate on a grid (no built site needed)."""
+    import itertools
+
+    from chainmark import calibrate as cal
+    from chainmark.widgets import calibration_explorer
+
+    folder = tmp_path_factory.mktemp("explorer")
+    (folder / "calibration.html").write_text(calibration_explorer().page(), encoding="utf-8")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.open(f"http://127.0.0.1:{server.server_address[1]}/calibration.html")
+        alphas = [1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 0.01, 0.05, 0.2, 0.4999, 0.5, 0.7]
+        js_z = browser.js(f"{json.dumps(alphas)}.map(a => ChainMarkExplorers.forms.zAlpha(a))")
+        for a, z in zip(alphas, js_z):
+            assert _close(z, cal.z_alpha(a), 1e-12) or abs(z - cal.z_alpha(a)) < 1e-12, a
+        combos = [(n, r, a, k) for n, r, a, k in itertools.product(
+            (2, 3, 10, 64, 100, 257, 1000, 10000), (0.05, 0.1, 0.3, 0.5, 0.9, 1.0),
+            (1e-6, 1e-3, 0.01, 0.1), (1, 2, 3, 7))]
+        js = browser.js(f"""{json.dumps(combos)}.map(([n, r, a, k]) => {{
+            const f = ChainMarkExplorers.forms, S = f.sStar(n, r, a, k);
+            return [S, f.predictedZ(n, r, S, k), f.midpointThreshold(r, S, k), f.hoeffdingFprBound(n, r, S, k),
+                    f.predictedZ(n, r, S + 3, k), f.hoeffdingFprBound(n, r, S + 3, k)]; }})""")
+        for (n, r, a, k), (S, z, mid, fpr, z3, fpr3) in zip(combos, js):
+            assert S == cal.s_star(n, r, a, k), (n, r, a, k)
+            assert _close(z, cal.predicted_z(n, r, S, k)) and _close(z3, cal.predicted_z(n, r, S + 3, k))
+            assert _close(mid, cal.midpoint_threshold(r, S, k))
+            assert _close(fpr, cal.hoeffding_fpr_bound(n, r, S, k)) and _close(fpr3, cal.hoeffding_fpr_bound(n, r, S + 3, k))
+        deltas = [0.0, 0.05, 0.29, 0.5, 1.0]
+        assert browser.js(f"{json.dumps(deltas)}.map(d => ChainMarkExplorers.forms.zRatio(d))") == \
+            pytest.approx([(1 - d) ** 2 for d in deltas], rel=1e-15)
+        assert _close(browser.js("ChainMarkExplorers.forms.deltaStar()"), 1 - 1 / math.sqrt(2))
+    finally:
+        server.shutdown()
+        server.server_close()
