@@ -181,14 +181,19 @@ def as_token_array(token_ids: object, vocab_size: int | None = None) -> np.ndarr
 
 
 def states_of(token_ids: object, key: Key, S: int, vocab_size: int | None = None) -> np.ndarray:
-    """States of a 1-D sequence of token ids (small-integer array), via the cached table."""
+    """States of a 1-D sequence of token ids (small-integer array), via the cached table.
+
+    With ``vocab_size`` every id must lie in the vocabulary (a ``ValueError``
+    otherwise); without it, any id in [0, 2**64 - 1] is hashed.
+    """
     S = check_num_states(S)
+    kb = key_bytes(key)
+    if vocab_size is not None:
+        state_table(kb, vocab_size, S)  # validates vocab_size before the ids are checked against it
     ids = as_token_array(token_ids, vocab_size)
     if ids.size == 0:
         return np.zeros(0, dtype=_compact_dtype(S))
-    kb = key_bytes(key)
     if vocab_size is not None:
-        state_table(kb, vocab_size, S)  # validates vocab_size
         return np.take(_compact_table(kb, int(vocab_size), S), ids)
     top = int(ids.max())
     if top < _AUTO_DENSE_LIMIT:

@@ -196,6 +196,16 @@ def test_states_of_large_ids_hash_directly():
 
 def test_states_of_empty():
     assert states_of([], TEST_KEY, 5).size == 0
+    assert states_of([], TEST_KEY, 5, vocab_size=10).size == 0
+    with pytest.raises(TypeError, match="key must be bytes or str"):
+        states_of([], 42, 5)
+
+
+def test_states_of_bad_vocab_size():
+    with pytest.raises(ValueError, match="vocab_size must lie in"):
+        states_of([1], TEST_KEY, 5, vocab_size=0)
+    with pytest.raises(TypeError, match="vocab_size must be a positive integer"):
+        states_of([1], TEST_KEY, 5, vocab_size=10.0)
 
 
 def test_states_of_bad_ids():
