@@ -16,9 +16,11 @@ from .calibrate import (
     s_star,
     z_alpha,
 )
+from .cli import regime_document, tokenizer_fingerprint
 from .detect import DetectionResult, detect, detect_text
 from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from .gates import GATE_KINDS, Gate
+from .keys import book_key, derive_key, generate_key, key_fingerprint, load_key
 from .partition import state_of, state_table, states_of
 from .prompts import load_prompts, prompt_grid
 from .records import read_records, run_grid
@@ -58,4 +60,11 @@ __all__ = [
     "state_table",
     "states_of",
     "z_alpha",
+    "regime_document",
+    "tokenizer_fingerprint",
+    "book_key",
+    "derive_key",
+    "generate_key",
+    "key_fingerprint",
+    "load_key",
 ]

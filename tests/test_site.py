@@ -468,3 +468,29 @@ def test_javascript_closed_forms_equal_python(browser: Browser, tmp_path_factory
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_request_guard_records_and_blocks(browser: Browser, tmp_path_factory) -> None:
+    """The checks above are not vacuous: a page that asks another host is recorded and gets nothing.
+
+    The remote names end in '.invalid' (reserved, never resolvable), and the browser sends every
+    non-loopback request to a dead local proxy, so nothing leaves this machine.
+    """
+    folder = tmp_path_factory.mktemp("guard")
+    (folder / "remote.html").write_text(
+        "<!DOCTYPE html><html><body><img id='i' src='https://cdn.example.invalid/x.png'>"
+        "<script src='https://cdn.example.invalid/lib.js'></script></body></html>", encoding="utf-8")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.requests = []
+        browser.open(f"http://127.0.0.1:{server.server_address[1]}/remote.html")
+        time.sleep(0.5)
+        assert browser.js("document.getElementById('i').naturalWidth") == 0
+        bad = _non_local(browser.requests)
+        assert "https://cdn.example.invalid/x.png" in bad and "https://cdn.example.invalid/lib.js" in bad
+    finally:
+        browser.requests = []
+        server.shutdown()
+        server.server_close()
