@@ -380,3 +380,15 @@ def test_token_windows_do_not_straddle_sequences():
     assert len(token_windows([list(range(10))], n=3, max_windows=2)) == 2
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
         token_windows([[1, 2, 3]], n=1)
+
+
+def test_human_windows_through_a_tokenizer():
+    from chainmark.corpora import Document, human_windows
+
+    def char_tokenizer(text, add_special_tokens=False):
+        assert add_special_tokens is False
+        return {"input_ids": [ord(ch) for ch in text]}
+
+    docs = [Document("a", "x" * 25), Document("b", "y" * 9)]
+    windows = human_windows(char_tokenizer, 10, documents=docs)
+    assert [w.tolist() for w in windows] == [[ord("x")] * 10] * 2  # 'b' is shorter than one window
