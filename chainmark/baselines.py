@@ -41,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from scipy.special import logsumexp
 from scipy.stats import binom, norm
 from transformers import WatermarkDetector, WatermarkingConfig
 from transformers.generation.logits_process import WatermarkLogitsProcessor
@@ -449,9 +450,10 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict
     """
     z = green_z(n_green, n_scored, gamma)
     hf = float(np.asarray(WatermarkDetector._compute_pval(None, np.asarray([z], dtype=float))).ravel()[0])
+    # log of the exact tail by summing pmf terms in log space (binom.logsf underflows far out)
+    log_tail = float(logsumexp(binom.logpmf(np.arange(n_green, n_scored + 1), n_scored, gamma)))
     return {"z": z, "transformers": hf, "norm_sf": float(norm.sf(z)),
-            "binomial": float(binom.sf(n_green - 1, n_scored, gamma)),
-            "log10_binomial": float(binom.logsf(n_green - 1, n_scored, gamma) / math.log(10)),
+            "binomial": math.exp(log_tail), "log10_binomial": log_tail / math.log(10),
             "log10_norm_sf": float(norm.logsf(z) / math.log(10)), "confidence": 1.0 - hf}
 
 

@@ -66,6 +66,30 @@ def default_runs_dir() -> Path:
     return here / "runs"
 
 
+def stored_gate(path: str | os.PathLike, calibrate: Any, name: str = "gate") -> Any:
+    """The gate stored in ``path/<name>.json``, or ``calibrate()``'s result, stored there first.
+
+    A calibrated threshold comes from a sampled pilot run, which need not
+    reproduce bit for bit on another machine (GPU kernels, thread counts);
+    a resumed run must use the *same* tau as the records already written,
+    so the first run stores it and later runs read it back.
+    """
+    from .gates import Gate
+
+    file = Path(path) / f"{name}.json"
+    if file.exists():
+        data = json.loads(file.read_text("utf-8"))
+        return Gate(data["kind"], float(data["tau"]))
+    gate = calibrate()
+    if not isinstance(gate, Gate):
+        raise TypeError(f"calibrate() must return a chainmark.gates.Gate, got {type(gate).__name__}")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"kind": gate.kind, "tau": float(gate.tau)}) + "\n", "utf-8")
+    os.replace(tmp, file)
+    return gate
+
+
 # --------------------------------------------------------------------------- methods
 
 
@@ -636,6 +660,7 @@ def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tupl
             "domain": domain,
             "prompt_index": index,
             "prompt": prompt,
+            "prompt_ids": o.prompt_ids,
             "output": o.text,
             "token_ids": o.token_ids,
             "n_tokens": len(o.token_ids),
@@ -716,5 +741,5 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
 
 
 __all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
-           "SweetMethod", "default_runs_dir", "read_records", "record_id", "records_frame", "repair",
+           "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id", "records_frame", "repair",
            "run_grid", "score_null_texts", "tpr"]

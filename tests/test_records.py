@@ -255,3 +255,20 @@ def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
     blob = (tmp_path / R.RECORDS_FILE).read_bytes()
     for form in _key_forms(KEY):
         assert form not in blob
+
+
+def test_stored_gate_is_calibrated_once_then_read_back(tmp_path):
+    from chainmark.gates import Gate
+
+    calls = []
+
+    def calibrate():
+        calls.append(1)
+        return Gate("high_entropy", 1.2345678901234567)
+
+    first = R.stored_gate(tmp_path, calibrate)
+    second = R.stored_gate(tmp_path, lambda: Gate("high_entropy", 9.0))
+    assert first == second == Gate("high_entropy", 1.2345678901234567)  # exact float round trip
+    assert len(calls) == 1
+    with pytest.raises(TypeError):
+        R.stored_gate(tmp_path / "other", lambda: 1.5)
