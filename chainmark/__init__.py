@@ -17,7 +17,7 @@ from .calibrate import (
     z_alpha,
 )
 from .cli import regime_document, tokenizer_fingerprint
-from .detect import DetectionResult, detect, detect_text
+from .detect import DetectionResult, LikelihoodRatioResult, detect, detect_text, lm_detect, lr_detect
 from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from .gates import GATE_KINDS, Gate
 from .keys import book_key, derive_key, generate_key, key_fingerprint, load_key
@@ -48,6 +48,9 @@ __all__ = [
     "calibration_table",
     "detect",
     "detect_text",
+    "LikelihoodRatioResult",
+    "lm_detect",
+    "lr_detect",
     "generate",
     "get_settings",
     "hoeffding_fpr_bound",

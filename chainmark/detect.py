@@ -54,6 +54,8 @@ def z_score(phi: float, p0: float, n_transitions: int) -> float:
     (``(phi - p0) / sqrt(p0 * (1 - p0) / n)``), so the two agree bit for bit.
     No transitions means no evidence: z = 0.
     """
+    if not 0.0 < p0 < 1.0:  # also rejects NaN
+        raise ValueError(f"p0 must lie in (0, 1), got {p0}")
     if n_transitions < 1:
         return 0.0
     se = math.sqrt(p0 * (1.0 - p0) / n_transitions)
@@ -275,7 +277,7 @@ def first_occurrences(ids: np.ndarray) -> np.ndarray:
     a, b = ids[:-1], ids[1:]
     top = int(ids.max())
     if top < 2**31:  # one int64 code per pair: much faster than unique over rows
-        codes = a.astype(np.int64) * (top + 1) + b
+        codes = a.astype(np.int64) * (top + 1) + b.astype(np.int64)
         _, first = np.unique(codes, return_index=True)
     else:
         _, first = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True)
@@ -318,6 +320,7 @@ def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
     z = (phi - p0) / math.sqrt(p0 * (1.0 - p0) / m)
     p = ndtr(-z)
     scored = np.ones(m, dtype=bool)
+    scored.flags.writeable = False  # one mask shared by every row
     return [DetectionResult(float(phi[r]), float(z[r]), float(p[r]), bool(p[r] < alpha), n, m,
                             int(counts[r]), topo.S, k, p0, alpha, valid[r], scored)
             for r in range(rows)]

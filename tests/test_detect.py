@@ -213,6 +213,9 @@ def test_z_score_matches_the_formula():
     assert z_score(0.2, 0.2, 10) == 0.0
     assert z_score(11 / 13, 0.2, 13) == pytest.approx((11 / 13 - 0.2) / math.sqrt(0.16 / 13))
     assert z_score(0.5, 0.2, 0) == 0.0
+    for bad in (0.0, 1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="p0"):
+            z_score(0.5, bad, 10)
 
 
 # ---------------------------------------------------------------- edge cases
@@ -365,6 +368,8 @@ def test_first_occurrences_marks_each_pair_once():
         assert first_occurrences(ids).tolist() == expect
     huge = np.array([2**62, 5, 2**62, 5], dtype=np.int64)
     assert first_occurrences(huge).tolist() == [True, True, False]
+    unsigned = np.array([4, 9, 4, 9, 1], dtype=np.uint64)
+    assert first_occurrences(unsigned).tolist() == [True, True, False, True]
 
 
 def test_distinct_pairs_scores_repeats_once():
