@@ -112,34 +112,63 @@ class Workspace:
         return buf
 
 
+def _chunk_rows(x: torch.Tensor) -> int:
+    """Rows per chunk: on the CPU about 256 kB of logits, so that the passes
+    over a chunk stay in the core's cache; on a GPU the whole batch at once."""
+    if x.device.type != "cpu":
+        return max(1, x.shape[0])
+    return max(1, (1 << 16) // max(1, x.shape[-1]))
+
+
+def _signals_into(x: torch.Tensor, ws: Workspace, z: torch.Tensor, dot: torch.Tensor,
+                  second: torch.Tensor | None) -> None:
+    """The passes of :func:`step_signals` over a chunk of rows, written into slices.
+
+    ``z = sum exp(x - max)``, ``dot = sum exp(x - max) (x - max)`` and, when
+    asked, ``second`` = the runner-up's ``exp(x - max)``.
+    """
+    rows = x.shape[0]
+    shifted = ws.get("shifted", x, (rows, x.shape[1]))
+    e = ws.get("exp", x, (rows, x.shape[1]))
+    if second is not None:
+        top, top_idx = x.max(dim=-1, keepdim=True)
+    else:
+        top, top_idx = x.amax(dim=-1, keepdim=True), None
+    torch.sub(x, top, out=shifted)
+    torch.exp(shifted, out=e)
+    torch.sum(e, dim=-1, out=z)
+    torch.nansum(torch.mul(e, shifted, out=shifted), dim=-1, out=dot)
+    if second is not None:
+        # the top token has e = 1; knock one copy out to find the runner-up
+        torch.amax(e.scatter_(-1, top_idx, 0.0), dim=-1, out=second)
+
+
 def step_signals(scores: torch.Tensor, gap: bool = True, workspace: Workspace | None = None) -> StepSignals:
-    """Entropy (nats) and top-2 probability gap of ``softmax(scores)``, in one pass.
+    """Entropy (nats) and top-2 probability gap of ``softmax(scores)`` over the last axis.
 
     Equal (to float32 rounding) to :func:`chainmark.gates.entropy` and
     :func:`chainmark.gates.top2_gap`, but it shares the softmax between the
     two: with ``x = logits - max`` and ``e = exp(x)``, ``Z = sum e``,
     ``H = log Z - sum(e x) / Z`` and ``gap = (1 - e_second) / Z``. Tokens
     with logit ``-inf`` have ``e = 0`` and add nothing (``nansum`` drops the
-    ``0 * -inf``). A row whose logits are all ``-inf`` gets NaN. Pass a
-    :class:`Workspace` to reuse scratch memory between calls.
+    ``0 * -inf``). A row whose logits are all ``-inf`` gets NaN. On the CPU
+    the rows are processed in cache-sized chunks. Pass a :class:`Workspace`
+    to reuse scratch memory between calls.
     """
     x = scores if scores.dtype == torch.float32 else scores.float()
+    lead = x.shape[:-1]
+    x = x.reshape(-1, x.shape[-1])
     ws = workspace or Workspace()
-    if gap:
-        top, top_idx = x.max(dim=-1, keepdim=True)
-    else:
-        top, top_idx = x.amax(dim=-1, keepdim=True), None
-    shifted = torch.sub(x, top, out=ws.get("shifted", x))
-    e = torch.exp(shifted, out=ws.get("exp", x))
-    z = e.sum(dim=-1)
-    dot = torch.mul(e, shifted, out=shifted).nansum(dim=-1)
+    n = x.shape[0]
+    z, dot = torch.empty(n, device=x.device), torch.empty(n, device=x.device)
+    second = torch.empty(n, device=x.device) if gap else None
+    step = _chunk_rows(x)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        _signals_into(x[a:b], ws, z[a:b], dot[a:b], second[a:b] if second is not None else None)
     h = torch.log(z) - dot / z
-    g = None
-    if gap:
-        # the top token has e = 1; knock one copy out to find the runner-up
-        second = e.scatter_(-1, top_idx, 0.0).amax(dim=-1)
-        g = (1.0 - second) / z
-    return StepSignals(h, g)
+    g = (1.0 - second) / z if second is not None else None
+    return StepSignals(h.reshape(lead), g.reshape(lead) if g is not None else None)
 
 
 class SignalRecorder(LogitsProcessor):
@@ -234,6 +263,9 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         self.vocab_size = int(vocab_size) if vocab_size is not None else None
         self.device = torch.device(device) if device is not None else None
         self.record_signals = bool(record_signals)
+        #: on the CPU, read each row's gate signal and candidate logits while
+        #: the row is in cache (same results as the batched path, faster)
+        self.row_path = True
         self._table: torch.Tensor | None = None
         self._candidates: torch.Tensor | None = None
         self._successors: torch.Tensor | None = None
@@ -282,20 +314,33 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
             steps.clear()
 
     # ---- one decoding step --------------------------------------------
-    def _gate_flags(self, scores: torch.Tensor) -> torch.Tensor:
-        kind = self.gate.kind
-        if kind == "all" and not self.record_signals:
-            return torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
-        signals = step_signals(scores, gap=self.record_signals or kind == "top2_gap",
-                               workspace=self._workspace)
-        if self.record_signals:
-            self.entropy.append(signals.entropy)
-            self.gap.append(signals.gap)  # type: ignore[arg-type]
-        signal = signals.gap if kind == "top2_gap" else signals.entropy
-        return self.gate.flags_from_signal(signal)
+    def _signals_and_candidates(self, x: torch.Tensor, prev_state: torch.Tensor, signals: bool,
+                                gap: bool) -> tuple[StepSignals | None, torch.Tensor, torch.Tensor]:
+        """CPU path: one cache-sized chunk of rows at a time, gate signal and
+        candidate logits are read while the chunk is still in cache."""
+        assert self._candidates is not None
+        ws, cand = self._workspace, self._candidates
+        n = x.shape[0]
+        values = ws.get("values", x, (n, cand.shape[1]))
+        prev = prev_state.tolist()
+        z, dot = torch.empty(n), torch.empty(n)
+        second = torch.empty(n) if gap else None
+        step = _chunk_rows(x)
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            if signals:
+                _signals_into(x[a:b], ws, z[a:b], dot[a:b], second[a:b] if second is not None else None)
+            for r in range(a, b):
+                torch.index_select(x[r], 0, cand[prev[r]], out=values[r])
+        best, where = values.max(dim=-1)
+        choice = cand[prev_state, where]
+        found = None
+        if signals:
+            found = StepSignals(torch.log(z) - dot / z, (1.0 - second) / z if second is not None else None)
+        return found, choice, best
 
     def _masked_argmax(self, scores: torch.Tensor, prev_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Best allowed token per row and its logit (-inf when none is allowed)."""
+        """Best allowed token per row and its logit (-inf when none is allowed), batched."""
         if self._candidates is not None:
             ws = self._workspace
             shape = (scores.shape[0], self._candidates.shape[1])
@@ -311,9 +356,24 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         table = self._ready(scores)
-        flags = self._gate_flags(scores)
         prev_state = table[input_ids[:, -1]]
-        choice, best = self._masked_argmax(scores, prev_state)
+        kind = self.gate.kind
+        want_signals = kind != "all" or self.record_signals
+        want_gap = self.record_signals or kind == "top2_gap"
+        x = scores if scores.dtype == torch.float32 else scores.float()
+        if self._candidates is not None and x.device.type == "cpu" and self.row_path:
+            signals, choice, best = self._signals_and_candidates(x, prev_state, want_signals, want_gap)
+        else:
+            signals = step_signals(x, gap=want_gap, workspace=self._workspace) if want_signals else None
+            choice, best = self._masked_argmax(x, prev_state)
+        if self.record_signals:
+            assert signals is not None
+            self.entropy.append(signals.entropy)
+            self.gap.append(signals.gap)  # type: ignore[arg-type]
+        if kind == "all" or signals is None:
+            flags = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+        else:
+            flags = self.gate.flags_from_signal(signals.gap if kind == "top2_gap" else signals.entropy)
         force = flags & (best > float("-inf"))  # fallback: no allowed mass -> sample freely
         self.gated.append(flags)
         self.forced.append(force)

@@ -208,6 +208,35 @@ def test_candidate_path_equals_full_mask_path(monkeypatch):
     assert torch.equal(fast, slow)
 
 
+@pytest.mark.parametrize("V", [50, 70_000])  # several rows per cache chunk; one row per chunk
+@pytest.mark.parametrize("kind, record", [("high_entropy", False), ("top2_gap", True), ("all", True)])
+def test_cpu_row_path_equals_batched_path(V, kind, record):
+    ids, scores = random_case(11, batch=5, V=V)
+    scores[2, ::3] = float("-inf")
+    rho = 1.0 if kind == "all" else 0.5
+    cfg = ChainMarkConfig(KEY, S=5, rho=rho, gate=kind)
+    signal = top2_gap(scores) if kind == "top2_gap" else entropy(scores)
+    gate = Gate.calibrate(kind, rho, signal.numpy())
+    rows = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
+    batched = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
+    batched.row_path = False
+    for _ in range(2):  # the second call reuses the scratch buffers
+        a, b = rows(ids, scores), batched(ids, scores)
+        assert torch.equal(a, b)
+    assert torch.equal(torch.stack(rows.forced), torch.stack(batched.forced))
+    if record:
+        torch.testing.assert_close(torch.stack(rows.entropy), torch.stack(batched.entropy))
+        torch.testing.assert_close(torch.stack(rows.gap), torch.stack(batched.gap))
+
+
+def test_bfloat16_logits_are_processed():
+    ids, scores = random_case(12, batch=3, V=64)
+    half = scores.to(torch.bfloat16)
+    out = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0))(ids, half)
+    assert out.dtype == torch.bfloat16
+    assert (torch.isfinite(out).sum(dim=1) == 1).all()
+
+
 def test_vocabulary_mismatch_is_a_clear_error():
     ids, scores = random_case(8, V=100)
     proc = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0), vocab_size=90)
