@@ -169,7 +169,7 @@ def _check_finite(value: Any, name: str) -> float:
 # ---------------------------------------------------------------------------
 # argument types: bad values are usage errors with the allowed range
 # ---------------------------------------------------------------------------
-def _int_at_least(low: int, name: str):
+def _int_at_least(low: int):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -181,7 +181,7 @@ def _int_at_least(low: int, name: str):
     return parse
 
 
-def _float_in(low: float, high: float, name: str, closed: bool):
+def _float_in(low: float, high: float, closed: bool):
     brackets = "[{}, {}]" if closed else "({}, {})"
 
     def parse(text: str) -> float:
@@ -197,7 +197,7 @@ def _float_in(low: float, high: float, name: str, closed: bool):
     return parse
 
 
-def _finite_float(name: str):
+def _finite_float():
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -285,15 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
     d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
                    "(its key fingerprint must match the key)")
-    d.add_argument("--S", type=_int_at_least(2, "--S"), help="number of states (>= 2; default 5)")
+    d.add_argument("--S", type=_int_at_least(2), help="number of states (>= 2; default 5)")
     d.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
-    d.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False),
+    d.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False),
                    help="significance level in (0, 1) (default 0.01)")
-    d.add_argument("--threshold", type=_finite_float("--threshold"), metavar="Z",
+    d.add_argument("--threshold", type=_finite_float(), metavar="Z",
                    help="operating z threshold (e.g. from recalibrate); default: z_alpha")
     d.add_argument("--distinct-pairs", action="store_true", default=None,
                    help="score each distinct token pair once (repetitive text)")
-    d.add_argument("--min-tokens", type=_int_at_least(0, "--min-tokens"), metavar="N",
+    d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
                    help="report texts shorter than N tokens as 'too short' instead of deciding "
                         "(default: the regime's n_min, else 0)")
     d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs (default utf-8)")
@@ -310,12 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
                               "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
                        formatter_class=fmt)
-    c.add_argument("--n", type=_int_at_least(2, "--n"), required=True, help="minimum text length in tokens (>= 2)")
-    c.add_argument("--rho", type=_float_in(0.0, 1.0, "--rho", closed=True), required=True,
+    c.add_argument("--n", type=_int_at_least(2), required=True, help="minimum text length in tokens (>= 2)")
+    c.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), required=True,
                    help="watermark budget: share of gated positions, in (0, 1]")
-    c.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True,
+    c.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
-    c.add_argument("--k", type=_int_at_least(1, "--k"), default=1, help="successors per state (default 1: clockwork)")
+    c.add_argument("--k", type=_int_at_least(1), default=1, help="successors per state (default 1: clockwork)")
     c.add_argument("--json", action="store_true", help="print a JSON object")
     c.set_defaults(func=_cmd_calibrate)
 
@@ -325,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "texts of the deployment's domain.",
                        epilog=_RECAL_EPILOG, formatter_class=fmt)
     r.add_argument("--null", required=True, metavar="FILE.jsonl", help="null z-scores as JSON lines ('-': stdin)")
-    r.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True,
+    r.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
     r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
     r.add_argument("--json", action="store_true", help="print a JSON object")
@@ -353,15 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
                               "--n-min 200 --rho 0.5",
                        formatter_class=fmt)
     g.add_argument("--key-file", metavar="KEY", help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
-    g.add_argument("--S", type=_int_at_least(2, "--S"), required=True, help="number of states (>= 2)")
+    g.add_argument("--S", type=_int_at_least(2), required=True, help="number of states (>= 2)")
     g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
-    g.add_argument("--alpha", type=_float_in(0.0, 1.0, "--alpha", closed=False), required=True)
-    g.add_argument("--threshold", type=_finite_float("--threshold"), metavar="Z",
+    g.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True)
+    g.add_argument("--threshold", type=_finite_float(), metavar="Z",
                    help="operating z threshold (default: z_alpha)")
     g.add_argument("--tokenizer", metavar="NAME", help="tokenizer name to publish (default: the embedded model's); "
                    "it is loaded to record its vocabulary fingerprint")
-    g.add_argument("--n-min", type=_int_at_least(2, "--n-min"), metavar="N", help="minimum text length in tokens")
-    g.add_argument("--rho", type=_float_in(0.0, 1.0, "--rho", closed=True), help="watermark budget")
+    g.add_argument("--n-min", type=_int_at_least(2), metavar="N", help="minimum text length in tokens")
+    g.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
@@ -618,7 +618,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"S* = {s_star} states (smallest S whose predicted z reaches 2 z_alpha = {2 * z_a:.3f})")
     print(f"predicted z at S*: {z_pred:.3f} (one-sided z_alpha = {z_a:.3f})")
     print(f"midpoint threshold on phi: {out['midpoint_threshold']:.4f}")
-    print(f"Hoeffding bound on the false-positive rate at that threshold: {out['hoeffding_fpr_bound']:.3g}")
+    bound = out["hoeffding_fpr_bound"]
+    print(f"Hoeffding bound on the false-positive rate at that threshold: {bound:.3g}"
+          + (" (>= 1: says nothing at this length)" if bound >= 1 else ""))
     return EXIT_OK
 
 
