@@ -3,9 +3,9 @@
 Each case names the call, the exception type (ValueError for a value out of
 range, TypeError for a value of the wrong type) and words the message must
 contain: the parameter's name and the allowed range, so the user knows what
-to change. Cases marked ``xfail`` document gaps found by this audit in
-modules owned elsewhere; they pass (XPASS) once the module is fixed, and the
-mark should then be removed.
+to change. Gaps this audit found (z_score's p0, id lists straddling 2**63,
+non-integer offsets, temperature) have been fixed in their modules; the
+cases here keep them fixed.
 """
 from __future__ import annotations
 
@@ -23,11 +23,6 @@ from chainmark.topology import Topology, resolve_topology
 
 KEY = b"validation-key"
 IRREGULAR = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
-
-
-def gap(reason: str):
-    """A documented validation gap in a module this test does not own."""
-    return pytest.mark.xfail(reason=f"validation gap: {reason}", strict=False)
 
 
 class ByteTokenizer:
@@ -120,10 +115,8 @@ CASES = [
     ("score_states scored shape", lambda: score_states(np.array([0, 1, 2]), Topology.clockwork(5),
                                                        scored=np.ones(5, dtype=bool)), ValueError, ["scored"]),
     ("check_alpha -1", lambda: check_alpha(-1), ValueError, ["alpha", "(0, 1)"]),
-    pytest.param("z_score p0 = 0", lambda: z_score(0.5, 0.0, 10), ValueError, ["p0", "(0, 1)"],
-                 marks=gap("detect.z_score does not check p0 (ZeroDivisionError at p0 = 0)")),
-    pytest.param("z_score p0 = 1.5", lambda: z_score(0.5, 1.5, 10), ValueError, ["p0", "(0, 1)"],
-                 marks=gap("detect.z_score does not check p0 (math domain error at p0 > 1)")),
+    ("z_score p0 = 0", lambda: z_score(0.5, 0.0, 10), ValueError, ["p0", "(0, 1)"]),
+    ("z_score p0 = 1.5", lambda: z_score(0.5, 1.5, 10), ValueError, ["p0", "(0, 1)"]),
     # ---- embedding ---------------------------------------------------------
     ("config S=1", lambda: ChainMarkConfig(KEY, S=1), ValueError, ["S", ">= 2"]),
     ("config rho 1.5", lambda: ChainMarkConfig(KEY, rho=1.5), ValueError, ["rho", "[0, 1]"]),
@@ -159,13 +152,9 @@ def test_bad_parameter_is_rejected_with_a_clear_message(label, call, exc, words)
 def test_python_int_list_across_2_to_the_63():
     """A list of valid ids on both sides of 2**63 is accepted (numpy alone would make it float64)."""
     ids = [2**64 - 1, 1, 2**63, 5]
-    pytest.importorskip("chainmark.partition")
-    try:
-        states = states_of(ids, KEY, 7)
-    except TypeError:
-        pytest.xfail("validation gap: partition.as_token_array turns a Python-int list mixing ids above "
-                     "and below 2**63 into float64 and rejects it")
-    assert [int(s) for s in states] == [state_of(t, KEY, 7) for t in ids]
+    states = states_of(ids, KEY, 7)
+    assert [int(st) for st in states] == [state_of(t, KEY, 7) for t in ids]
+    assert detect(ids, KEY, S=7).n_transitions == 3
 
 
 # ---- calibration (chainmark.calibrate) --------------------------------------
