@@ -321,6 +321,7 @@ def _model_label(model: Any) -> str:
     name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or "")
     if name.startswith(("/", ".", "~")) or "\\" in name:
         name = name.rstrip("/").split("/")[-1]
+        name = re.sub(r"-[0-9a-f]{12}$", "", name)  # the cache folder's hash tag
     return name or type(model).__name__
 
 
@@ -516,25 +517,35 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
         z = detect(ids.tolist(), key, topo.S, topo).z
         return z < target_z if not want_valid else z > target_z
 
-    for i in range(n - 1):
-        if done():
-            break
-        if good(ids[i], ids[i + 1]):
-            continue
-        # replace token i+1 so that (i, i+1) becomes what we want and, if possible,
-        # (i+1, i+2) too; candidates are tried in order (most fluent first).
-        pool = candidates(i + 1) if callable(candidates) else rng.integers(0, len(table), size=256)
-        best = None
-        for c in pool:
-            c = int(c)
-            if c == ids[i + 1] or not good(ids[i], c):
+    # Visit the transitions in a random order so that the edits spread over the
+    # text; in the first sweep no edit sits next to another one (so candidates
+    # read from the original context stay plausible), the second sweep may.
+    order = rng.permutation(n - 1)
+    edited = np.zeros(n, dtype=bool)
+    for sweep in (0, 1):
+        for i in order:
+            j = i + 1  # the token we may replace; it sits in transitions (i, j) and (j, j + 1)
+            if good(ids[i], ids[j]):
                 continue
-            if i + 2 >= n or good(c, ids[i + 2]):
-                best = c
-                break
-            best = c if best is None else best
-        if best is not None:
-            ids[i + 1] = best
+            if sweep == 0 and (edited[i] or (j + 1 < n and edited[j + 1])):
+                continue
+            if done():
+                return ids.tolist()
+            pool = candidates(j) if callable(candidates) else rng.integers(0, len(table), size=256)
+            next_was_good = j + 1 < n and good(ids[j], ids[j + 1])
+            best = None
+            for c in pool:  # candidates are tried in order (most fluent first)
+                c = int(c)
+                if c == ids[j] or not good(ids[i], c):
+                    continue
+                if j + 1 >= n or good(c, ids[j + 1]):  # fixes both transitions
+                    best = c
+                    break
+                if best is None and not next_was_good:  # fixes one, spoils none
+                    best = c
+            if best is not None:
+                ids[j] = best
+                edited[j] = True
     return ids.tolist()
 
 
@@ -544,9 +555,10 @@ def keyed_scrub(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
                 seed: SeedLike = ATTACK_SEED) -> list[int]:
     """What an adversary WITH the key can do: break legal transitions on purpose.
 
-    Walking left to right, whenever a transition is legal the next token is
-    replaced by the first candidate that makes it illegal (and, if possible,
-    the following one too). ``candidates(j)`` lists replacement ids for
+    Visiting the transitions in a random order (edits spread out, none next
+    to another while that is possible), whenever a transition is legal its
+    second token is replaced by the first candidate that makes it illegal
+    (and the following transition too if possible, never spoiling it). ``candidates(j)`` lists replacement ids for
     position j, best first (e.g. the model's top-k, so the text stays fluent);
     by default random tokens are tried. Stops once z < ``target_z`` if given.
     This is a demonstration of why the key must stay secret, not a tool.
