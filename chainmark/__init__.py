@@ -5,6 +5,21 @@ cycle; at a share rho of positions generation is forced to the next state, so
 the text walks the cycle, and an auditor with the key and the tokenizer alone
 counts the legal transitions.
 """
+from .attacks import (
+    Attack,
+    BackTranslation,
+    Deletion,
+    Insertion,
+    Paraphrase,
+    Substitution,
+    back_translate,
+    delete,
+    edit_fraction,
+    insert,
+    make_attack,
+    paraphrase,
+    substitute,
+)
 from .baselines import KGWConfig, KGWLogitsProcessor, SweetConfig, kgw_detect, sweet_detect
 from .calibrate import (
     calibration_table,
@@ -30,6 +45,19 @@ from .topology import Topology
 __version__ = "0.1.0"
 
 __all__ = [
+    "Attack",
+    "BackTranslation",
+    "Deletion",
+    "Insertion",
+    "Paraphrase",
+    "Substitution",
+    "back_translate",
+    "delete",
+    "edit_fraction",
+    "insert",
+    "make_attack",
+    "paraphrase",
+    "substitute",
     "KGWConfig",
     "KGWLogitsProcessor",
     "SweetConfig",
