@@ -13,6 +13,10 @@ measurements are merged into ``book/data/chapter_timings.json`` (one entry
 per chapter, each with its date, method and load average; ``--fresh``
 starts over), together with the machine, scale and device. The file is
 committed: ``book/teaching.md`` builds its schedule from it.
+
+On a machine shared with other busy processes, set ``OMP_NUM_THREADS=1``
+for ``--run``: PyTorch's worker threads otherwise spin against the other
+processes and a chapter can run ten times slower than on an idle machine.
 """
 from __future__ import annotations
 
@@ -138,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     now = dt.datetime.fromtimestamp(stamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     for nb, seconds in timings.items():
         record["chapters"][nb] = {"seconds": round(seconds, 1), "measured": now, "how": how,
-                                  "load_average": load}
+                                  "load_average": load,
+                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS") if args.run is not None else None}
     record.update({
         "machine": machine(), "scale": settings.scale, "device": settings.device, "model": settings.model,
         "commands": ["make book && python tools/measure_chapters.py --from-build",
