@@ -588,11 +588,12 @@ def generations(model_and_tokenizer):
     model, tok = model_and_tokenizer
     prompts = [f"Explain {t} in a comprehensive way." for t in
                ("photosynthesis", "the water cycle", "volcanoes", "the immune system")]
-    plain = generate(model, tok, prompts, None, max_new_tokens=48, min_new_tokens=48, batch_size=4)
+    # no min_new_tokens: it masks EOS before the gate sees the logits, which teacher forcing would not
+    plain = generate(model, tok, prompts, None, max_new_tokens=48, batch_size=4)
     gate = Gate.calibrate("high_entropy", 0.5, np.concatenate([g.entropy for g in plain]))
     key = b"test key for the detector"
     cfg = ChainMarkConfig(key=key, S=5, rho=0.5)
-    marked = generate(model, tok, prompts, cfg, gate, max_new_tokens=48, min_new_tokens=48, batch_size=4)
+    marked = generate(model, tok, prompts, cfg, gate, max_new_tokens=48, batch_size=4)
     return key, gate, plain, marked, prompts
 
 
