@@ -94,20 +94,24 @@ def from_build(source: Path) -> dict[str, float]:
     return {_relative(m.group(1)): float(m.group(2)) for m in EXECUTED.finditer(text)}
 
 
-def run_all(notebooks: list[str], timeout: int) -> dict[str, float]:
+def run_one(rel: str, timeout: int) -> float | None:
+    """Execute one notebook in a fresh kernel; its wall time, or None if a cell failed."""
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-    out = {}
-    for rel in notebooks:
-        path = ROOT / rel
-        nb = nbformat.read(path, as_version=4)
-        start = time.perf_counter()
+    path = ROOT / rel
+    nb = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    try:
         NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-        out[rel] = round(time.perf_counter() - start, 1)
-        print(f"{rel}: {out[rel]:.1f} s", flush=True)
-    return out
+    except (CellExecutionError, CellTimeoutError) as exc:
+        print(f"{rel}: FAILED, not recorded ({type(exc).__name__})", flush=True)
+        return None
+    seconds = round(time.perf_counter() - start, 1)
+    print(f"{rel}: {seconds:.1f} s", flush=True)
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,35 +129,42 @@ def main(argv: list[str] | None = None) -> int:
     from chainmark.settings import get_settings
 
     settings = get_settings()
-    load_before = _load()
-    if args.from_build is not None:
-        timings = from_build(Path(args.from_build))
-        how = f"build ({Path(args.from_build).name})"
-    else:
-        timings = run_all(args.run or toc_notebooks(), args.timeout)
-        how = "tools/measure_chapters.py --run"
-    # the load average while measuring is known only when this script did the measuring
-    load = [max(a, b) for a, b in zip(load_before, _load())] if args.run is not None else None
     record = {"chapters": {}}
     if args.out.exists() and not args.fresh:
         record = json.loads(args.out.read_text())
-    # a build's numbers date from when its log was written
-    stamp = Path(args.from_build).stat().st_mtime if args.from_build is not None else time.time()
-    now = dt.datetime.fromtimestamp(stamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    for nb, seconds in timings.items():
-        record["chapters"][nb] = {"seconds": round(seconds, 1), "measured": now, "how": how,
-                                  "load_average": load,
-                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS") if args.run is not None else None}
-    record.update({
-        "machine": machine(), "scale": settings.scale, "device": settings.device, "model": settings.model,
-        "commands": ["make book && python tools/measure_chapters.py --from-build",
-                     "python tools/measure_chapters.py --run [book/X.ipynb ...]"],
-    })
-    record["chapters"] = dict(sorted(record["chapters"].items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+    def save(timings: dict[str, float], how: str, stamp: float, load: list[float] | None) -> None:
+        when = dt.datetime.fromtimestamp(stamp, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        for nb, seconds in timings.items():
+            record["chapters"][nb] = {
+                "seconds": round(seconds, 1), "measured": when, "how": how, "load_average": load,
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS") if args.run is not None else None}
+        record.update({
+            "machine": machine(), "scale": settings.scale, "device": settings.device, "model": settings.model,
+            "commands": ["make book && python tools/measure_chapters.py --from-build",
+                         "python tools/measure_chapters.py --run [book/X.ipynb ...]"],
+        })
+        record["chapters"] = dict(sorted(record["chapters"].items()))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+    measured = 0
+    if args.from_build is not None:
+        # a build's numbers date from when its log was written; its load was not recorded
+        source = Path(args.from_build)
+        timings = from_build(source)
+        save(timings, f"build ({source.name})", source.stat().st_mtime, None)
+        measured = len(timings)
+    else:
+        for rel in args.run or toc_notebooks():  # saved one by one, so an interrupted run keeps its results
+            load_before = _load()
+            seconds = run_one(rel, args.timeout)
+            if seconds is not None:
+                save({rel: seconds}, "tools/measure_chapters.py --run", time.time(),
+                     [max(a, b) for a, b in zip(load_before, _load())])
+                measured += 1
     missing = [nb for nb in toc_notebooks() if nb not in record["chapters"]]
-    print(f"wrote {args.out}: {len(timings)} chapters measured now; not measured yet: {missing or 'none'}")
+    print(f"wrote {args.out}: {measured} chapters measured now; not measured yet: {missing or 'none'}")
     return 0
 
 
