@@ -518,21 +518,25 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
         return z < target_z if not want_valid else z > target_z
 
     # Visit the transitions in a random order so that the edits spread over the
-    # text; in the first sweep no edit sits next to another one (so candidates
-    # read from the original context stay plausible), the second sweep may.
+    # text. Sweep 0 only edits a token whose *both* transitions are wrong for
+    # the attacker (one edit fixes two), sweep 1 any token; in sweeps 0-1 no
+    # edit sits next to another (so candidates read from the original context
+    # stay plausible), sweep 2 lifts that rule.
     order = rng.permutation(n - 1)
     edited = np.zeros(n, dtype=bool)
-    for sweep in (0, 1):
+    for sweep in (0, 1, 2):
         for i in order:
             j = i + 1  # the token we may replace; it sits in transitions (i, j) and (j, j + 1)
             if good(ids[i], ids[j]):
                 continue
-            if sweep == 0 and (edited[i] or (j + 1 < n and edited[j + 1])):
+            next_was_good = j + 1 < n and good(ids[j], ids[j + 1])
+            if sweep == 0 and (j + 1 >= n or next_was_good):
+                continue
+            if sweep < 2 and (edited[i] or (j + 1 < n and edited[j + 1])):
                 continue
             if done():
                 return ids.tolist()
             pool = candidates(j) if callable(candidates) else rng.integers(0, len(table), size=256)
-            next_was_good = j + 1 < n and good(ids[j], ids[j + 1])
             best = None
             for c in pool:  # candidates are tried in order (most fluent first)
                 c = int(c)
@@ -541,7 +545,7 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
                 if j + 1 >= n or good(c, ids[j + 1]):  # fixes both transitions
                     best = c
                     break
-                if best is None and not next_was_good:  # fixes one, spoils none
+                if best is None and not next_was_good and sweep > 0:  # fixes one, spoils none
                     best = c
             if best is not None:
                 ids[j] = best
@@ -556,9 +560,10 @@ def keyed_scrub(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
     """What an adversary WITH the key can do: break legal transitions on purpose.
 
     Visiting the transitions in a random order (edits spread out, none next
-    to another while that is possible), whenever a transition is legal its
-    second token is replaced by the first candidate that makes it illegal
-    (and the following transition too if possible, never spoiling it). ``candidates(j)`` lists replacement ids for
+    to another while that is possible, tokens sitting in two legal
+    transitions first), whenever a transition is legal its second token is
+    replaced by the first candidate that makes it illegal (and the following
+    transition too if possible, never spoiling it). ``candidates(j)`` lists replacement ids for
     position j, best first (e.g. the model's top-k, so the text stays fluent);
     by default random tokens are tried. Stops once z < ``target_z`` if given.
     This is a demonstration of why the key must stay secret, not a tool.
