@@ -171,15 +171,24 @@ class Browser:
                                                  "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code})
 
     def screenshot(self, path: Path, selector: str | None = None) -> None:
-        params: dict = {"format": "png", "captureBeyondViewport": True}
+        """PNG of the viewport, or of one element: the viewport is made tall enough to hold it
+        and scrolled to it, so the capture never has to resize the page (which moves the layout)."""
+        params: dict = {"format": "png"}
         if selector:
-            # page coordinates, taken at scroll 0 (a scrolled page shifts the capture)
-            box = self.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                          "window.scrollTo(0, 0); const r = e.getBoundingClientRect();"
+            q = json.dumps(selector)
+            height = self.js(f"document.querySelector({q}).getBoundingClientRect().height")
+            self.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": max(1000, int(height) + 60),
+                                                             "deviceScaleFactor": 1, "mobile": False})
+            self.js(f"document.querySelector({q}).scrollIntoView({{block: 'start'}})")
+            time.sleep(0.3)
+            box = self.js(f"(() => {{ const r = document.querySelector({q}).getBoundingClientRect();"
                           "return {x: r.left + window.scrollX, y: r.top + window.scrollY,"
                           " width: r.width, height: r.height}; })()")
             params["clip"] = {**box, "scale": 1}
         data = self.call("Page.captureScreenshot", params)["data"]
+        if selector:
+            self.call("Emulation.setDeviceMetricsOverride",
+                      {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
 
