@@ -86,8 +86,10 @@ class Browser:
             "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
             "about:blank",
         ]
+        # Chromium's log goes to a file: a pipe nobody reads would fill up and stall the browser
+        self.log = open(os.path.join(self.profile, "chromium.log"), "wb")
         self.proc = subprocess.Popen(args, preexec_fn=wire, pass_fds=(3, 4), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                     stdout=self.log, stderr=self.log)
         os.close(to_child_r)
         os.close(from_child_w)
         self._buf = b""
@@ -113,7 +115,8 @@ class Browser:
             if ready:
                 chunk = os.read(self._r, 1 << 20)
                 if not chunk:
-                    err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                    self.log.flush()
+                    err = Path(self.log.name).read_text(errors="replace")
                     raise CDPError(f"Chromium closed the DevTools pipe: {err[-2000:]}")
                 self._buf += chunk
         raw, self._buf = self._buf.split(b"\0", 1)
@@ -206,6 +209,7 @@ class Browser:
                 os.close(fd)
             except OSError:
                 pass
+        self.log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
