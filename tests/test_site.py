@@ -97,13 +97,17 @@ class Browser:
         self.events: list[dict] = []
         self.requests: list[str] = []  # every URL any page asked for
         self.session: str | None = None
-        target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
-        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                 browser=True)["sessionId"]
-        for domain in ("Page", "Network", "Runtime"):
-            self.call(f"{domain}.enable")
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+        try:
+            target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
+            self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
+                                     browser=True)["sessionId"]
+            for domain in ("Page", "Network", "Runtime"):
+                self.call(f"{domain}.enable")
+            self.call("Emulation.setDeviceMetricsOverride",
+                      {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+        except Exception:
+            self.close()
+            raise
 
     # -- transport
     def _read_message(self, deadline: float) -> dict:
