@@ -7,19 +7,23 @@ untouched and sampled (T = 0.7 by default). If the allowed tokens carry no
 probability mass at all (every allowed logit is -inf, e.g. because an earlier
 processor removed them), the position is sampled freely.
 
-Speed matters because the processor runs once per generated token. Three
+Speed matters because the processor runs once per generated token. Four
 choices keep it cheap:
 
 * the tokens allowed after each state are listed once, as an ``S x L`` table
   of token ids (``L`` ~ k V / S), so the masked argmax reads only the
   candidate logits instead of masking the whole ``batch x V`` matrix;
-* the gate signal (entropy, and the top-2 gap when asked for) is computed in
-  one pass by :func:`step_signals` and shared with the trace recorder;
-* everything stays on the device of the logits: no host synchronisation and
-  no Python loop over the batch.
+* the gate signal (entropy, and the top-2 gap when asked for) is computed
+  once per step and shared with the trace recorder, sharing one softmax;
+* scratch memory is reused from step to step (fresh vocabulary-sized
+  temporaries cost more than the arithmetic on them);
+* on the CPU each row is handled while it sits in the cache (signal, masked
+  argmax and output row from one read of the logits); on a GPU the whole
+  batch is processed at once, with no host synchronisation.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
@@ -263,8 +267,8 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         self.vocab_size = int(vocab_size) if vocab_size is not None else None
         self.device = torch.device(device) if device is not None else None
         self.record_signals = bool(record_signals)
-        #: on the CPU, read each row's gate signal and candidate logits while
-        #: the row is in cache (same results as the batched path, faster)
+        #: on the CPU, do the step row by row while each row is in cache
+        #: (same results as the batched path, faster); False forces batching
         self.row_path = True
         self._table: torch.Tensor | None = None
         self._candidates: torch.Tensor | None = None
@@ -314,30 +318,72 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
             steps.clear()
 
     # ---- one decoding step --------------------------------------------
-    def _signals_and_candidates(self, x: torch.Tensor, prev_state: torch.Tensor, signals: bool,
-                                gap: bool) -> tuple[StepSignals | None, torch.Tensor, torch.Tensor]:
-        """CPU path: one cache-sized chunk of rows at a time, gate signal and
-        candidate logits are read while the chunk is still in cache."""
+    def _step_rows(self, input_ids: torch.Tensor, scores: torch.Tensor, table: torch.Tensor,
+                   want_signals: bool, want_gap: bool) -> torch.Tensor:
+        """CPU path: the same step, one row at a time while the row is in cache.
+
+        Each row's logits are read once from memory; the gate signal, the
+        masked argmax (gated rows only) and the output row (a copy, or -inf
+        with the forced token) are then computed from the cached row.
+        Results equal the batched path's (the entropy is summed in another
+        order, so it can differ in the last float32 digits).
+        """
         assert self._candidates is not None
-        ws, cand = self._workspace, self._candidates
-        n = x.shape[0]
-        values = ws.get("values", x, (n, cand.shape[1]))
-        prev = prev_state.tolist()
-        z, dot = torch.empty(n), torch.empty(n)
-        second = torch.empty(n) if gap else None
-        step = _chunk_rows(x)
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            if signals:
-                _signals_into(x[a:b], ws, z[a:b], dot[a:b], second[a:b] if second is not None else None)
-            for r in range(a, b):
-                torch.index_select(x[r], 0, cand[prev[r]], out=values[r])
-        best, where = values.max(dim=-1)
-        choice = cand[prev_state, where]
-        found = None
-        if signals:
-            found = StepSignals(torch.log(z) - dot / z, (1.0 - second) / z if second is not None else None)
-        return found, choice, best
+        ws, cand, kind = self._workspace, self._candidates, self.gate.kind
+        x = scores if scores.dtype == torch.float32 else scores.float()
+        n, V = x.shape
+        shifted, e = ws.get("row_shifted", x, (V,)), ws.get("row_exp", x, (V,))
+        values = ws.get("row_values", x, (cand.shape[1],))
+        prev = table[input_ids[:, -1]].tolist()
+        out = torch.empty_like(scores)
+        entropy: list[float] = []
+        gap: list[float] = []
+        gated: list[bool] = []
+        forced: list[bool] = []
+        for r in range(n):
+            row = x[r]
+            g_open, force = True, False
+            if want_signals:
+                if want_gap:
+                    top_t, top_i = row.max(dim=0)
+                    top = float(top_t)
+                else:
+                    top = float(row.amax())
+                torch.sub(row, top, out=shifted)
+                torch.exp(shifted, out=e)
+                z = float(e.sum())
+                dot = float(torch.dot(e, shifted))
+                if math.isnan(dot):  # -inf logits: 0 * -inf; drop those terms
+                    dot = float(torch.nansum(torch.mul(e, shifted, out=shifted)))
+                h = math.log(z) - dot / z if z > 0 else math.nan
+                entropy.append(h)
+                g = math.nan
+                if want_gap:
+                    e[int(top_i)] = 0.0
+                    g = (1.0 - float(e.amax())) / z if z > 0 else math.nan
+                    gap.append(g)
+                if kind != "all":
+                    g_open = bool(self.gate.flags_from_signal(g if kind == "top2_gap" else h))
+            if g_open:
+                ids = cand[prev[r]]
+                torch.index_select(row, 0, ids, out=values)
+                best, where = values.max(dim=0)
+                if float(best) > -math.inf:  # else: no allowed mass, sample freely
+                    force = True
+                    token = int(ids[int(where)])
+                    out[r].fill_(float("-inf"))
+                    out[r, token] = scores[r, token]
+            if not force:
+                out[r].copy_(scores[r])
+            gated.append(g_open)
+            forced.append(force)
+        device = scores.device
+        self.gated.append(torch.tensor(gated, dtype=torch.bool, device=device))
+        self.forced.append(torch.tensor(forced, dtype=torch.bool, device=device))
+        if self.record_signals:
+            self.entropy.append(torch.tensor(entropy, dtype=torch.float32, device=device))
+            self.gap.append(torch.tensor(gap, dtype=torch.float32, device=device))
+        return out
 
     def _masked_argmax(self, scores: torch.Tensor, prev_state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Best allowed token per row and its logit (-inf when none is allowed), batched."""
@@ -356,16 +402,16 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         table = self._ready(scores)
-        prev_state = table[input_ids[:, -1]]
         kind = self.gate.kind
         want_signals = kind != "all" or self.record_signals
         want_gap = self.record_signals or kind == "top2_gap"
+        if self._candidates is not None and scores.device.type == "cpu" and self.row_path:
+            return self._step_rows(input_ids, scores, table, want_signals, want_gap)
+        # batched path (GPU, or a vocabulary too large for candidate lists)
+        prev_state = table[input_ids[:, -1]]
         x = scores if scores.dtype == torch.float32 else scores.float()
-        if self._candidates is not None and x.device.type == "cpu" and self.row_path:
-            signals, choice, best = self._signals_and_candidates(x, prev_state, want_signals, want_gap)
-        else:
-            signals = step_signals(x, gap=want_gap, workspace=self._workspace) if want_signals else None
-            choice, best = self._masked_argmax(x, prev_state)
+        signals = step_signals(x, gap=want_gap, workspace=self._workspace) if want_signals else None
+        choice, best = self._masked_argmax(x, prev_state)
         if self.record_signals:
             assert signals is not None
             self.entropy.append(signals.entropy)
@@ -378,8 +424,8 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         self.gated.append(flags)
         self.forced.append(force)
         # forced rows: -inf everywhere but the chosen token; other rows: an
-        # exact copy (x + 0 == x). Writing a row's own logit back at `choice`
-        # leaves an unforced row unchanged.
+        # exact copy (x + 0 == x, x + -inf == -inf). Writing a row's own logit
+        # back at `choice` leaves an unforced row unchanged.
         row_bias = torch.zeros(force.shape, dtype=scores.dtype, device=scores.device)
         row_bias.masked_fill_(force, float("-inf"))
         out = scores + row_bias.unsqueeze(1)

@@ -215,8 +215,10 @@ def test_cpu_row_path_equals_batched_path(V, kind, record):
     scores[2, ::3] = float("-inf")
     rho = 1.0 if kind == "all" else 0.5
     cfg = ChainMarkConfig(KEY, S=5, rho=rho, gate=kind)
-    signal = top2_gap(scores) if kind == "top2_gap" else entropy(scores)
-    gate = Gate.calibrate(kind, rho, signal.numpy())
+    signal = np.sort((top2_gap(scores) if kind == "top2_gap" else entropy(scores)).numpy())
+    # a threshold between two rows' signals: the two paths sum the entropy in
+    # different orders, so a row sitting exactly on tau could go either way
+    gate = Gate(kind, float(signal[1:3].mean())) if kind != "all" else Gate("all", 0.0)
     rows = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
     batched = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
     batched.row_path = False
@@ -349,7 +351,7 @@ def test_generate_with_every_position_gated_walks_the_cycle(model_and_tokenizer)
 
 @pytest.mark.slow
 def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and_tokenizer):
-    """At n ~ 64 and rho = 0.5 the expected z is rho sqrt((S-1)(n-1)) ~ 8, far above
+    """At n ~ 48 and rho = 0.5 the expected z is rho sqrt((S-1)(n-1)) ~ 7, far above
     z_0.01 = 2.33, so every watermarked text must be flagged. Unwatermarked texts are
     flagged with probability alpha (about 2% on real text, the paper reports); among 8,
     three or more false alarms has probability < 0.1% even at 2%."""
@@ -357,10 +359,10 @@ def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and
     from chainmark.embed import calibrate_gate, generate
 
     model, tok = model_and_tokenizer
-    gate = calibrate_gate(model, tok, PROMPTS[:4], "high_entropy", 0.5, max_new_tokens=32, batch_size=4)
+    gate = calibrate_gate(model, tok, PROMPTS[:4], "high_entropy", 0.5, max_new_tokens=24, batch_size=4)
     cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
-    marked = generate(model, tok, PROMPTS, cfg, gate, max_new_tokens=64, min_new_tokens=48, batch_size=8)
-    plain = generate(model, tok, PROMPTS, None, max_new_tokens=64, min_new_tokens=48, batch_size=8)
+    marked = generate(model, tok, PROMPTS, cfg, gate, max_new_tokens=48, min_new_tokens=40, batch_size=8)
+    plain = generate(model, tok, PROMPTS, None, max_new_tokens=48, min_new_tokens=40, batch_size=8)
     hits = [detect(g.token_ids, KEY, S=5, alpha=0.01).is_watermarked for g in marked]
     false_alarms = [detect(g.token_ids, KEY, S=5, alpha=0.01).is_watermarked for g in plain]
     assert all(hits)
