@@ -22,6 +22,7 @@ import http.server
 import json
 import math
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+import urllib.parse
 from urllib.parse import urlparse
 
 import pytest
@@ -160,10 +162,31 @@ class Browser:
     WANTED = ("Page.loadEventFired",)
 
     # -- page helpers
-    def open(self, url: str) -> None:
+    def open(self, url: str, lands_on: str | None = None) -> None:
+        """Navigate and return once the page at `lands_on` (default: `url`) has fully loaded.
+
+        A load event alone is not enough: a page that redirects (the site's index.html does,
+        by a meta refresh) fires one for itself and then navigates again, and a script run
+        in between dies with the old document or waits on it forever.
+        """
         self.events.clear()
         self.call("Page.navigate", {"url": url})
         self.wait_for("Page.loadEventFired")
+        want = lands_on or url
+        deadline = time.monotonic() + self.timeout
+        state = None
+        while time.monotonic() < deadline:
+            try:
+                state = self.call("Runtime.evaluate", {"expression": "[location.href, document.readyState]",
+                                                       "returnByValue": True})["result"].get("value")
+            except CDPError as err:  # the document went away under us: a navigation is under way
+                if "navigated" not in str(err) and "context" not in str(err).lower():
+                    raise
+                state = None
+            if state == [want, "complete"]:
+                return
+            time.sleep(0.1)
+        raise CDPError(f"{url} did not settle on {want} (last seen: {state})")
 
     def js(self, expression: str):
         res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
@@ -315,13 +338,31 @@ def _close(a: float, b: float, rel: float = 1e-9) -> bool:
 # --------------------------------------------------------------------------- tests
 
 
-def _open(browser: Browser, site_url: str, page: str) -> None:
+def _redirect_target(page: str) -> str | None:
+    """Where a page's meta refresh sends the browser, relative to the site root (None: no refresh)."""
+    head = (SITE / page).read_text(encoding="utf-8", errors="replace")[:4000]
+    m = re.search(r"""<meta[^>]+http-equiv=["']refresh["'][^>]+content=["'][^"';]*;\s*url=([^"']+)["']""",
+                  head, re.IGNORECASE)
+    return urllib.parse.urljoin(page, m.group(1).strip()) if m else None
+
+
+def _open(browser: Browser, site_url: str, page: str, settle_s: float = 30.0) -> None:
     if not (SITE / page).exists():
         pytest.fail(f"{page} is missing from the built site")
-    browser.open(site_url + page)
-    # wait until MathJax has typeset and fonts are in: both move the layout (and start requests)
-    browser.js("(async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
-               " { await MathJax.startup.promise; } await document.fonts.ready; return 1; })()")
+    target = _redirect_target(page)
+    if target is not None and not (SITE / urllib.parse.urlsplit(target).path).exists():
+        pytest.fail(f"{page} redirects to {target}, which is missing from the built site")
+    browser.open(site_url + page, lands_on=site_url + target if target else None)
+    # wait until MathJax has typeset and fonts are in: both move the layout (and start requests);
+    # the wait is bounded in the page, so a page that never settles fails by name
+    settled = browser.js(
+        "(async () => { const work = (async () => {"
+        " if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }"
+        " await document.fonts.ready; return 'settled'; })();"
+        f" const late = new Promise(r => setTimeout(() => r('timed out'), {int(settle_s * 1000)}));"
+        " return await Promise.race([work, late]); })()")
+    if settled != "settled":
+        pytest.fail(f"{page}: MathJax or the fonts did not settle within {settle_s:.0f} s")
     time.sleep(0.3)
 
 
@@ -511,3 +552,14 @@ def test_the_request_guard_records_and_blocks(browser: Browser, tmp_path_factory
         browser.requests = []
         server.shutdown()
         server.server_close()
+
+
+def test_index_redirects_to_first_chapter(browser: Browser, site_url: str) -> None:
+    """The site root sends readers to the introduction, and opening it repeatedly never wedges the browser."""
+    target = _redirect_target("index.html")
+    assert target == "book/intro.html"
+    for _ in range(5):  # the redirect used to race the next navigation and hang a script for good
+        _open(browser, site_url, "index.html")
+        assert browser.js("location.pathname").endswith("/book/intro.html")
+        _open(browser, site_url, "book/teaching.html")
+        assert browser.js("document.title")
