@@ -111,3 +111,50 @@ def test_a_failing_cell_fails_the_build(tmp_path):
     bad = _build(_mini_book(tmp_path / "bad", "raise RuntimeError('this cell fails on purpose')"))
     assert bad.returncode != 0
     assert "FAILED" in bad.stderr
+
+
+def _python_blocks(markdown: str) -> list[str]:
+    import re
+
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
+
+
+@pytest.mark.parametrize("page", ["book/intro.md", "book/teaching.md"])
+def test_code_shown_in_pages_compiles_and_its_imports_exist(page):
+    """Code blocks on the Markdown pages are not executed by the build, so check them here:
+    they parse, every name they import exists, and every name they use is defined or imported."""
+    import ast
+    import builtins
+    import importlib
+
+    for block in _python_blocks((ROOT / page).read_text(encoding="utf-8")):
+        tree = ast.parse(block)
+        defined = set(dir(builtins))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{page}: {node.module} has no {alias.name}"
+                    defined.add(alias.asname or alias.name)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    importlib.import_module(alias.name)
+                    defined.add((alias.asname or alias.name).split(".")[0])
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        assert not used - defined, f"{page}: a code block uses undefined names {sorted(used - defined)}"
+
+
+def test_every_chapter_has_a_measured_run_time():
+    """The teaching page schedules workshops from book/data/chapter_timings.json, so every
+    notebook in the table of contents needs a measured entry (tools/measure_chapters.py)."""
+    timings = json.loads((ROOT / "book" / "data" / "chapter_timings.json").read_text())
+    notebooks = [resolve(e).relative_to(ROOT).as_posix() for e in toc_files()
+                 if resolve(e).suffix == ".ipynb"]
+    missing = [nb for nb in notebooks if nb not in timings["chapters"]]
+    assert not missing, f"no measured run time for {missing}: run tools/measure_chapters.py"
+    for nb in notebooks:
+        entry = timings["chapters"][nb]
+        seconds = entry["seconds"] if isinstance(entry, dict) else entry
+        assert 0 < float(seconds) < 3600, (nb, entry)

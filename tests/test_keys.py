@@ -243,7 +243,7 @@ def test_book_key_absent_from_built_site_and_records():
         pytest.skip("the site is not built (run `make book` first)")
     key = book_key()
     forms = [f.encode() for f in _key_forms(key)] + [key]
-    folders = [site, ROOT / "_build" / "jupyter_execute", ROOT / "runs"]
+    folders = [site, ROOT / "_build" / "jupyter_execute", ROOT / "_build" / "runs", ROOT / "runs"]
     scanned = 0
     for folder in folders:
         if not folder.is_dir():

@@ -563,3 +563,20 @@ def test_index_redirects_to_first_chapter(browser: Browser, site_url: str) -> No
         assert browser.js("location.pathname").endswith("/book/intro.html")
         _open(browser, site_url, "book/teaching.html")
         assert browser.js("document.title")
+
+
+def test_site_opens_on_the_intro_and_shows_the_first_generation(browser: Browser, site_url: str) -> None:
+    """What a reader sees first: the intro from the site root, and chapter 0's generated text,
+    rendered from the output the build produced on the embedded model."""
+    _open(browser, site_url, "index.html")
+    assert "Article 50" in browser.js("document.body.innerText"), "the site root does not show the intro"
+    _open(browser, site_url, "book/00_first_run.html")
+    outputs = browser.js(
+        "Array.from(document.querySelectorAll('div.cell')).filter(c => "
+        "(c.querySelector('.cell_input') || {innerText: ''}).innerText.includes('model.generate('))"
+        ".map(c => (c.querySelector('.cell_output') || {innerText: ''}).innerText)")
+    assert outputs, "chapter 0 has no generation cell"
+    generated, _, stats = outputs[0].rpartition("[")
+    assert re.search(r"\d+ tokens in [\d.]+ s", stats), f"no generation statistics in {outputs[0]!r}"
+    words = re.findall(r"[A-Za-z]{3,}", generated)
+    assert len(words) >= 20, f"the first generation shows little text: {generated!r}"

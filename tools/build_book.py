@@ -7,6 +7,12 @@ Runs ``jupyter-book build --all`` (every chapter executes; ``_config.yml`` sets
 and exits non-zero if the build failed or the log reports a cell error. Also
 writes ``_build/timings.json``: wall time per executed notebook, read from the
 execution reports, for the teaching page.
+
+Chapters that keep resumable run records (8 and 8b) write them to
+``_build/runs``, emptied at the start of every build: a build shows what this
+code produced now, never records left by an earlier version in ``runs/``
+(which stays the readers' own folder for interrupted long runs). Set
+``CHAINMARK_RUNS`` to override.
 """
 from __future__ import annotations
 
@@ -26,10 +32,12 @@ ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook ex
 def build(book_dir: Path) -> int:
     book_dir = book_dir.resolve()
     build_dir = book_dir / "_build"
-    for stale in (build_dir / "html", build_dir / ".doctrees", build_dir / "jupyter_execute"):
+    runs = build_dir / "runs"
+    for stale in (build_dir / "html", build_dir / ".doctrees", build_dir / "jupyter_execute", runs):
         shutil.rmtree(stale, ignore_errors=True)
     jb = Path(sys.executable).with_name("jupyter-book")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.setdefault("CHAINMARK_RUNS", str(runs))
     log_path = book_dir / "_build.log"
     start = time.perf_counter()
     with open(log_path, "w") as log:
