@@ -118,8 +118,9 @@ def load_model(
 
     ``name`` defaults to ``CHAINMARK_MODEL`` and then to the embedded
     SmolLM2-135M-Instruct. CUDA is used when present, in bfloat16; the CPU
-    runs float32. Tokenizers get left padding (for batched generation) and a
-    pad token.
+    runs float32. On a device other than the CPU the weights are loaded
+    straight onto it (``device_map``), never staged in host memory.
+    Tokenizers get left padding (for batched generation) and a pad token.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -136,9 +137,10 @@ def load_model(
         kwargs: dict[str, Any] = {"local_files_only": True}
     else:
         source, kwargs = name, {}
+    model_kwargs = dict(kwargs, **load_placement(device, dtype))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(source), **model_kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(
             f"Could not load model {name!r}: {exc}\n"
@@ -147,12 +149,42 @@ def load_model(
             "licence accepted. Offline, unset CHAINMARK_MODEL to use the "
             "embedded SmolLM2-135M-Instruct."
         ) from exc
-    model.to(device)
+    if "device_map" not in model_kwargs:
+        model.to(device)
     model.eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    _LAST_LOADED.clear()
+    _LAST_LOADED.update(name=name, model_id=str(id(model)), device=str(getattr(model, "device", device)),
+                        dtype=str(getattr(model, "dtype", dtype)).replace("torch.", ""))
     return model, tokenizer
+
+
+def load_placement(device: Any, dtype: Any) -> dict[str, Any]:
+    """The ``from_pretrained`` keyword arguments that place the weights.
+
+    On the CPU the model is built in host memory (and :func:`load_model` calls
+    ``.to(device)``, a no-op there). On any other device the weights go
+    straight to it with ``device_map`` (via ``accelerate``): building a 7B
+    bfloat16 model in host memory first needs about 14 GB of RAM, more than a
+    free Colab runtime has.
+    """
+    placement: dict[str, Any] = {"dtype": dtype}
+    if str(device).split(":")[0] != "cpu":
+        placement["device_map"] = str(device)
+    return placement
+
+
+#: What the most recent :func:`load_model` call loaded (``name``, ``device``,
+#: ``dtype`` and the model object's ``id``, as strings); the chapters' run
+#: banner reports it.
+_LAST_LOADED: dict[str, str] = {}
+
+
+def last_loaded() -> dict[str, str]:
+    """``name``, ``device`` and ``dtype`` of the last model :func:`load_model` returned ({} if none)."""
+    return dict(_LAST_LOADED)
 
 
 def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) -> str:

@@ -62,20 +62,39 @@ def show_source(obj: Any) -> Any:
     return HTML(source_html(obj))
 
 
-def banner(model_name: str | None = None) -> Any:
-    """A one-line summary of the run: model, device, dtype, scale, seeds."""
+def banner(model_name: str | None = None, model: Any = None) -> Any:
+    """A one-line summary of the run: model, device, dtype, scale, seeds.
+
+    The device and dtype are those of the loaded model: ``model`` when given,
+    else the last model :func:`chainmark.models.load_model` returned. Before
+    any model is loaded they read "not loaded".
+    """
     from IPython.display import HTML
 
+    from .models import last_loaded
     from .settings import get_settings
 
     s = get_settings()
     import torch
 
-    dtype = "bfloat16" if s.device == "cuda" else "float32"
-    gpu = torch.cuda.get_device_name(0) if s.device == "cuda" else "none"
+    loaded = last_loaded()
+    if model is not None:
+        device = str(getattr(model, "device", "?"))
+        dtype = str(getattr(model, "dtype", "?")).replace("torch.", "")
+        same = loaded.get("model_id") == str(id(model))
+        name = (model_name or (loaded.get("name") if same else None)
+                or getattr(getattr(model, "config", None), "name_or_path", None) or s.model)
+    else:
+        device = loaded.get("device", "not loaded")
+        dtype = loaded.get("dtype", "not loaded")
+        name = model_name or loaded.get("name") or s.model
+    gpu = "none"
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = torch.device(device).index
+        gpu = torch.cuda.get_device_name(0 if index is None else index)
     items = {
-        "model": model_name or s.model,
-        "device": s.device,
+        "model": name,
+        "device": device,
         "GPU": gpu,
         "dtype": dtype,
         "scale": s.scale,

@@ -315,6 +315,44 @@ def test_every_forced_token_follows_its_predecessor_in_model_generate():
         assert np.all((states[:-1] + 1) % 5 == states[1:])
 
 
+@pytest.mark.parametrize("row_path", [True, False])
+def test_prompt_alone_and_left_padded_in_a_batch_generate_the_same(row_path):
+    """Model-level padding check: greedy decoding with every step gated. The same
+    prompt, alone and left-padded next to a longer prompt, must give the same
+    generated ids, forced flags, states and entropies (the model sees the padding
+    only through the attention mask and the position ids)."""
+    from transformers import LogitsProcessorList
+
+    model = tiny_model()
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    table = state_table(KEY, 96, 5)
+    short, long = [5, 6, 7], [8, 9, 10, 11, 12, 13, 14]
+
+    def run(rows):
+        width = max(map(len, rows))
+        ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])  # left padding, pad id 0
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        proc = ChainMarkLogitsProcessor(cfg, vocab_size=96, record_signals=True)
+        proc.row_path = row_path
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=16,
+                                 min_new_tokens=16, logits_processor=LogitsProcessorList([proc]),
+                                 pad_token_id=0, eos_token_id=None)
+        new = out[:, width:]
+        return (new, torch.stack(proc.forced, 1), torch.stack(proc.entropy, 1))
+
+    alone_ids, alone_forced, alone_h = run([short])
+    batch_ids, batch_forced, batch_h = run([short, long])
+    assert alone_ids.shape == (1, 16)
+    assert torch.equal(batch_ids[0], alone_ids[0])
+    assert torch.equal(batch_forced[0], alone_forced[0]) and bool(alone_forced.all())
+    assert torch.allclose(batch_h[0], alone_h[0], atol=1e-4)
+    walk = table[[short[-1]] + alone_ids[0].tolist()]  # states, from the prompt's last token on
+    assert np.all((walk[:-1] + 1) % 5 == walk[1:])
+    walk_long = table[[long[-1]] + batch_ids[1].tolist()]  # the longer prompt walks its own cycle
+    assert np.all((walk_long[:-1] + 1) % 5 == walk_long[1:])
+
+
 # ---- the real model (slow) ----------------------------------------------
 PROMPTS = [
     "Explain photosynthesis in a comprehensive way.",

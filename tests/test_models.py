@@ -45,3 +45,73 @@ def test_chat_prompt_rejects_empty_messages(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     with pytest.raises(ValueError, match="user_message"):
         chat_prompt(tokenizer, "   ")
+
+
+class _FakeModel:
+    """Stands in for a loaded model: records ``.to`` calls, has a device and a dtype."""
+
+    def __init__(self, kwargs):
+        self.kwargs = kwargs
+        self.moved_to = []
+        self.dtype = kwargs.get("dtype")
+        self.device = torch.device("cpu")
+
+    def to(self, device):
+        self.moved_to.append(str(device))
+        return self
+
+    def eval(self):
+        return self
+
+
+class _FakeTokenizer:
+    pad_token = None
+    eos_token = "</s>"
+    padding_side = "right"
+
+
+@pytest.fixture
+def fake_from_pretrained(monkeypatch):
+    """Replace both from_pretrained loaders; return the model kwargs of each call."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    calls = []
+
+    def model_loader(source, **kwargs):
+        calls.append(kwargs)
+        return _FakeModel(kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", model_loader)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda source, **kwargs: _FakeTokenizer())
+    return calls
+
+
+def test_gpu_load_places_weights_with_device_map_not_via_host_memory(fake_from_pretrained):
+    # a 7B bfloat16 model staged on the CPU first would need ~14 GB of host RAM
+    model, tokenizer = load_model("some-org/some-7b-model", device="cuda")
+    (kwargs,) = fake_from_pretrained
+    assert kwargs["device_map"] == "cuda" and kwargs["dtype"] == torch.bfloat16
+    assert model.moved_to == []  # never built on the host and moved
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token == "</s>"
+    load_model("some-org/some-7b-model", device="cuda:1", dtype=torch.float16)
+    assert fake_from_pretrained[1]["device_map"] == "cuda:1"
+    assert fake_from_pretrained[1]["dtype"] == torch.float16
+
+
+def test_cpu_load_keeps_host_path(fake_from_pretrained):
+    model, _ = load_model("some-org/some-model", device="cpu")
+    (kwargs,) = fake_from_pretrained
+    assert "device_map" not in kwargs and kwargs["dtype"] == torch.float32
+    assert model.moved_to == ["cpu"]
+
+
+def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained):
+    from chainmark.viz import banner
+
+    model, _ = load_model("some-org/some-model", device="cpu", dtype=torch.bfloat16)
+    text = banner().data
+    assert "<b>dtype</b>: bfloat16" in text and "<b>device</b>: cpu" in text
+    assert "some-org/some-model" in text
+    model.dtype = torch.float16  # an explicitly passed model wins
+    assert "<b>dtype</b>: float16" in banner(model=model).data
+    assert "<b>dtype</b>: float32" not in banner().data
