@@ -17,6 +17,7 @@ key's states can do, which is why the key must stay secret.
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 import re
@@ -76,21 +77,36 @@ def _check_vocab_size(vocab_size: object) -> int:
     return int(vocab_size)
 
 
-def _ids(token_ids: Any) -> np.ndarray:
-    """Validated 1-D int64 array from a list, array or torch tensor of token ids."""
+def _ids(token_ids: Any, vocab_size: int | None = None) -> np.ndarray:
+    """Validated 1-D int64 array from a list, array or torch tensor of token ids.
+
+    With ``vocab_size`` an id outside ``[0, vocab_size)`` is a ``ValueError``
+    naming ``token_ids``, the id and the vocabulary size.
+    """
     if hasattr(token_ids, "tolist") and not isinstance(token_ids, np.ndarray):
         token_ids = token_ids.tolist()  # torch tensors
-    arr = as_token_array(token_ids)
+    arr = as_token_array(token_ids, vocab_size)
     return arr.astype(np.int64) if arr.size else np.zeros(0, dtype=np.int64)
+
+
+def _check_count(n: object, name: str, low: int) -> int:
+    """An integer count >= ``low`` (TypeError for a non-integer, ValueError below ``low``)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {low}, got {type(n).__name__}")
+    if n < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {n}")
+    return int(n)
 
 
 def n_edits(delta: float, n: int) -> int:
     """Number of edits at rate ``delta`` on ``n`` tokens: ceil(delta * n).
 
     The product is rounded to 9 decimals first, so that float noise such as
-    0.07 * 100 = 7.000000000000001 does not add a spurious edit.
+    0.07 * 100 = 7.000000000000001 does not add a spurious edit. ``n`` is a
+    token count: an integer >= 0.
     """
     delta = check_delta(delta)
+    n = _check_count(n, "n", 0)
     return int(math.ceil(round(delta * n, 9)))
 
 
@@ -104,6 +120,33 @@ def spawn(seed: SeedLike, count: int) -> list[np.random.Generator]:
         return seed.spawn(count)
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     return [np.random.default_rng(s) for s in seq.spawn(count)]
+
+
+#: How :func:`record_seed` derives a text's stream (stored in a grid's run.json).
+RECORD_SEEDING = "seed+sha256(record id)/1"
+
+
+def record_seed(seed: SeedLike, record: str) -> np.random.SeedSequence:
+    """The random stream of one named text: the attack seed and a stable hash of its name.
+
+    The name (a grid record id such as ``"chainmark/wiki/0003"``) is hashed
+    with SHA-256, whose first 16 bytes become four 32-bit words appended to
+    the seed's spawn key: ``SeedSequence(seed, spawn_key=words)``. So the
+    same seed and name always give the same stream (on any machine, in any
+    batch, in any order), while two names give independent streams, whatever
+    their position in a batch. ``seed`` is an int or a ``SeedSequence``; a
+    ``Generator`` has no reproducible state to derive from and is refused.
+    """
+    if not isinstance(record, str):
+        raise TypeError(f"record must be a str (e.g. a record id), got {type(record).__name__}")
+    if isinstance(seed, np.random.Generator):
+        raise TypeError("seed must be an int or a numpy SeedSequence to derive per-record streams, "
+                        "not a Generator")
+    base = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    digest = hashlib.sha256(record.encode("utf-8")).digest()[:16]
+    words = tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
+    return np.random.SeedSequence(base.entropy, spawn_key=tuple(base.spawn_key) + words,
+                                  pool_size=base.pool_size)
 
 
 # --------------------------------------------------------------------------- token-level attacks
@@ -500,8 +543,9 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
                    candidates: Any, seed: SeedLike) -> list[int]:
     from .detect import detect
 
-    topo, table = _valid_rows(key, S, topology, _check_vocab_size(vocab_size))
-    ids = _ids(token_ids).copy()
+    vocab_size = _check_vocab_size(vocab_size)
+    topo, table = _valid_rows(key, S, topology, vocab_size)
+    ids = _ids(token_ids, vocab_size).copy()  # an id >= vocab_size has no state: ValueError
     n = ids.size
     if n < 2:
         return ids.tolist()
@@ -540,6 +584,9 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
             best = None
             for c in pool:  # candidates are tried in order (most fluent first)
                 c = int(c)
+                if not 0 <= c < vocab_size:
+                    raise ValueError(f"candidates({j}) returned token id {c}, outside the vocabulary "
+                                     f"[0, {vocab_size - 1}] of vocab_size = {vocab_size}")
                 if c == ids[j] or not good(ids[i], c):
                     continue
                 if j + 1 >= n or good(c, ids[j + 1]):  # fixes both transitions
@@ -567,6 +614,9 @@ def keyed_scrub(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
     position j, best first (e.g. the model's top-k, so the text stays fluent);
     by default random tokens are tried. Stops once z < ``target_z`` if given.
     This is a demonstration of why the key must stay secret, not a tool.
+    Every id in ``token_ids`` and every candidate must lie in
+    ``[0, vocab_size)`` (the key's state table covers exactly those ids);
+    one outside is a ``ValueError`` naming the id and ``vocab_size``.
     """
     return _informed_edit(token_ids, key, S, topology, vocab_size, False, target_z, candidates, seed)
 
@@ -585,7 +635,12 @@ def keyed_forge(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
 
 def random_walk_text(n: int, key: Key, vocab_size: int, S: int = 5,
                      topology: TopologyLike = "clockwork", seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """n random tokens that walk the cycle perfectly: a forgery from nothing but the key."""
+    """n random tokens that walk the cycle perfectly: a forgery from nothing but the key.
+
+    ``n`` is the number of tokens, an integer >= 1 (one token has no
+    transition yet; every further token makes one legal transition).
+    """
+    n = _check_count(n, "n", 1)
     topo, table = _valid_rows(key, S, topology, _check_vocab_size(vocab_size))
     rng = np.random.default_rng(seed)
     by_state = [np.flatnonzero(table == s) for s in range(topo.S)]
@@ -605,8 +660,11 @@ class Attack(ABC):
     ``level`` says which (``"tokens"`` or ``"text"``). ``attack(x)`` edits one
     item; ``attack.apply(items)`` edits many (text attacks batch them; token
     attacks give item i its own independent random stream spawned from the
-    seed). ``attack.apply_ids(id_lists, tokenizer)`` lets a runner treat every
-    attack alike: text attacks decode, rewrite and re-tokenize.
+    seed). ``attack.apply_keyed(items, names)`` edits item i with a stream
+    derived from the seed and ``names[i]`` (:func:`record_seed`), so a text's
+    edits depend on its name, not its position in a batch (text attacks
+    ignore the names). ``attack.apply_ids(id_lists, tokenizer)`` lets a runner
+    treat every attack alike: text attacks decode, rewrite and re-tokenize.
     """
 
     name: str = "attack"
@@ -617,6 +675,14 @@ class Attack(ABC):
 
     def apply(self, items: Sequence[Any]) -> list[Any]:
         return [self(x) for x in items]
+
+    def apply_keyed(self, items: Sequence[Any], names: Sequence[str]) -> list[Any]:
+        """Edit ``items[i]`` with a stream derived from the seed and ``names[i]`` (see subclasses).
+
+        This default ignores the names and calls :meth:`apply`.
+        """
+        _check_names(items, names)
+        return self.apply(items)
 
     def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None) -> list[list[int]]:
         """Attack token sequences, whatever the level (text attacks need ``tokenizer``)."""
@@ -638,6 +704,15 @@ class Attack(ABC):
         return f"{type(self).__name__}({params})"
 
 
+def _check_names(items: Sequence[Any], names: Sequence[str]) -> list[str]:
+    if isinstance(names, str):
+        raise TypeError("names must be a sequence of strings (one per item), not one string")
+    names = list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must have one entry per item: {len(names)} names for {len(items)} items")
+    return names
+
+
 class _TokenAttack(Attack):
     level = "tokens"
 
@@ -647,6 +722,12 @@ class _TokenAttack(Attack):
 
     def apply(self, items: Sequence[Any]) -> list[Any]:
         return [self._edit(x, rng) for x, rng in zip(items, spawn(self.seed, len(items)))]
+
+    def apply_keyed(self, items: Sequence[Any], names: Sequence[str]) -> list[Any]:
+        """Edit ``items[i]`` with the stream :func:`record_seed` derives from the seed and ``names[i]``."""
+        names = _check_names(items, names)
+        return [self._edit(x, np.random.default_rng(record_seed(self.seed, name)))
+                for x, name in zip(items, names)]
 
     def __call__(self, item: Any) -> list[int]:
         return self._edit(item, self.seed)
@@ -744,7 +825,8 @@ def make_attack(name: str, **kwargs: Any) -> Attack:
 
 __all__ = [
     "ATTACKS", "Attack", "BackTranslation", "Deletion", "Insertion", "LANGUAGES", "LMTranslator",
-    "Paraphrase", "Seq2SeqTranslator", "Substitution", "back_translate", "check_delta", "delete",
-    "edit_fraction", "insert", "keyed_forge", "keyed_scrub", "language", "make_attack", "n_edits",
-    "paraphrase", "predicted_z_ratio", "random_walk_text", "resolve_translator", "spawn", "substitute", "translator_name",
+    "Paraphrase", "RECORD_SEEDING", "Seq2SeqTranslator", "Substitution", "back_translate", "check_delta",
+    "delete", "edit_fraction", "insert", "keyed_forge", "keyed_scrub", "language", "make_attack", "n_edits",
+    "paraphrase", "predicted_z_ratio", "random_walk_text", "record_seed", "resolve_translator",
+    "spawn", "substitute", "translator_name",
 ]

@@ -268,9 +268,29 @@ class BaselineResult:
                 "p_value_binomial": float(self.p_value_binomial)}
 
 
+def _check_counts(n_green: object, n_scored: object) -> tuple[int, int]:
+    """Green and scored counts: integers with 0 <= n_green <= n_scored."""
+    for name, value in (("n_scored", n_scored), ("n_green", n_green)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer >= 0, got {type(value).__name__}")
+    if n_scored < 0:
+        raise ValueError(f"n_scored must be an integer >= 0, got {n_scored}")
+    if not 0 <= n_green <= n_scored:
+        raise ValueError(f"n_green must lie in [0, n_scored] = [0, {n_scored}] (green positions are "
+                         f"among the scored ones), got {n_green}")
+    return int(n_green), int(n_scored)
+
+
 def green_z(n_green: int, n_scored: int, gamma: float) -> float:
-    """KGW's one-proportion z-score (0 when nothing is scored)."""
-    if n_scored < 1:
+    """KGW's one-proportion z-score (0 when nothing is scored).
+
+    ``n_green`` green positions among ``n_scored`` scored ones, so
+    0 <= n_green <= n_scored; ``gamma`` (the green-list share) lies in (0, 1).
+    Anything else is an error naming the parameter.
+    """
+    n_green, n_scored = _check_counts(n_green, n_scored)
+    gamma = _check_gamma(gamma)
+    if n_scored == 0:
         return 0.0
     return (n_green - gamma * n_scored) / math.sqrt(n_scored * gamma * (1.0 - gamma))
 
@@ -447,8 +467,11 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict
     (what we report); ``binomial``: the exact tail of the green count under
     the null, ``P(Bin(m, gamma) >= g)``; ``confidence``: the detector's
     ``1 - p``, which rounds to exactly 1 long before the p-value underflows.
+    ``n_green`` counts green positions among ``n_scored`` scored ones
+    (0 <= n_green <= n_scored) and ``gamma`` lies in (0, 1), as for :func:`green_z`.
     """
     z = green_z(n_green, n_scored, gamma)
+    n_green, n_scored = int(n_green), int(n_scored)
     hf = float(np.asarray(WatermarkDetector._compute_pval(None, np.asarray([z], dtype=float))).ravel()[0])
     # log of the exact tail by summing pmf terms in log space (binom.logsf underflows far out)
     log_tail = float(logsumexp(binom.logpmf(np.arange(n_green, n_scored + 1), n_scored, gamma)))

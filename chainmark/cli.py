@@ -15,7 +15,9 @@ the key and the tokenizer. This module is that third party's tool:
 
 Exit codes: 0 ok, 1 a watermark was detected and ``--fail-on-detect`` was
 given, 2 a usage error (bad option, missing or unreadable key or input
-file, empty input, tokenizer that cannot be loaded).
+file, empty input, tokenizer that cannot be loaded), 3 an internal error
+(an unexpected exception: a bug, reported as one line on stderr, never as
+a traceback, so that it cannot be mistaken for code 1), 130 interrupted.
 
 The key is read from a file (``--key-file``) or the environment
 (``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
@@ -34,6 +36,7 @@ from typing import Any, Iterable, Sequence, TextIO
 EXIT_OK = 0
 EXIT_DETECTED = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 
 #: Format tag of the published regime document.
 REGIME_FORMAT = "chainmark-regime/1"
@@ -181,15 +184,19 @@ def _int_at_least(low: int):
     return parse
 
 
-def _float_in(low: float, high: float, closed: bool):
-    brackets = "[{}, {}]" if closed else "({}, {})"
+def _float_in(low: float, high: float, closed: bool | str):
+    """A float in an interval: closed=True [low, high], False (low, high), "right" (low, high]."""
+    if closed not in (True, False, "right"):
+        raise ValueError(f"closed must be True, False or 'right', got {closed!r}")
+    brackets = {True: "[{}, {}]", False: "({}, {})", "right": "({}, {}]"}[closed]
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        inside = (low <= value <= high) if closed else (low < value < high)
+        inside = {True: low <= value <= high, False: low < value < high,
+                  "right": low < value <= high}[closed]
         if not inside:
             raise argparse.ArgumentTypeError(
                 f"must lie in {brackets.format(low, high)}, got {text!r}")
@@ -225,7 +232,8 @@ examples:
 
 exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect);
 2 usage error (bad option, missing/unreadable key or input, empty input,
-tokenizer that cannot be loaded).
+tokenizer that cannot be loaded); 3 internal error (an unexpected failure,
+reported in one line: please report it); 130 interrupted.
 The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
 (hex). It is never printed; only its fingerprint is."""
 
@@ -311,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
                        formatter_class=fmt)
     c.add_argument("--n", type=_int_at_least(2), required=True, help="minimum text length in tokens (>= 2)")
-    c.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), required=True,
-                   help="watermark budget: share of gated positions, in (0, 1]")
+    c.add_argument("--rho", type=_float_in(0.0, 1.0, closed="right"), required=True,
+                   help="watermark budget: share of gated positions, in (0, 1] (with none gated "
+                        "there is no watermark to detect)")
     c.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
     c.add_argument("--k", type=_int_at_least(1), default=1, help="successors per state (default 1: clockwork)")
@@ -387,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         return 130
+    except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected")
+        message = " ".join(str(exc).split()) or "(no message)"
+        print(f"chainmark: internal error: {type(exc).__name__}: {message} "
+              f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def _fail(message: str) -> int:
@@ -598,8 +612,6 @@ def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], th
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate as cal
 
-    if args.rho == 0.0:
-        raise UsageError("--rho must be > 0: with no gated positions there is no watermark to detect")
     s_star = int(cal.s_star(args.n, args.rho, args.alpha, k=args.k))
     if args.k >= s_star:
         raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")

@@ -52,11 +52,22 @@ def z_score(phi: float, p0: float, n_transitions: int) -> float:
 
     Computed in the same order of operations as the paper's listing
     (``(phi - p0) / sqrt(p0 * (1 - p0) / n)``), so the two agree bit for bit.
-    No transitions means no evidence: z = 0.
+    ``phi`` is a fraction in [0, 1] and ``n_transitions`` a count (an
+    integer >= 0); anything else is an error naming the parameter. No
+    transitions means no evidence: z = 0, as :func:`detect` reports for a
+    text of fewer than two tokens.
     """
     if not 0.0 < p0 < 1.0:  # also rejects NaN
         raise ValueError(f"p0 must lie in (0, 1), got {p0}")
-    if n_transitions < 1:
+    if isinstance(phi, bool) or not isinstance(phi, (int, float, np.integer, np.floating)):
+        raise TypeError(f"phi must be a number in [0, 1], got {type(phi).__name__}")
+    if not 0.0 <= phi <= 1.0:  # also rejects NaN
+        raise ValueError(f"phi (fraction of legal transitions) must lie in [0, 1], got {phi}")
+    if isinstance(n_transitions, bool) or not isinstance(n_transitions, (int, np.integer)):
+        raise TypeError(f"n_transitions must be an integer >= 0, got {type(n_transitions).__name__}")
+    if n_transitions < 0:
+        raise ValueError(f"n_transitions must be an integer >= 0, got {n_transitions}")
+    if n_transitions == 0:
         return 0.0
     se = math.sqrt(p0 * (1.0 - p0) / n_transitions)
     return (phi - p0) / se
@@ -69,14 +80,31 @@ def p_value(z: float) -> float:
     per-call overhead) evaluates the tail directly through erfc, so it keeps
     full relative precision where ``1 - norm.cdf(z)`` has cancelled to 0
     (z above about 8). It underflows to 0 only beyond z of about 38; use
-    :func:`log_p_value` there.
+    :func:`log_p_value` there. ``z`` may be infinite (p = 0 or 1); NaN is
+    a ``ValueError``, since a p-value of NaN would silently never reject.
     """
-    return float(ndtr(-z))
+    return float(ndtr(-_check_z(z)))
 
 
 def log_p_value(z: float) -> float:
-    """Natural log of the one-sided p-value; finite even where the p-value underflows."""
-    return float(log_ndtr(-z))
+    """Natural log of the one-sided p-value; finite even where the p-value underflows.
+
+    Like :func:`p_value`, NaN is a ``ValueError``.
+    """
+    return float(log_ndtr(-_check_z(z)))
+
+
+def _check_z(z: object) -> float:
+    """A z-score as a float: any real scalar (int, float, numpy or 0-d array), not NaN."""
+    if isinstance(z, (bool, str, bytes)):
+        raise TypeError(f"z must be a number, got {type(z).__name__}")
+    try:
+        z = float(z)
+    except (TypeError, ValueError):
+        raise TypeError(f"z must be a number, got {type(z).__name__}") from None
+    if math.isnan(z):
+        raise ValueError("z must be a number, got NaN")
+    return z
 
 
 @dataclass

@@ -21,6 +21,16 @@ is cut off before appending. Batches have a fixed composition and seed
 (``seed + batch index``), so a resumed run produces what an uninterrupted one
 would have.
 
+Attack seeds. A token-level attack edits each text with its own random
+stream, derived from the attack's seed (43 in the book) and a SHA-256 hash
+of the record id (:func:`chainmark.attacks.record_seed`). The edits of a
+text therefore depend only on the attack seed and the record it belongs to,
+not on its position in a batch: texts k of different batches or methods no
+longer share edit positions, and a rerun, a resumed run or a run with
+another ``batch_size`` edits each text exactly as before. ``run.json``
+stores the scheme (``attack_seeding``), so records made under another one
+are never mixed in.
+
 Secrets. Records and ``run.json`` hold each method's key *fingerprint*,
 never the key; the writer refuses any line that contains a key (or the KGW
 hashing key derived from it) in any common encoding.
@@ -465,9 +475,14 @@ def _check_methods(methods: Sequence[Method]) -> list[Method]:
 def _meta(methods, attacks, model_name, settings: dict[str, Any]) -> dict[str, Any]:
     from . import __version__
 
-    return {"chainmark_version": __version__, "model": model_name,
+    meta = {"chainmark_version": __version__, "model": model_name,
             "methods": {m.name: m.describe() for m in methods},
             "attacks": {label: a.describe() for label, a in attacks.items()}, **settings}
+    if any(getattr(a, "level", "tokens") == "tokens" for a in attacks.values()):
+        from .attacks import RECORD_SEEDING
+
+        meta["attack_seeding"] = RECORD_SEEDING  # how each text's edit stream is derived
+    return meta
 
 
 def _merge_meta(path: Path, new: dict[str, Any]) -> dict[str, Any]:
@@ -480,8 +495,10 @@ def _merge_meta(path: Path, new: dict[str, Any]) -> dict[str, Any]:
         if k == "methods":
             continue
         if old.get(k) != v:
+            why = (" (it was made before token-level attacks were seeded per record id)"
+                   if k == "attack_seeding" and k not in old else "")
             raise ValueError(
-                f"{path} holds a run made with {k} = {old.get(k)!r}, not {v!r}; records of different "
+                f"{path} holds a run made with {k} = {old.get(k)!r}, not {v!r}{why}; records of different "
                 "settings must not be mixed: choose another run folder or delete this one")
     for name, desc in new["methods"].items():
         if name in old.get("methods", {}) and old["methods"][name] != desc:
@@ -516,13 +533,24 @@ def _self_ppl(model: Any, outputs: Sequence[Output], batch_size: int) -> list[fl
     return ppl
 
 
-def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any) -> tuple[list[list[int]], list[str] | None]:
-    """Attacked token ids (and texts, for text-level attacks) of a batch of outputs."""
+def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any,
+                  record_ids: Sequence[str]) -> tuple[list[list[int]], list[str] | None]:
+    """Attacked token ids (and texts, for text-level attacks) of a batch of outputs.
+
+    A token-level attack with ``apply_keyed`` (every attack of
+    :mod:`chainmark.attacks`) edits output k with the stream derived from its
+    seed and ``record_ids[k]`` (:func:`chainmark.attacks.record_seed`); other
+    objects are called through ``apply``. Text-level attacks rewrite the
+    whole batch at once with their own seed.
+    """
     if getattr(attack, "level", "tokens") == "text":
         texts = attack.apply([o.text for o in outputs])
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         return ids, list(texts)
-    return [list(map(int, x)) for x in attack.apply([o.token_ids for o in outputs])], None
+    items = [o.token_ids for o in outputs]
+    keyed = getattr(attack, "apply_keyed", None)
+    edited = keyed(items, list(record_ids)) if keyed is not None else attack.apply(items)
+    return [list(map(int, x)) for x in edited], None
 
 
 def run_grid(
@@ -643,7 +671,8 @@ def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tupl
         from .attacks import edit_fraction
 
         for label, attack in attacks.items():
-            a_ids, a_texts = _attack_batch(attack, outputs, tokenizer)
+            a_ids, a_texts = _attack_batch(attack, outputs, tokenizer,
+                                           [record_id(method.name, d, i) for d, i, _ in batch])
             res = method.detect(a_ids, vocab_size=vocab_size, alpha=alpha, model=model, prompt_ids=prompt_ids)
             for k, r in enumerate(res):
                 r["edit_fraction"] = edit_fraction(ids[k], a_ids[k]) if ids[k] else 0.0

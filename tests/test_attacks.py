@@ -223,6 +223,33 @@ def test_apply_gives_each_item_its_own_stream():
     assert sub(ids) == A.substitute(ids, 0.2, V, seed=43)
 
 
+def test_apply_keyed_derives_each_stream_from_the_seed_and_the_name():
+    ids = list(range(100, 300))
+    sub = A.Substitution(0.2, V, seed=43)
+    a, b = sub.apply_keyed([ids, ids], ["m/wiki/0000", "m/wiki/0001"])
+    assert a != b
+    # the name, not the position, picks the stream: reordered or alone, the same edits
+    assert sub.apply_keyed([ids, ids], ["m/wiki/0001", "m/wiki/0000"]) == [b, a]
+    assert sub.apply_keyed([ids], ["m/wiki/0001"]) == [b]
+    assert A.Substitution(0.2, V, seed=44).apply_keyed([ids], ["m/wiki/0001"]) != [b]
+    # the stream is record_seed's, and it is nested in delta like the plain attack
+    assert b == A.substitute(ids, 0.2, V, seed=np.random.default_rng(A.record_seed(43, "m/wiki/0001")))
+    small = A.Substitution(0.1, V, seed=43).apply_keyed([ids], ["m/wiki/0001"])[0]
+    assert {i for i, (x, y) in enumerate(zip(ids, small)) if x != y} <= \
+        {i for i, (x, y) in enumerate(zip(ids, b)) if x != y}
+    # a stable hash: the same words on every machine and every Python (no PYTHONHASHSEED)
+    assert A.record_seed(43, "chainmark/wiki/0003").spawn_key == A.record_seed(43, "chainmark/wiki/0003").spawn_key
+    assert A.record_seed(43, "x").spawn_key == (1108767021, 1152394935, 2843501057, 4113739003)
+    with pytest.raises(ValueError, match="one entry per item"):
+        sub.apply_keyed([ids, ids], ["only one"])
+    with pytest.raises(TypeError, match="names"):
+        sub.apply_keyed([ids], "m/wiki/0000")
+    with pytest.raises(TypeError, match="Generator"):
+        A.record_seed(np.random.default_rng(0), "x")
+    with pytest.raises(TypeError, match="record"):
+        A.record_seed(43, 7)
+
+
 def test_text_attack_through_apply_ids():
     class Tok:  # a character-level stand-in tokenizer
         def decode(self, ids, skip_special_tokens=True):

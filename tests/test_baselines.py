@@ -207,24 +207,43 @@ def test_kgw_processor_runs_batched_on_the_model(model_and_tokenizer):
     assert B.green_z(green, scored, 0.5) > norm.isf(0.01)
 
 
+#: Slack of the SWEET gate-rate test on top of 3 binomial standard errors. The binomial SE treats
+#: positions as independent draws at rate rho; two things it does not cover move the realised rate
+#: a little: positions within one text are correlated (a text is high- or low-entropy as a whole),
+#: and the watermark's green-list bias flattens the next-token distribution, so the texts it
+#: generates run slightly more entropic than the unwatermarked pilot it was calibrated on (rates
+#: 0.01-0.08 above rho in our runs, all below 3 SE + this slack). A broken gate (never, always, or
+#: calibrated in other units) misses rho by far more.
+SWEET_RATE_SLACK = 0.05
+
+
 @pytest.mark.slow
 def test_sweet_gate_rate_tracks_rho_and_detection_recovers_the_gate(model_and_tokenizer):
-    from chainmark.embed import calibrate_gate, generate, logits_width
+    from chainmark.embed import generate, logits_width, pilot_signal
+    from chainmark.prompts import load_prompts
 
     model, tok = model_and_tokenizer
     width = logits_width(model)
-    prompts = ["Explain photosynthesis in a comprehensive way.", "Write a short story about a robot that learns to garden.",
-               "What is the capital of Kenya?", "Describe a walk through a forest in early spring.",
-               "Explain the Doppler effect in a comprehensive way.", "Write a poem about an old oak tree."]
-    gate = calibrate_gate(model, tok, prompts, "high_entropy", 0.5, max_new_tokens=40, batch_size=6)
+    rho, tokens, domains = 0.5, 40, ("factual", "wiki", "writing")
+    # tau comes from a held-out pilot (prompts 0-1 of each domain); the rate is checked on 12 others
+    pilot = [p for d in domains for p in load_prompts(d, 2, start=0)]
+    prompts = [p for d in domains for p in load_prompts(d, 4, start=2)]
+    assert set(pilot).isdisjoint(prompts) and len(prompts) == 12
+    signal = pilot_signal(model, tok, pilot, "high_entropy", max_new_tokens=tokens, batch_size=len(pilot))
+    gate = Gate.calibrate("high_entropy", rho, signal)
     sweet = B.SweetConfig(KEY, gate)
     proc = B.KGWLogitsProcessor(sweet, width)
-    gens = generate(model, tok, prompts, max_new_tokens=40, batch_size=6, extra_processors=[proc])
+    gens = generate(model, tok, prompts, max_new_tokens=tokens, batch_size=len(prompts), extra_processors=[proc])
     flags = proc.gated_matrix()
-    rates = np.array([flags[i, :len(g.token_ids)].mean() for i, g in enumerate(gens) if g.token_ids])
-    # per-text rates are the independent units; the mean must sit within 4 standard errors of rho
-    se = rates.std(ddof=1) / math.sqrt(len(rates))
-    assert abs(rates.mean() - 0.5) < 4 * se + 1e-9
+    lengths = [len(g.token_ids) for g in gens]
+    n_test, n_pilot = sum(lengths), int(np.count_nonzero(np.isfinite(signal)))
+    gated = sum(int(flags[i, :n].sum()) for i, n in enumerate(lengths))
+    # the pooled gate rate against rho: 3 binomial standard errors of the difference between the
+    # test share (n_test positions) and the pilot quantile it was calibrated to (n_pilot positions),
+    # plus the documented slack
+    se = math.sqrt(rho * (1 - rho) * (1 / n_test + 1 / n_pilot))
+    rate = gated / n_test
+    assert abs(rate - rho) < 3 * se + SWEET_RATE_SLACK, (rate, se, n_test, n_pilot)
     # the detector's teacher-forced entropies reproduce the generation-time gate
     res = B.sweet_detect_batch([g.token_ids for g in gens], sweet, model, width,
                                prompt_ids=[g.prompt_ids for g in gens])

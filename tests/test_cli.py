@@ -134,7 +134,8 @@ def test_no_command_is_a_usage_error(capsys):
     (["detect", "--threshold", "nan", "x.txt"], ["--threshold", "finite"]),
     (["detect"], ["FILE"]),
     (["calibrate", "--n", "1", "--rho", "0.5", "--alpha", "0.01"], ["--n", ">= 2"]),
-    (["calibrate", "--n", "100", "--rho", "1.5", "--alpha", "0.01"], ["--rho", "[0.0, 1.0]"]),
+    (["calibrate", "--n", "100", "--rho", "1.5", "--alpha", "0.01"], ["--rho", "(0.0, 1.0]"]),
+    (["calibrate", "--n", "100", "--rho", "0", "--alpha", "0.01"], ["--rho", "(0.0, 1.0]"]),
     (["calibrate", "--n", "100", "--rho", "0.5", "--alpha", "1"], ["--alpha", "(0.0, 1.0)"]),
     (["calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01", "--k", "0"], ["--k", ">= 1"]),
     (["recalibrate", "--null", "x.jsonl", "--alpha", "0.01", "--method", "median"], ["--method", "sd"]),
@@ -443,8 +444,45 @@ def test_calibrate_reports_s_star_from_the_calibration_module(capsys):
 
 
 def test_calibrate_rejects_zero_budget(capsys):
+    """--rho is checked once, against the range its help states: (0, 1]."""
     code, _, err = run(capsys, "calibrate", "--n", "100", "--rho", "0", "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE and "--rho" in err
+    assert code == cli.EXIT_USAGE and "--rho" in err and "(0.0, 1.0]" in err
+    assert "[0.0, 1.0]" not in err and "must be > 0" not in err
+    code, out, _ = run(capsys, "calibrate", "--n", "100", "--rho", "1", "--alpha", "0.01", "--json")
+    assert code == cli.EXIT_OK and json.loads(out)["rho"] == 1.0  # the closed end is allowed
+    _, help_text, _ = run(capsys, "calibrate", "--help")
+    assert "(0, 1]" in " ".join(help_text.split())
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom\nsecond line"), ZeroDivisionError(), AssertionError("x")])
+def test_unexpected_exception_is_an_internal_error_not_detected(capsys, monkeypatch, error):
+    """A bug in a command ends with one line on stderr and exit code 3, never a traceback or 1."""
+    def broken(args):
+        raise error
+
+    monkeypatch.setattr(cli, "_cmd_calibrate", broken)
+    code, out, err = run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01")
+    assert code == cli.EXIT_INTERNAL == 3
+    assert code not in (cli.EXIT_OK, cli.EXIT_DETECTED, cli.EXIT_USAGE)
+    assert out == "" and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("chainmark: internal error: ")
+    assert type(error).__name__ in err
+
+
+def test_interrupts_are_not_swallowed_as_internal_errors(capsys, monkeypatch):
+    def leave(args):
+        raise SystemExit(7)
+
+    monkeypatch.setattr(cli, "_cmd_calibrate", leave)
+    with pytest.raises(SystemExit):
+        run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01")
+
+
+def test_exit_codes_are_documented(capsys):
+    _, help_text, _ = run(capsys, "--help")
+    for code_and_meaning in ("0 ok", "1 watermark detected", "2 usage error", "3 internal error"):
+        assert code_and_meaning in " ".join(help_text.split()), code_and_meaning
+    assert "3 an internal error" in " ".join((cli.__doc__ or "").split())
 
 
 def null_file(tmp_path: Path, z: np.ndarray) -> Path:

@@ -155,6 +155,41 @@ def test_changed_settings_are_refused(tmp_path):
         _run(tmp_path / "e", methods=other)
 
 
+def test_token_attacks_are_seeded_per_record_id_not_per_batch_position():
+    """Text k of every batch used to get the same edit positions; now the record id picks them."""
+    from chainmark.attacks import Deletion
+
+    ids = list(range(100, 140))  # equal length and distinct tokens: the deleted positions are exact
+
+    def deleted(record_ids):
+        outputs = [R.Output("p", [1], list(ids), "", [], []) for _ in record_ids]
+        attacked, texts = R._attack_batch(Deletion(0.25), outputs, FakeTokenizer(), record_ids)
+        assert texts is None and all(len(a) == 30 for a in attacked)
+        return [tuple(sorted(set(ids) - set(a))) for a in attacked]
+
+    rid = [R.record_id("chainmark", "wiki", i) for i in range(4)]
+    batch0, batch1 = deleted(rid[:2]), deleted(rid[2:])
+    assert batch0[0] != batch1[0] and batch0[1] != batch1[1]  # same position in two batches
+    assert deleted([R.record_id("kgw", "wiki", 0)])[0] != batch0[0]  # same position, another method
+    assert len(set(batch0 + batch1)) == 4
+    # determinism: a rerun, another batch composition or order edits each record the same way
+    assert deleted(rid[:2]) == batch0
+    assert deleted([rid[3], rid[0], rid[2]]) == [batch1[1], batch0[0], batch1[0]]
+
+
+def test_run_json_stores_the_attack_seeding_and_refuses_older_runs(tmp_path):
+    from chainmark.attacks import RECORD_SEEDING
+
+    _run(tmp_path / "s", stop_after=2)
+    meta_file = tmp_path / "s" / R.META_FILE
+    meta = json.loads(meta_file.read_text())
+    assert meta["attack_seeding"] == RECORD_SEEDING
+    del meta["attack_seeding"]  # a run made before per-record attack seeds
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="attack_seeding.*seeded per record id"):
+        _run(tmp_path / "s")
+
+
 def _key_forms(key: bytes) -> list[bytes]:
     return [key, key.hex().encode(), key.hex().upper().encode(), base64.b64encode(key), repr(key)[2:-1].encode()]
 

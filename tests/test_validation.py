@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from chainmark.detect import check_alpha, detect, detect_text, score_states, z_score
+from chainmark import attacks, baselines
+from chainmark.detect import check_alpha, detect, detect_text, log_p_value, p_value, score_states, z_score
 from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from chainmark.gates import Gate, check_rho
 from chainmark.partition import state_of, state_table, states_of
@@ -117,6 +118,38 @@ CASES = [
     ("check_alpha -1", lambda: check_alpha(-1), ValueError, ["alpha", "(0, 1)"]),
     ("z_score p0 = 0", lambda: z_score(0.5, 0.0, 10), ValueError, ["p0", "(0, 1)"]),
     ("z_score p0 = 1.5", lambda: z_score(0.5, 1.5, 10), ValueError, ["p0", "(0, 1)"]),
+    ("z_score phi = 2", lambda: z_score(2.0, 0.2, 10), ValueError, ["phi", "[0, 1]"]),
+    ("z_score phi = -0.1", lambda: z_score(-0.1, 0.2, 10), ValueError, ["phi", "[0, 1]"]),
+    ("z_score phi nan", lambda: z_score(float("nan"), 0.2, 10), ValueError, ["phi", "[0, 1]"]),
+    ("z_score phi str", lambda: z_score("0.5", 0.2, 10), TypeError, ["phi", "[0, 1]"]),
+    ("z_score n = -1", lambda: z_score(0.5, 0.2, -1), ValueError, ["n_transitions", ">= 0"]),
+    ("z_score n = 2.5", lambda: z_score(0.5, 0.2, 2.5), TypeError, ["n_transitions", "integer"]),
+    ("p_value nan", lambda: p_value(float("nan")), ValueError, ["z", "NaN"]),
+    ("p_value str", lambda: p_value("3"), TypeError, ["z", "number"]),
+    ("log_p_value nan", lambda: log_p_value(float("nan")), ValueError, ["z", "NaN"]),
+    # ---- attacks -----------------------------------------------------------
+    ("n_edits n = -1", lambda: attacks.n_edits(0.5, -1), ValueError, ["n", ">= 0"]),
+    ("n_edits n = 2.5", lambda: attacks.n_edits(0.5, 2.5), TypeError, ["n", "integer"]),
+    ("random_walk_text n = 0", lambda: attacks.random_walk_text(0, KEY, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = -1", lambda: attacks.random_walk_text(-1, KEY, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = 3.0", lambda: attacks.random_walk_text(3.0, KEY, 100), TypeError, ["n", ">= 1"]),
+    ("keyed_scrub id >= vocab", lambda: attacks.keyed_scrub([1, 2, 150, 3], KEY, 100), ValueError,
+     ["token_ids", "[0, 99]", "150", "100"]),
+    ("keyed_forge id >= vocab", lambda: attacks.keyed_forge([1, 100], KEY, 100), ValueError,
+     ["token_ids", "[0, 99]", "100"]),
+    ("keyed_forge candidate >= vocab",
+     lambda: attacks.keyed_forge(list(range(20)), KEY, 100, candidates=lambda j: [500]), ValueError,
+     ["candidates", "500", "vocab_size = 100"]),
+    # ---- baselines ---------------------------------------------------------
+    ("green_z gamma 0", lambda: baselines.green_z(5, 10, 0.0), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z gamma 1.5", lambda: baselines.green_z(5, 10, 1.5), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z gamma nan", lambda: baselines.green_z(5, 10, float("nan")), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z green > scored", lambda: baselines.green_z(11, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
+    ("green_z green < 0", lambda: baselines.green_z(-1, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
+    ("green_z scored < 0", lambda: baselines.green_z(0, -1, 0.5), ValueError, ["n_scored", ">= 0"]),
+    ("green_z scored float", lambda: baselines.green_z(3, 10.0, 0.5), TypeError, ["n_scored", "integer"]),
+    ("tail_p_values green > scored", lambda: baselines.tail_p_values(30, 10), ValueError, ["n_green", "[0, 10]"]),
+    ("tail_p_values gamma 1", lambda: baselines.tail_p_values(3, 10, 1.0), ValueError, ["gamma", "(0, 1)"]),
     # ---- embedding ---------------------------------------------------------
     ("config S=1", lambda: ChainMarkConfig(KEY, S=1), ValueError, ["S", ">= 2"]),
     ("config rho 1.5", lambda: ChainMarkConfig(KEY, rho=1.5), ValueError, ["rho", "[0, 1]"]),
@@ -211,3 +244,13 @@ def test_valid_edge_values_are_accepted():
     res = detect([], KEY, S=64)
     assert res.n_tokens == 0 and res.p_value == 1.0
     assert math.isfinite(detect([0, 1], KEY, S=2).z)
+    # no transitions: z = 0 as detect reports for fewer than two tokens; phi's ends are allowed
+    assert z_score(0.7, 0.2, 0) == 0.0 == detect([3], KEY).z
+    assert z_score(0.0, 0.2, 10) < 0 < z_score(1.0, 0.2, np.int64(10))
+    assert p_value(math.inf) == 0.0 and p_value(-math.inf) == 1.0 and log_p_value(np.float64(0.0)) < 0
+    assert attacks.n_edits(0.5, 0) == 0 and attacks.n_edits(0.5, np.int64(3)) == 2
+    assert len(attacks.random_walk_text(1, KEY, 100)) == 1
+    assert attacks.keyed_scrub([0, 99, 5], KEY, 100) is not None  # the last id of the vocabulary is fine
+    assert baselines.green_z(0, 0, 0.5) == 0.0
+    assert baselines.green_z(10, 10, 0.5) == pytest.approx(math.sqrt(10))
+    assert baselines.tail_p_values(10, 10)["binomial"] == pytest.approx(0.5 ** 10)
