@@ -31,6 +31,10 @@ another ``batch_size`` edits each text exactly as before. ``run.json``
 stores the scheme (``attack_seeding``), so records made under another one
 are never mixed in.
 
+Plain generation runs (the chapters' hundreds of texts without a grid) use
+:func:`generate_resumable`: the same durable lines, one per generation,
+written batch by batch and read back on a rerun.
+
 Secrets. Records and ``run.json`` hold each method's key *fingerprint*,
 never the key; the writer refuses any line that contains a key (or the KGW
 hashing key derived from it) in any common encoding.
@@ -43,6 +47,7 @@ import math
 import os
 import time
 from abc import ABC, abstractmethod
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -772,3 +777,113 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
 __all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
            "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id", "records_frame", "repair",
            "run_grid", "score_null_texts", "tpr"]
+
+
+# --------------------------------------------------------------------------- resumable plain generation
+
+
+def generate_resumable(
+    path: str | os.PathLike,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    config: Any = None,
+    gate: Any = None,
+    *,
+    batch_size: int = 8,
+    seed: int = GENERATION_SEED,
+    progress: bool = True,
+    stop_after: int | None = None,
+    **generate_kwargs: Any,
+) -> list[Any]:
+    """:func:`chainmark.generate`, written batch by batch to a JSONL file and resumed from it.
+
+    The chapters' long generation runs (hundreds of texts at full scale in
+    Colab) go through this so that a dropped session loses at most the batch
+    in flight. Batch ``b`` holds ``prompts[b * batch_size:(b + 1) * batch_size]``
+    and is sampled with seed ``seed + b``, exactly as one uninterrupted
+    ``generate`` call would, so a resumed run returns the same generations.
+    ``path/run.json`` records the settings (key fingerprint, never the key);
+    resuming with different settings or prompts is refused. ``stop_after``
+    stops after that many new batches (to demonstrate resuming); ``model=None``
+    reads a finished run back without generating. Returns one
+    :class:`~chainmark.embed.Generation` per prompt, in order, or only the
+    finished ones when stopped early.
+    """
+    from tqdm.auto import tqdm
+
+    from . import __version__
+    from .embed import Generation, generate
+
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a sequence of strings, not one string")
+    prompts = list(prompts)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
+                                   or stop_after < 0):
+        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "chainmark_version": __version__,
+        "model": getattr(getattr(model, "config", None), "name_or_path", None),
+        "watermark": config.describe() if config is not None else None,
+        "gate_tau": getattr(gate, "tau", None),
+        "batch_size": batch_size,
+        "seed": int(seed),
+        "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
+        "n_prompts": len(prompts),
+    }
+    secrets = [config.key] if config is not None else []
+    if (path / META_FILE).exists():
+        old = json.loads((path / META_FILE).read_text("utf-8"))
+        diff = [k for k in meta if k != "n_prompts" and old.get(k) != _clean(meta[k])
+                and not (k == "model" and model is None)]
+        if diff:
+            raise ValueError(f"{path} holds generations made with other settings ({', '.join(diff)}); "
+                             "choose another folder or delete this one")
+    if model is not None:
+        _write_meta(path, meta, secrets)
+
+    done: dict[int, dict[str, Any]] = {}
+    for rec in read_records(path / RECORDS_FILE):
+        i = int(rec["index"])
+        if i >= len(prompts) or rec["prompt"] != prompts[i]:
+            raise ValueError(f"{path} holds a generation for prompt {i} that is not this run's "
+                             f"prompt {i}; choose another folder or delete this one")
+        done[i] = rec
+    n_batches = math.ceil(len(prompts) / batch_size)
+    todo = [b for b in range(n_batches)
+            if any(i not in done for i in range(b * batch_size, min((b + 1) * batch_size, len(prompts))))]
+    if todo and model is None:
+        raise ValueError(f"model is None, but {len(todo)} of {n_batches} batches in {path} are still "
+                         "to generate: pass the model (None only reads back a finished run)")
+    fields = [f.name for f in dataclasses.fields(Generation)]
+    with RecordWriter(path / RECORDS_FILE, secrets) as writer:
+        bar = tqdm(total=n_batches, initial=n_batches - len(todo), desc=path.name, disable=not progress)
+        for count, b in enumerate(todo):
+            if stop_after is not None and count >= stop_after:
+                break
+            lo = b * batch_size
+            batch = prompts[lo:lo + batch_size]
+            gens = generate(model, tokenizer, batch, config, gate, batch_size=batch_size, seed=seed + b,
+                            **generate_kwargs)
+            for offset, g in enumerate(gens):
+                if lo + offset in done:   # written before an interruption cut the batch short
+                    continue
+                rec = {"index": lo + offset, **dataclasses.asdict(g)}
+                writer.write(rec)
+                done[lo + offset] = json.loads(json.dumps(_clean(rec)))
+            bar.update(1)
+        bar.close()
+    return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
+
+
+def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, Any]) -> Any:
+    """A Generation back from its JSON line (JSON has no NaN: missing floats come back as NaN)."""
+    values = {k: rec[k] for k in fields if k in rec}
+    for k in ("entropy", "gap"):
+        if k in values:
+            values[k] = [math.nan if v is None else float(v) for v in values[k]]
+    return cls(**values)

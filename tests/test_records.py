@@ -307,3 +307,79 @@ def test_stored_gate_is_calibrated_once_then_read_back(tmp_path):
     assert len(calls) == 1
     with pytest.raises(TypeError):
         R.stored_gate(tmp_path / "other", lambda: 1.5)
+
+
+# --------------------------------------------------------------------------- generate_resumable
+
+RESUME_PROMPTS = ["Name a colour.", "Say hello in French.", "What is 2 + 2?", "Name a river.",
+                  "Give one word for happy."]
+
+
+def _same(a, b) -> bool:
+    return [(g.prompt, g.token_ids, g.states, g.forced) for g in a] == \
+           [(g.prompt, g.token_ids, g.states, g.forced) for g in b]
+
+
+@pytest.mark.slow
+def test_generate_resumable_resumes_to_the_uninterrupted_result(model_and_tokenizer, tmp_path):
+    from chainmark.embed import generate
+
+    from chainmark.gates import Gate
+
+    model, tok = model_and_tokenizer
+    cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
+    gate = Gate("high_entropy", 1.5)  # a fixed threshold: sampled and forced steps both occur
+    kw = dict(max_new_tokens=10, min_new_tokens=10)
+    direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, **kw)
+    assert any(not f for g in direct for f in g.forced), "no sampled step: the seeds would go untested"
+
+    folder = tmp_path / "gen"
+    first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, stop_after=1,
+                                 progress=False, **kw)
+    assert [g.prompt for g in first] == RESUME_PROMPTS[:2]
+    with open(folder / R.RECORDS_FILE, "a") as fh:  # a crash in the middle of the next line
+        fh.write('{"index": 2, "prompt": "Wha')
+    resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False,
+                                   **kw)
+    assert _same(resumed, direct)
+    indices = [r["index"] for r in R.read_records(folder)]
+    assert sorted(indices) == list(range(len(RESUME_PROMPTS))) and len(set(indices)) == len(indices)
+    # a finished run is read back without generating again, NaN-free floats intact
+    again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False, **kw)
+    assert _same(again, direct)
+    assert np.allclose(again[0].entropy, direct[0].entropy, equal_nan=True)
+    blob = b"".join(p.read_bytes() for p in folder.iterdir())
+    assert KEY not in blob and KEY.hex().encode() not in blob
+    assert key_fingerprint(KEY).encode() in blob
+
+
+@pytest.mark.slow
+def test_generate_resumable_refuses_to_mix_settings_or_prompts(model_and_tokenizer, tmp_path):
+    model, tok = model_and_tokenizer
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    folder = tmp_path / "gen"
+    R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg, batch_size=2, max_new_tokens=6,
+                         progress=False)
+    with pytest.raises(ValueError, match="other settings"):
+        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], ChainMarkConfig(KEY, S=7, gate="all", rho=1.0),
+                             batch_size=2, max_new_tokens=6, progress=False)
+    with pytest.raises(ValueError, match="other settings"):
+        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg, batch_size=2, max_new_tokens=8,
+                             progress=False)
+    with pytest.raises(ValueError, match="not this run's prompt"):
+        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[2:4], cfg, batch_size=2, max_new_tokens=6,
+                             progress=False)
+
+
+def test_generate_resumable_validates_its_arguments(tmp_path):
+    with pytest.raises(TypeError, match="sequence of strings"):
+        R.generate_resumable(tmp_path, None, None, "one prompt")
+    with pytest.raises(ValueError, match="batch_size"):
+        R.generate_resumable(tmp_path, None, None, ["a"], batch_size=0)
+    with pytest.raises(ValueError, match="stop_after"):
+        R.generate_resumable(tmp_path, None, None, ["a"], stop_after=-1)
+
+
+def test_generate_resumable_without_a_model_only_reads_a_finished_run(tmp_path):
+    with pytest.raises(ValueError, match="model is None"):
+        R.generate_resumable(tmp_path / "empty", None, None, ["a", "b"], batch_size=1, progress=False)
