@@ -122,7 +122,8 @@ def _check_mean_and_variance(phi: np.ndarray, p0: float, m: int) -> None:
     assert abs(phi.var(ddof=1) - var0) <= Z_CONF * var_sd, (phi.var(ddof=1), var0, Z_CONF * var_sd)
 
 
-@pytest.mark.parametrize("S, n, topology", [(5, 200, "clockwork"), (11, 50, "clockwork"), (5, 50, "soft_cycle")])
+@pytest.mark.parametrize("S, n, topology", [(2, 200, "clockwork"), (5, 200, "clockwork"), (11, 50, "clockwork"),
+                                         (5, 50, "soft_cycle")])
 def test_null_with_hashed_token_ids(S, n, topology):
     """The whole pipeline (hash, state table, batched detector) on uniform token ids."""
     reps = 40_000
