@@ -9,13 +9,14 @@ loads read that checkpoint directly. Any Hub model id works too (Colab).
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .settings import DEFAULT_MODEL, get_settings
 
@@ -139,8 +140,11 @@ def load_model(
         source, kwargs = name, {}
     model_kwargs = dict(kwargs, **load_placement(device, dtype))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(str(source), **model_kwargs)
+        # transformers' own "Loading weights" bar is noise in every chapter (and an empty widget on the
+        # static site); Hub downloads keep huggingface_hub's progress bars
+        with _quiet_weight_loading():
+            tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(str(source), **model_kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(
             f"Could not load model {name!r}: {exc}\n"
@@ -159,6 +163,20 @@ def load_model(
     _LAST_LOADED.update(name=name, model_id=str(id(model)), device=str(getattr(model, "device", device)),
                         dtype=str(getattr(model, "dtype", dtype)).replace("torch.", ""))
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_weight_loading() -> Iterator[None]:
+    """Turn transformers' progress bars off for the duration, then restore the caller's setting."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def load_placement(device: Any, dtype: Any) -> dict[str, Any]:

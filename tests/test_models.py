@@ -115,3 +115,19 @@ def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained)
     model.dtype = torch.float16  # an explicitly passed model wins
     assert "<b>dtype</b>: float16" in banner(model=model).data
     assert "<b>dtype</b>: float32" not in banner().data
+
+
+def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):
+    """load_model hides transformers' "Loading weights" bar, and leaves the caller's setting as it was."""
+    from transformers.utils import logging as hf_logging
+
+    from chainmark import models
+
+    seen = []
+    for before in (True, False):
+        (hf_logging.enable_progress_bar if before else hf_logging.disable_progress_bar)()
+        with models._quiet_weight_loading():
+            seen.append(hf_logging.is_progress_bar_enabled())
+        assert hf_logging.is_progress_bar_enabled() is before
+    hf_logging.enable_progress_bar()
+    assert seen == [False, False]
