@@ -580,3 +580,25 @@ def test_site_opens_on_the_intro_and_shows_the_first_generation(browser: Browser
     assert re.search(r"\d+ tokens in [\d.]+ s", stats), f"no generation statistics in {outputs[0]!r}"
     words = re.findall(r"[A-Za-z]{3,}", generated)
     assert len(words) >= 20, f"the first generation shows little text: {generated!r}"
+
+
+def test_math_in_computed_outputs_is_typeset_not_shown_raw() -> None:
+    """Sentences computed in code cells (display(Markdown(...))) carry $...$ math; the site must turn
+    it into MathJax spans as it does for Markdown cells (nb_render_markdown_format: myst), never
+    show the dollar signs and backslashes to the reader."""
+    from bs4 import BeautifulSoup
+
+    pages = sorted((SITE / "book").glob("*.html"))
+    if not pages:
+        pytest.skip(f"no built site at {SITE}: run `make book` first (make test does)")
+    typeset, raw = 0, []
+    for page in pages:
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        for out in soup.select("div.cell_output"):
+            for tag in out(["script", "style"]):
+                tag.decompose()
+            typeset += len(out.select("span.math, div.math"))
+            raw += [f"{page.name}: {m}" for m in
+                    re.findall(r"\$[^$\n]{0,40}\\[A-Za-z]+[^$\n]{0,40}\$", out.get_text())]
+    assert not raw, f"raw LaTeX in computed outputs: {raw[:5]}"
+    assert typeset > 0, "no computed output carries typeset math: the check would prove nothing"
