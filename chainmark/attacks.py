@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from rapidfuzz.distance import Levenshtein
 
-from .partition import Key, as_token_array, check_num_states, state_table
+from .partition import Key, as_token_array, check_int, check_num_states, state_table
 from .settings import ATTACK_SEED
 from .topology import TopologyLike, resolve_topology
 
@@ -89,15 +89,6 @@ def _ids(token_ids: Any, vocab_size: int | None = None) -> np.ndarray:
     return arr.astype(np.int64) if arr.size else np.zeros(0, dtype=np.int64)
 
 
-def _check_count(n: object, name: str, low: int) -> int:
-    """An integer count >= ``low`` (TypeError for a non-integer, ValueError below ``low``)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {low}, got {type(n).__name__}")
-    if n < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {n}")
-    return int(n)
-
-
 def n_edits(delta: float, n: int) -> int:
     """Number of edits at rate ``delta`` on ``n`` tokens: ceil(delta * n).
 
@@ -106,7 +97,7 @@ def n_edits(delta: float, n: int) -> int:
     token count: an integer >= 0.
     """
     delta = check_delta(delta)
-    n = _check_count(n, "n", 0)
+    n = check_int(n, "n", 0)
     return int(math.ceil(round(delta * n, 9)))
 
 
@@ -640,7 +631,7 @@ def random_walk_text(n: int, key: Key, vocab_size: int, S: int = 5,
     ``n`` is the number of tokens, an integer >= 1 (one token has no
     transition yet; every further token makes one legal transition).
     """
-    n = _check_count(n, "n", 1)
+    n = check_int(n, "n", 1)
     topo, table = _valid_rows(key, S, topology, _check_vocab_size(vocab_size))
     rng = np.random.default_rng(seed)
     by_state = [np.flatnonzero(table == s) for s in range(topo.S)]

@@ -49,7 +49,7 @@ from transformers.generation.logits_process import WatermarkLogitsProcessor
 from .detect import check_alpha
 from .gates import Gate
 from .keys import derive_key, key_fingerprint
-from .partition import Key, key_bytes
+from .partition import Key, check_int, key_bytes
 
 #: The paper's KGW operating point: green-list share and logit bias.
 KGW_GAMMA = 0.5
@@ -270,11 +270,9 @@ class BaselineResult:
 
 def _check_counts(n_green: object, n_scored: object) -> tuple[int, int]:
     """Green and scored counts: integers with 0 <= n_green <= n_scored."""
-    for name, value in (("n_scored", n_scored), ("n_green", n_green)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer >= 0, got {type(value).__name__}")
-    if n_scored < 0:
-        raise ValueError(f"n_scored must be an integer >= 0, got {n_scored}")
+    n_scored = check_int(n_scored, "n_scored", 0)
+    if isinstance(n_green, bool) or not isinstance(n_green, (int, np.integer)):
+        raise TypeError(f"n_green must be an integer >= 0, got {type(n_green).__name__}")
     if not 0 <= n_green <= n_scored:
         raise ValueError(f"n_green must lie in [0, n_scored] = [0, {n_scored}] (green positions are "
                          f"among the scored ones), got {n_green}")

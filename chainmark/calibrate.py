@@ -31,6 +31,7 @@ from scipy.stats import beta as _beta
 from scipy.stats import binom, norm
 
 from .detect import check_alpha
+from .partition import check_int
 
 #: The paper's lookup-table grid (section "Reference tables").
 PAPER_NS = (100, 200, 500, 1000)
@@ -68,18 +69,10 @@ def check_length(n: object, name: str = "n") -> int:
     return int(n)
 
 
-def _check_int(value: object, name: str, low: int) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
-    return int(value)
-
-
 def null_p0(S: object, k: object = 1) -> float:
     """The null share of valid transitions, p0 = k / S, for a k-regular topology."""
-    S = _check_int(S, "S", 2)
-    k = _check_int(k, "k", 1)
+    S = check_int(S, "S", 2)
+    k = check_int(k, "k", 1)
     if k >= S:
         raise ValueError(f"k (successors per state) must lie in [1, S - 1] = [1, {S - 1}], got k = {k}")
     return k / S
@@ -143,7 +136,7 @@ def s_star(n: int, rho: float, alpha: float, k: int = 1) -> int:
     """
     n = check_length(n)
     rho = check_rho_positive(rho)
-    k = _check_int(k, "k", 1)
+    k = check_int(k, "k", 1)
     z = z_alpha(alpha)
     if z <= 0.0:
         return max(2, k + 1)
@@ -232,8 +225,8 @@ def calibration_table(
 # ---------------------------------------------------------------------------
 def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper-Pearson) two-sided confidence interval for a binomial rate."""
-    trials = _check_int(trials, "trials", 1)
-    hits = _check_int(hits, "hits", 0)
+    trials = check_int(trials, "trials", 1)
+    hits = check_int(hits, "hits", 0)
     if hits > trials:
         raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
     if not _is_number(level) or not 0.0 < float(level) < 1.0:
@@ -309,6 +302,23 @@ def min_null_samples(alpha: float) -> int:
     return max(2, math.ceil((1.0 - alpha) / alpha - _EPS))
 
 
+#: Excess kurtosis above which a null corpus counts as heavy-tailed (a Gaussian has 0,
+#: Laplace 3, Student's t with 5 degrees of freedom 6): the SD recipe's Gaussian
+#: assumption then under-states the tail, and only the quantile recipe is safe.
+HEAVY_TAIL_KURTOSIS = 1.0
+
+
+def excess_kurtosis(z: Any) -> float:
+    """Sample excess kurtosis of null scores (0 for a Gaussian; the biased moment estimator,
+    as ``scipy.stats.kurtosis``); 0 when there are fewer than 4 values or no spread."""
+    z = np.asarray(z, dtype=float)
+    if z.size < 4:
+        return 0.0
+    d = z - z.mean()
+    var = float(np.mean(d ** 2))
+    return float(np.mean(d ** 4) / var ** 2 - 3.0) if var > 0 else 0.0
+
+
 def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     """Operating z-threshold from null z-scores of a non-watermarked corpus.
 
@@ -363,7 +373,7 @@ def split_halves(n_items: int, seed: int = 0, strata: Sequence[Any] | None = Non
     With ``strata`` (one label per item) every stratum is split on its own,
     so both halves hold the same mix of sources.
     """
-    n_items = _check_int(n_items, "n_items", 2)
+    n_items = check_int(n_items, "n_items", 2)
     rng = np.random.default_rng(seed)
     labels = np.zeros(n_items, dtype=int) if strata is None else np.asarray(strata)
     if labels.shape != (n_items,):

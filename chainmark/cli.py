@@ -636,22 +636,6 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: excess kurtosis above which a null is called heavy-tailed (a Gaussian has 0; Laplace 3, t_5 6)
-HEAVY_TAIL_KURTOSIS = 1.0
-
-
-def _excess_kurtosis(z: Any) -> float:
-    """Sample excess kurtosis (0 for a Gaussian); 0 when the sample has no spread or < 4 values."""
-    import numpy as np
-
-    z = np.asarray(z, dtype=float)
-    if z.size < 4:
-        return 0.0
-    d = z - z.mean()
-    var = float(np.mean(d ** 2))
-    return float(np.mean(d ** 4) / var ** 2 - 3.0) if var > 0 else 0.0
-
-
 def _cmd_recalibrate(args: argparse.Namespace) -> int:
     from . import calibrate as cal
 
@@ -676,8 +660,8 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
         "z_alpha": z_a, "threshold": threshold,
         "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
     }
-    kurt = _excess_kurtosis(z)
-    heavy = kurt > HEAVY_TAIL_KURTOSIS
+    kurt = cal.excess_kurtosis(z)
+    heavy = kurt > cal.HEAVY_TAIL_KURTOSIS
     out["null_excess_kurtosis"] = kurt
     if args.method == "quantile" and z.size * args.alpha < 10:
         advice = ("use more texts (the null is heavy-tailed, excess kurtosis "

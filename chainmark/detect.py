@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from .partition import Key, as_token_array, check_num_states, key_bytes, states_of
+from .partition import Key, as_token_array, check_int, check_num_states, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
 
 # --------------------------------------------------------------------------
@@ -63,10 +63,7 @@ def z_score(phi: float, p0: float, n_transitions: int) -> float:
         raise TypeError(f"phi must be a number in [0, 1], got {type(phi).__name__}")
     if not 0.0 <= phi <= 1.0:  # also rejects NaN
         raise ValueError(f"phi (fraction of legal transitions) must lie in [0, 1], got {phi}")
-    if isinstance(n_transitions, bool) or not isinstance(n_transitions, (int, np.integer)):
-        raise TypeError(f"n_transitions must be an integer >= 0, got {type(n_transitions).__name__}")
-    if n_transitions < 0:
-        raise ValueError(f"n_transitions must be an integer >= 0, got {n_transitions}")
+    n_transitions = check_int(n_transitions, "n_transitions", 0)
     if n_transitions == 0:
         return 0.0
     se = math.sqrt(p0 * (1.0 - p0) / n_transitions)

@@ -37,13 +37,22 @@ def key_bytes(key: Key) -> bytes:
     raise TypeError(f"key must be bytes or str, got {type(key).__name__}")
 
 
+def check_int(value: object, name: str, low: int) -> int:
+    """An integer (Python or numpy, not bool) of at least ``low``, as an ``int``.
+
+    The one integer check of the package: a non-integer is a ``TypeError``, a
+    value below ``low`` a ``ValueError``, both naming the parameter.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
+    return int(value)
+
+
 def check_num_states(S: object) -> int:
     """Validate a state count: an integer of at least 2."""
-    if isinstance(S, bool) or not isinstance(S, (int, np.integer)):
-        raise TypeError(f"S must be an integer >= 2, got {type(S).__name__}")
-    if S < 2:
-        raise ValueError(f"S must be an integer >= 2, got {S}")
-    return int(S)
+    return check_int(S, "S", 2)
 
 
 def _check_token_id(token_id: object) -> int:

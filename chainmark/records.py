@@ -558,6 +558,15 @@ def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any,
     return [list(map(int, x)) for x in edited], None
 
 
+def _check_batching(batch_size: object, stop_after: object) -> None:
+    """The runners' batch size (an integer >= 1) and optional stop (an integer >= 0 or None)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
+                                   or stop_after < 0):
+        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
+
+
 def run_grid(
     model: Any,
     tokenizer: Any,
@@ -597,10 +606,7 @@ def run_grid(
     items = _check_items(items)
     attacks = dict(attacks or {})
     alpha = check_alpha(alpha)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if stop_after is not None and (not isinstance(stop_after, int) or stop_after < 0):
-        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
+    _check_batching(batch_size, stop_after)
     path = Path(path) if path is not None else default_runs_dir() / run_name
     path.mkdir(parents=True, exist_ok=True)
     secrets = [s for m in methods for s in m.secrets()]
@@ -818,11 +824,7 @@ def generate_resumable(
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
     prompts = list(prompts)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
-                                   or stop_after < 0):
-        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
+    _check_batching(batch_size, stop_after)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     meta = {
