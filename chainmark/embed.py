@@ -271,6 +271,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         #: (same results as the batched path, faster); False forces batching
         self.row_path = True
         self._table: torch.Tensor | None = None
+        self._table_list: list[int] = []
         self._candidates: torch.Tensor | None = None
         self._successors: torch.Tensor | None = None
         self._workspace = Workspace()
@@ -287,6 +288,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         table = state_table(self.config.key, vocab_size, self.config.S)
         topo = self.config.topo
         self._table = torch.from_numpy(np.array(table)).to(device)
+        self._table_list = np.asarray(table).tolist()
         self._successors = torch.from_numpy(np.array(topo.matrix)).to(device)
         k = topo.k or int(topo.matrix.sum(axis=1).max())
         if k * vocab_size <= _MAX_CANDIDATE_ENTRIES * 0.9:
@@ -322,9 +324,10 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
                    want_signals: bool, want_gap: bool) -> torch.Tensor:
         """CPU path: the same step, one row at a time while the row is in cache.
 
-        Each row's logits are read once from memory; the gate signal, the
-        masked argmax (gated rows only) and the output row (a copy, or -inf
-        with the forced token) are then computed from the cached row.
+        The batch is copied once; each row's logits are then read while
+        they sit in cache for the gate signal and, at gated rows, the masked
+        argmax, and a forced row is overwritten with -inf but the forced
+        token. Scalars (previous states, flags) stay Python values.
         Results equal the batched path's (the entropy is summed in another
         order, so it can differ in the last float32 digits).
         """
@@ -334,8 +337,15 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         n, V = x.shape
         shifted, e = ws.get("row_shifted", x, (V,)), ws.get("row_exp", x, (V,))
         values = ws.get("row_values", x, (cand.shape[1],))
-        prev = table[input_ids[:, -1]].tolist()
-        out = torch.empty_like(scores)
+        prev = self._table_list  # state of every token id, as a Python list (cheap scalar reads)
+        last = input_ids[:, -1].tolist()
+        out = scores.clone()  # one copy of the batch; forced rows are overwritten below
+        if want_signals:  # the rows' maxima (and where, for the top-2 gap) in one batched pass
+            if want_gap:
+                top_v, top_i = x.max(dim=-1)
+                tops, top_idx = top_v.tolist(), top_i.tolist()
+            else:
+                tops = x.amax(dim=-1).tolist()
         entropy: list[float] = []
         gap: list[float] = []
         gated: list[bool] = []
@@ -344,11 +354,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
             row = x[r]
             g_open, force = True, False
             if want_signals:
-                if want_gap:
-                    top_t, top_i = row.max(dim=0)
-                    top = float(top_t)
-                else:
-                    top = float(row.amax())
+                top = tops[r]
                 torch.sub(row, top, out=shifted)
                 torch.exp(shifted, out=e)
                 z = float(e.sum())
@@ -359,13 +365,13 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
                 entropy.append(h)
                 g = math.nan
                 if want_gap:
-                    e[int(top_i)] = 0.0
+                    e[top_idx[r]] = 0.0
                     g = (1.0 - float(e.amax())) / z if z > 0 else math.nan
                     gap.append(g)
                 if kind != "all":
                     g_open = bool(self.gate.flags_from_signal(g if kind == "top2_gap" else h))
             if g_open:
-                ids = cand[prev[r]]
+                ids = cand[prev[int(last[r])]]
                 torch.index_select(row, 0, ids, out=values)
                 best, where = values.max(dim=0)
                 if float(best) > -math.inf:  # else: no allowed mass, sample freely
@@ -373,8 +379,6 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
                     token = int(ids[int(where)])
                     out[r].fill_(float("-inf"))
                     out[r, token] = scores[r, token]
-            if not force:
-                out[r].copy_(scores[r])
             gated.append(g_open)
             forced.append(force)
         device = scores.device

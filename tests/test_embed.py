@@ -406,3 +406,67 @@ def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and
     assert all(hits)
     assert sum(false_alarms) <= 2
     assert all(g.states is None and not any(g.forced) for g in plain)
+
+
+class _NaiveChainMark:
+    """The watermark step written plainly (full softmax entropy, full-width mask), as a
+    reference for the optimised processor: same gate decisions, same forced tokens."""
+
+    def __init__(self, config: ChainMarkConfig, gate, vocab_size: int):
+        from chainmark.gates import entropy
+
+        self.entropy_of = entropy
+        self.gate, self.S = gate, config.S
+        self.table = torch.as_tensor(state_table(config.key, vocab_size, config.S))
+        self.successor = torch.as_tensor(np.array(config.topo.matrix), dtype=torch.bool)
+        self.gated: list[list[bool]] = []
+
+    def __call__(self, input_ids, scores):
+        flags = self.gate.flags_from_signal(self.entropy_of(scores))
+        allowed = self.successor[self.table[input_ids[:, -1]]][:, self.table]
+        masked = scores.masked_fill(~allowed, float("-inf"))
+        forced = masked.max(dim=-1)
+        out = scores.clone()
+        for r in torch.nonzero(flags).flatten().tolist():
+            out[r].fill_(float("-inf"))
+            out[r, forced.indices[r]] = scores[r, forced.indices[r]]
+        self.gated.append(flags.tolist())
+        return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [42, 7, 2026])
+def test_operating_point_generation_matches_a_plain_reference_step(model_and_tokenizer, seed):
+    """At the paper's operating point (S = 5, rho = 0.5, high-entropy gate) the optimised
+    processor, on its CPU row path and its batched path, generates exactly the tokens and
+    gate decisions of a plainly written step on the embedded model (several prompts, seeds)."""
+    from transformers import LogitsProcessorList
+
+    from chainmark.embed import calibrate_gate, logits_width
+    from chainmark.models import chat_prompt
+
+    model, tok = model_and_tokenizer
+    prompts = ["Explain photosynthesis in a comprehensive way.", "Write a short story about a lighthouse keeper.",
+               "Why is the sky blue?", "What does a compiler do?"]
+    V = logits_width(model)
+    cfg = ChainMarkConfig(b"operating-point-test-key", S=5, rho=0.5, gate="high_entropy")
+    gate = calibrate_gate(model, tok, prompts[:2], "high_entropy", 0.5, max_new_tokens=16)
+    enc = tok([chat_prompt(tok, p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
+
+    def run(proc):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=40,
+                                 min_new_tokens=40, logits_processor=LogitsProcessorList([proc]),
+                                 pad_token_id=tok.pad_token_id)
+        return out[:, enc["input_ids"].shape[1]:].tolist()
+
+    naive = _NaiveChainMark(cfg, gate, V)
+    expected = run(naive)
+    expected_gated = np.array(naive.gated).T
+    assert 0 < expected_gated.mean() < 1  # the gate really opens and closes at this operating point
+    for row_path in (True, False):
+        proc = ChainMarkLogitsProcessor(cfg, gate, vocab_size=V, record_signals=True)
+        proc.row_path = row_path
+        assert run(proc) == expected, f"row_path={row_path}"
+        np.testing.assert_array_equal(torch.stack(proc.gated, 1).numpy(), expected_gated)
