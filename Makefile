@@ -12,7 +12,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PYTHONHASHSEED := 0
 
-.PHONY: book test install clean browser
+.PHONY: book test install clean browser reference
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ test: book browser
 # headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+# the reference run (hours on a CPU; resumable: run it again to go on), then what is stored
+reference: $(STAMP)
+	$(BIN)/chainmark reference run
 
 clean:
 	rm -rf _build _build.log

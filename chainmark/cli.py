@@ -1,4 +1,4 @@
-"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | regime``.
+"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | regime | reference``.
 
 ChainMark's promise is that a third party can audit text with nothing but
 the key and the tokenizer. This module is that third party's tool:
@@ -11,7 +11,10 @@ the key and the tokenizer. This module is that third party's tool:
   threshold, tokenizer, key fingerprint; never the key);
 - ``detect`` scores text files and reports phi, z, the p-value and a decision;
 - ``recalibrate`` sets the operating threshold from the z-scores of
-  unwatermarked text of the deployment's own domain.
+  unwatermarked text of the deployment's own domain;
+- ``reference`` runs, inspects (``status``) and re-checks (``verify``) the
+  book's committed reference run (:mod:`chainmark.reference`); ``verify``
+  exits 1 when a regenerated batch differs from the stored one.
 
 Exit codes: 0 ok, 1 a watermark was detected and ``--fail-on-detect`` was
 given, 2 a usage error (bad option, missing or unreadable key or input
@@ -229,6 +232,7 @@ examples:
   chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt > scores.jsonl
   cat essay.txt | chainmark detect --key-file acme.key --fail-on-detect -
   chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
+  chainmark reference status
 
 exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect);
 2 usage error (bad option, missing/unreadable key or input, empty input,
@@ -270,7 +274,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``chainmark`` argument parser with its five subcommands."""
+    """The ``chainmark`` argument parser with its six subcommands."""
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="chainmark",
@@ -375,7 +379,104 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
     g.set_defaults(func=_cmd_regime)
+
+    # reference ------------------------------------------------------------
+    ref = sub.add_parser("reference", help="run, inspect or verify the committed reference run",
+                         description="The reference run: the paper's protocol at full size (head-to-head, "
+                                     "null corpus, calibration grid, k-regular, explorer grid) on the "
+                                     "settings' model ($CHAINMARK_MODEL, default the embedded SmolLM2). "
+                                     "Its key is derived from a published label, so anyone can check it.",
+                         epilog="examples:\n  chainmark reference status\n"
+                                "  nohup chainmark reference run > reference.log 2>&1 &   # hours on a CPU; resumes\n"
+                                "  chainmark reference run --experiments head_to_head null\n"
+                                "  chainmark reference verify --samples 3",
+                         formatter_class=fmt)
+    rsub = ref.add_subparsers(dest="reference_command", metavar="ACTION")
+    from .reference import EXPERIMENTS
+
+    rr = rsub.add_parser("run", help="generate what is missing (resumable)",
+                         description="Generate every missing batch, in order, writing each batch whole as it "
+                                     "finishes; an interrupted run resumes where it stopped.")
+    rr.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS), metavar="NAME",
+                    help=f"which experiments (default all: {', '.join(EXPERIMENTS)})")
+    rr.add_argument("--fresh", nargs="+", choices=EXPERIMENTS, default=[], metavar="NAME",
+                    help="delete these experiments' stored batches first and generate them again")
+    rr.add_argument("--stop-after", type=_int_at_least(1), metavar="N", help="stop after N new batches")
+    rr.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's, see status)")
+    rr.set_defaults(func=_cmd_reference_run)
+    rs = rsub.add_parser("status", help="what exists and what is missing, per experiment")
+    rs.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's)")
+    rs.add_argument("--cells", action="store_true", help="one line per cell, not per experiment")
+    rs.add_argument("--json", action="store_true", help="print JSON (one object per cell)")
+    rs.set_defaults(func=_cmd_reference_status)
+    rv = rsub.add_parser("verify", help="regenerate random stored batches and require identical results",
+                         description="Regenerate N stored batches, drawn at random with the current git commit "
+                                     "as seed, and compare token ids and every score exactly. Exit 0 when all "
+                                     "match, 1 on a mismatch (with the command that regenerates the reference).")
+    rv.add_argument("--samples", type=_int_at_least(1), default=3, metavar="N", help="batches to check (default 3)")
+    rv.add_argument("--seed", help="seed of the draw (default: the current git commit)")
+    rv.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's)")
+    rv.set_defaults(func=_cmd_reference_verify)
+    ref.set_defaults(func=_cmd_reference_help, reference_parser=ref)
     return parser
+
+
+def _cmd_reference_help(args: argparse.Namespace) -> int:
+    args.reference_parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_reference_run(args: argparse.Namespace) -> int:
+    from . import reference
+
+    done = reference.run(experiments=args.experiments, root=args.dir, fresh=args.fresh, protocol=reference.PROTOCOL,
+                         stop_after=args.stop_after)
+    print(f"reference: wrote {done['written']} batches, {done['skipped']} already stored, "
+          f"{done['total']} in the protocol")
+    return _cmd_reference_status(argparse.Namespace(dir=args.dir, cells=False, json=False))
+
+
+def _cmd_reference_status(args: argparse.Namespace) -> int:
+    from . import reference
+
+    root = Path(args.dir) if args.dir else reference.reference_dir()
+    rows = reference.status(root, reference.PROTOCOL)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return EXIT_OK
+    print(f"reference run in {root}")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["cell"] if args.cells else row["experiment"], []).append(row)
+    width = max(len(k) for k in groups)
+    for name, part in groups.items():
+        texts, total = sum(r["texts"] for r in part), sum(r["texts_total"] for r in part)
+        batches, btotal = sum(r["batches"] for r in part), sum(r["batches_total"] for r in part)
+        seconds = sum(r["seconds"] for r in part)
+        state = "complete" if texts == total else ("missing" if texts == 0 else "partial")
+        print(f"  {name:<{width}}  {state:8s} {texts:5d}/{total:<5d} texts  {batches:3d}/{btotal:<3d} batches"
+              + (f"  {seconds / 3600:5.2f} h" if seconds else ""))
+    return EXIT_OK
+
+
+def _cmd_reference_verify(args: argparse.Namespace) -> int:
+    from . import reference
+
+    root = Path(args.dir) if args.dir else None
+    checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
+    bad = [c for c in checks if not c.matched]
+    for c in bad:
+        print(f"MISMATCH {c.shard}:")
+        for d in c.differences:
+            print(f"  {d}")
+    if bad:
+        print(f"the stored reference no longer matches what this code generates; regenerate it with "
+              f"`{reference.regenerate_command()}` and commit the new records")
+        return EXIT_DETECTED
+    print(f"verified {len(checks)} stored batches ({sum(c.texts for c in checks)} records): "
+          + ", ".join(c.shard for c in checks))
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

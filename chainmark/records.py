@@ -782,7 +782,20 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
 
 __all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
            "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id", "records_frame", "repair",
-           "run_grid", "score_null_texts", "tpr"]
+           "generate_resumable", "load_reference", "run_grid", "score_null_texts", "tpr"]
+
+
+def load_reference(name: str, model_name: str | None = None) -> Any:
+    """The committed reference run's experiment ``name`` as a DataFrame (one row per scored text).
+
+    ``name`` is one of ``"head_to_head"``, ``"null"``, ``"calibration"``,
+    ``"kregular"``, ``"explorer"``; see :func:`chainmark.reference.load_frame`
+    for the columns. ``model_name`` picks another model's run (default: the
+    settings' model; the embedded model's run ships with the package).
+    """
+    from .reference import load_frame, reference_dir
+
+    return load_frame(name, reference_dir(model_name))
 
 
 # --------------------------------------------------------------------------- resumable plain generation

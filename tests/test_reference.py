@@ -1,0 +1,157 @@
+"""The reference run: its protocol, resumable batches, status, exact verification, the frames."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from chainmark import reference as ref
+from chainmark.reference import PROTOCOL, Protocol, cells
+
+TINY = Protocol(n_per_domain=2, batch_size=2, max_new_tokens=12, paraphrase_tokens=24, domains=("factual", "wiki"),
+                null_seeds=(1,), calibration_S=(2, 3), calibration_per_domain=1, kregular_k=(1, 2),
+                kregular_prompts=2, explorer_S=(2,), explorer_rho=(0.5, 1.0), explorer_per_domain=1,
+                explorer_tokens=10, pilot_per_domain=1, pilot_tokens=12)
+
+
+def test_protocol_sizes_are_the_issue_s():
+    count = {e: sum(c.n_texts for c in cells(PROTOCOL, (e,))) for e in ref.EXPERIMENTS}
+    assert count["head_to_head"] == 4 * 100 * 4
+    assert count["head_to_head"] // 4 + count["null"] >= 1000          # the null corpus
+    assert all(c.n_texts >= 100 for c in cells(PROTOCOL, ("calibration", "kregular")))
+    assert {c.name for c in cells(PROTOCOL, ("calibration",))} == {f"chainmark_S{S}" for S in (2, 3, 5, 8)}
+    explorer = cells(PROTOCOL, ("explorer",))
+    assert len(explorer) == 1 + 5 * 5 and all(c.n_texts >= 16 for c in explorer)
+    assert PROTOCOL.max_new_tokens == 200 and (PROTOCOL.S, PROTOCOL.rho) == (5, 0.5)
+    assert (PROTOCOL.kgw_gamma, PROTOCOL.kgw_delta, PROTOCOL.seed, PROTOCOL.attack_seed) == (0.5, 2.0, 42, 43)
+
+
+def test_batches_are_domain_pure_round_robin_and_seeded_in_order():
+    cell = cells(PROTOCOL, ("head_to_head",))[0]
+    domains = [{d for d, _, _ in b.items} for b in cell.batches]
+    assert all(len(d) == 1 for d in domains)
+    assert [next(iter(d)) for d in domains[:4]] == list(PROTOCOL.domains)
+    assert [b.seed for b in cell.batches] == [PROTOCOL.seed + b.index for b in cell.batches]
+    seen = [(d, i) for b in cell.batches for d, i, _ in b.items]
+    assert len(seen) == len(set(seen)) == 400
+    null = cells(PROTOCOL, ("null",))
+    seeds = {b.seed for c in [cell, *null] for b in c.batches}
+    assert len(seeds) == len(cell.batches) * (1 + len(null))   # the null seeds never repeat a head-to-head seed
+
+
+def test_the_key_is_derived_from_the_published_label():
+    from chainmark.keys import hkdf
+
+    assert ref.reference_key() == hkdf(ref.REFERENCE_LABEL.encode(), b"chainmark/v1/reference-key")
+    assert len(ref.reference_key()) == 32
+
+
+def test_unknown_experiment_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown experiment 'headtohead'"):
+        cells(PROTOCOL, ("headtohead",))
+    with pytest.raises(ValueError, match="unknown reference experiment"):
+        ref.load_frame("nope", tmp_path)
+
+
+def test_status_of_an_empty_folder_lists_everything_missing(tmp_path):
+    rows = ref.status(tmp_path)
+    assert rows and not any(r["complete"] or r["texts"] for r in rows)
+    assert {r["experiment"] for r in rows} == set(ref.EXPERIMENTS)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, model_and_tokenizer):
+    """A whole (tiny) reference: interrupted after 3 batches, then resumed to the end."""
+    model, tok = model_and_tokenizer
+    root = tmp_path_factory.mktemp("reference")
+    first = ref.run(model, tok, root=root, protocol=TINY, stop_after=3, progress=False, model_name="tiny-test")
+    partial = ref.status(root, TINY)
+    second = ref.run(model, tok, root=root, protocol=TINY, progress=False, model_name="tiny-test")
+    return root, first, partial, second
+
+
+@pytest.mark.slow
+def test_a_stopped_run_resumes_and_completes(tiny_run):
+    root, first, partial, second = tiny_run
+    assert first["written"] == 3 and sum(r["batches"] for r in partial) == 3
+    assert second["skipped"] == 3 and second["written"] == first["total"] - 3
+    rows = ref.status(root, TINY)
+    assert all(r["complete"] for r in rows)
+    manifest = json.loads((root / ref.MANIFEST).read_text())
+    assert manifest["protocol"] == TINY.describe() and manifest["key_label"] == ref.REFERENCE_LABEL
+    prov = [json.loads(line) for line in (root / "head_to_head" / "chainmark" / ref.PROVENANCE).read_text().splitlines()]
+    assert {"git_commit", "torch", "transformers", "device", "dtype", "threads", "seconds",
+            "tokens_per_second", "chainmark_version"} <= set(prov[0])
+    # no key material anywhere: the key is public by design, but never stored
+    key = ref.reference_key()
+    for path in root.rglob("*"):
+        if path.is_file():
+            blob = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+            assert key not in blob and key.hex().encode() not in blob, path
+
+
+@pytest.mark.slow
+def test_frames_have_one_row_per_scored_text(tiny_run):
+    root = tiny_run[0]
+    h2h = ref.load_frame("head_to_head", root, TINY)
+    for col in ("method", "domain", "attack", "n_tokens", "z", "p_value", "detector", "rewrite_failed"):
+        assert col in h2h.columns
+    clean = h2h[(h2h.attack == "clean") & (h2h.detector == h2h.method)]
+    assert clean.groupby("method").size().to_dict() == {"chainmark": 4, "kgw": 4, "sweet": 4}
+    assert set(h2h[h2h.method != "none"].attack) == {"clean", "sub0.1", "sub0.2", "sub0.3", "paraphrase"}
+    null = ref.load_frame("null", root, TINY)
+    assert set(null.detector) == {"chainmark", "kgw", "sweet"} and len(null) == 3 * (4 + 4)
+    cal = ref.load_frame("calibration", root, TINY)
+    assert set(cal[cal.method == "none"].S) == {2, 3} and set(cal[cal.method == "chainmark"].S) == {2, 3}
+    kreg = ref.load_frame("kregular", root, TINY)
+    assert set(kreg.k) == {1, 2}
+    exp = ref.load_frame("explorer", root, TINY)
+    assert set(exp[exp.method == "chainmark"].rho) == {0.5, 1.0}
+    assert exp[exp.method == "chainmark"].n_tokens.max() <= TINY.explorer_tokens
+
+
+@pytest.mark.slow
+def test_verify_regenerates_identically_and_catches_changes(tiny_run, model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    root = tiny_run[0]
+    checks = ref.verify(2, model, tok, root=root, protocol=TINY, seed="test", log=lambda _: None)
+    assert len(checks) == 2 and all(c.matched for c in checks), [c.differences for c in checks]
+    # a generation parameter changed in the code: refused before anything is regenerated
+    hotter = replace(TINY, temperature=0.9)
+    bad = ref.verify(2, model, tok, root=root, protocol=hotter, seed="test", log=lambda _: None)
+    assert not bad[0].matched and "temperature" in bad[0].differences[0]
+    # a stored batch that this code does not generate (as after a change to the sampler)
+    cell, batch = ref.choose_shards(root, 1, "tamper", TINY)[0]
+    path = ref.shard_path(root, cell, batch)
+    records = ref.read_shard(path)
+    records[0]["token_ids"][0] = (records[0]["token_ids"][0] + 1) % 49152
+    path.write_bytes(ref._encode(records))
+    again = ref.verify(1, model, tok, root=root, protocol=TINY, seed="tamper", log=lambda _: None)
+    assert not again[0].matched and any("token_ids" in d for d in again[0].differences)
+
+
+@pytest.mark.slow
+def test_cli_verify_names_the_regeneration_command_on_a_mismatch(tiny_run, monkeypatch, capsys):
+    from chainmark import cli
+
+    root = tiny_run[0]
+    monkeypatch.setattr(ref, "PROTOCOL", replace(TINY, temperature=0.9))
+    assert cli.main(["reference", "verify", "--dir", str(root), "--samples", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out and "chainmark reference run --fresh" in out
+
+
+@pytest.mark.slow
+def test_the_committed_reference_verifies():
+    """CI: regenerate a few committed batches (a different draw at every commit) on this machine."""
+    root = ref.reference_dir("smollm2-135m-instruct-gguf")
+    assert (root / ref.MANIFEST).exists(), "the reference run is not committed"
+    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "2"],
+                         capture_output=True, text=True, timeout=1800)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verified 2 stored batches" in out.stdout
