@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy.stats import beta as _beta
-from scipy.stats import binom, norm
+from scipy.stats import binom, binomtest, norm
 
 from .detect import check_alpha
 from .partition import check_int
@@ -231,10 +230,8 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
         raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
     if not _is_number(level) or not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level}")
-    tail = (1.0 - float(level)) / 2.0
-    low = 0.0 if hits == 0 else float(_beta.ppf(tail, hits, trials - hits + 1))
-    high = 1.0 if hits == trials else float(_beta.isf(tail, hits + 1, trials - hits))
-    return low, high
+    ci = binomtest(hits, trials).proportion_ci(confidence_level=float(level), method="exact")
+    return float(ci.low), float(ci.high)
 
 
 @dataclass(frozen=True)
@@ -265,6 +262,36 @@ def rate_estimate(flags: Any, level: float = 0.95) -> RateEstimate:
     hits, trials = int(values.sum()), int(values.size)
     low, high = clopper_pearson(hits, trials, level)
     return RateEstimate(hits, trials, hits / trials, low, high, float(level))
+
+
+def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boot: int = 2000,
+                           seed: int = 0) -> RateEstimate:
+    """Share of True flags with a percentile interval from resampling whole clusters.
+
+    Use it when several units share a text (many keys on one text, windows of
+    one text, pairs): they are not independent, so the binomial interval would
+    be too narrow. Clusters (e.g. text ids) are drawn with replacement
+    ``n_boot`` times and the rate recomputed each time.
+    """
+    values = np.asarray(flags, dtype=bool).ravel()
+    groups = np.asarray(clusters).ravel()
+    if values.size == 0:
+        raise ValueError("flags is empty: a rate needs at least one trial")
+    if groups.size != values.size:
+        raise ValueError(f"clusters must give one cluster per flag: {groups.size} clusters for {values.size} flags")
+    if not _is_number(level) or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    n_boot = check_int(n_boot, "n_boot", 100)
+    _, index = np.unique(groups, return_inverse=True)
+    hits = np.bincount(index, weights=values.astype(float))
+    sizes = np.bincount(index).astype(float)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(sizes), size=(n_boot, len(sizes)))
+    rates = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    tail = (1.0 - float(level)) / 2.0
+    low, high = np.quantile(rates, [tail, 1.0 - tail])
+    return RateEstimate(int(values.sum()), int(values.size), float(values.mean()), float(low), float(high),
+                        float(level))
 
 
 def exceedance_rate(z: Any, threshold: float, level: float = 0.95) -> RateEstimate:

@@ -392,3 +392,34 @@ def test_human_windows_through_a_tokenizer():
     docs = [Document("a", "x" * 25), Document("b", "y" * 9)]
     windows = human_windows(char_tokenizer, 10, documents=docs)
     assert [w.tolist() for w in windows] == [[ord("x")] * 10] * 2  # 'b' is shorter than one window
+
+
+def test_clopper_pearson_is_scipy_s_exact_interval():
+    from scipy.stats import binomtest
+
+    for hits, trials in [(0, 5), (3, 12), (12, 12), (97, 400)]:
+        ci = binomtest(hits, trials).proportion_ci(method="exact")
+        assert clopper_pearson(hits, trials) == pytest.approx((ci.low, ci.high), rel=1e-12)
+
+
+def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
+    from chainmark.calibrate import cluster_bootstrap_rate
+
+    rng = np.random.default_rng(1)
+    # 40 texts, 25 units each; a text's units are all flagged or none: 40 independent trials, not 1000
+    text_flag = rng.random(40) < 0.3
+    flags = np.repeat(text_flag, 25)
+    texts = np.repeat(np.arange(40), 25)
+    boot = cluster_bootstrap_rate(flags, texts, seed=0)
+    naive = rate_estimate(flags)
+    assert boot.rate == naive.rate
+    assert (boot.high - boot.low) > 3 * (naive.high - naive.low)
+    per_text = rate_estimate(text_flag)
+    assert boot.high - boot.low == pytest.approx(per_text.high - per_text.low, rel=0.35)
+    # independent units: the two intervals agree
+    flat = rng.random(1000) < 0.3
+    indep = cluster_bootstrap_rate(flat, np.arange(1000), seed=0)
+    exact = rate_estimate(flat)
+    assert indep.high - indep.low == pytest.approx(exact.high - exact.low, rel=0.15)
+    with pytest.raises(ValueError, match="one cluster per flag"):
+        cluster_bootstrap_rate([True, False], [0])
