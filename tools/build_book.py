@@ -2,11 +2,21 @@
 
     python tools/build_book.py [BOOK_DIR]
 
-Runs ``jupyter-book build --all`` (every chapter executes; ``_config.yml`` sets
-``nb_execution_raise_on_error``), keeps the full log in ``BOOK_DIR/_build.log``,
+Runs ``jupyter-book build --all`` (every chapter whose outputs are not
+cached executes; ``_config.yml`` sets ``nb_execution_raise_on_error``), keeps the full log in ``BOOK_DIR/_build.log``,
 and exits non-zero if the build failed or the log reports a cell error. Also
 writes ``_build/timings.json``: wall time per executed notebook, read from the
 execution reports, for the teaching page.
+
+Warm rebuilds. ``_config.yml`` executes through Jupyter Book's cache
+(``execute_notebooks: cache``): a chapter whose code cells have not changed
+since the last successful build is not executed again, its outputs come from
+``_build/.jupyter_cache``. The cache only knows the notebooks, so this script
+keeps a fingerprint of everything else a chapter's outputs depend on (the
+package's code and data, including the reference run, pyproject.toml,
+constraints.txt, _config.yml, ``CHAINMARK_MODEL`` and ``CHAINMARK_SCALE``) and
+empties the cache when it changes: then every chapter executes again. A fresh
+clone has no cache, so CI always executes every chapter.
 
 Chapters that keep resumable run records (8 and 8b) write them to
 ``_build/runs``, emptied at the start of every build: a build shows what this
@@ -16,6 +26,7 @@ code produced now, never records left by an earlier version in ``runs/``
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,14 +36,47 @@ import sys
 import time
 from pathlib import Path
 
+#: What a chapter's outputs depend on besides its own cells (globs relative to the book's root).
+FINGERPRINT_INPUTS = ("chainmark/**/*", "pyproject.toml", "constraints.txt", "_config.yml")
+FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE")
+FINGERPRINT_FILE = ".execution_fingerprint"
+
 ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
                  "An error occurred while executing the following cell")
+
+
+def execution_fingerprint(book_dir: Path) -> str:
+    """SHA-256 over the package's files, the build settings and the run-size variables."""
+    digest = hashlib.sha256()
+    for pattern in FINGERPRINT_INPUTS:
+        for path in sorted(book_dir.glob(pattern)):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(path.relative_to(book_dir).as_posix().encode() + b"\0" + path.read_bytes())
+    for var in FINGERPRINT_ENV:
+        digest.update(f"{var}={os.environ.get(var, '')}".encode())
+    return digest.hexdigest()
+
+
+def drop_stale_cache(build_dir: Path, fingerprint: str) -> bool:
+    """Empty the execution cache unless it was filled under ``fingerprint``; True if it was emptied."""
+    cache, stamp = build_dir / ".jupyter_cache", build_dir / FINGERPRINT_FILE
+    if not cache.exists():
+        return False
+    if stamp.exists() and stamp.read_text().strip() == fingerprint:
+        return False
+    shutil.rmtree(cache)
+    stamp.unlink(missing_ok=True)
+    return True
 
 
 def build(book_dir: Path) -> int:
     book_dir = book_dir.resolve()
     build_dir = book_dir / "_build"
     runs = build_dir / "runs"
+    fingerprint = execution_fingerprint(book_dir)
+    if drop_stale_cache(build_dir, fingerprint):
+        print("build_book: the package, its data or the settings changed since the cached outputs were made: "
+              "every chapter executes again")
     for stale in (build_dir / "html", build_dir / ".doctrees", build_dir / "jupyter_execute", runs):
         shutil.rmtree(stale, ignore_errors=True)
     jb = Path(sys.executable).with_name("jupyter-book")
@@ -64,7 +108,9 @@ def build(book_dir: Path) -> int:
                for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}
     (build_dir / "timings.json").write_text(json.dumps(
         {"total_build_seconds": round(elapsed, 1), "notebooks": timings}, indent=2))
-    print(f"build_book: ok in {elapsed:.0f} s; site in {build_dir / 'html'}")
+    (build_dir / FINGERPRINT_FILE).write_text(fingerprint + "\n")
+    print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, the others from the cache); "
+          f"site in {build_dir / 'html'}")
     return 0
 
 
