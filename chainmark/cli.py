@@ -21,6 +21,14 @@ given, 2 a usage error (bad option, missing or unreadable key or input
 file, empty input, tokenizer that cannot be loaded), 3 an internal error
 (an unexpected exception: a bug, reported as one line on stderr, never as
 a traceback, so that it cannot be mistaken for code 1), 130 interrupted.
+Only problems the commands recognise as the caller's are code 2; any other
+exception is code 3. Run as a program, the command exits with 130 on
+Ctrl-C wherever it lands (even while libraries are being imported).
+
+Inputs are bounded (:mod:`chainmark.limits`): S at most 4096, key files at
+most 4 KiB and at least 16 bytes of raw key (hexadecimal text is refused),
+regime files 1 MiB, texts and null files 4 MiB unless ``--max-bytes`` says
+otherwise. Regime files are checked field by field.
 
 The key is read from a file (``--key-file``) or the environment
 (``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
@@ -29,17 +37,21 @@ output, JSON records and error messages carry its fingerprint only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
+import os
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, Sequence, TextIO
+
+from .limits import DEFAULT_MAX_INPUT_BYTES, MAX_REGIME_BYTES, MAX_STATES
 
 EXIT_OK = 0
 EXIT_DETECTED = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
 
 #: Format tag of the published regime document.
 REGIME_FORMAT = "chainmark-regime/1"
@@ -61,6 +73,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     Two tokenizers with the same fingerprint map every token string to the
     same id, which is what the keyed partition needs.
     """
+    import hashlib
+
     if not hasattr(tokenizer, "get_vocab"):
         raise TypeError(f"tokenizer must have get_vocab(), got {type(tokenizer).__name__}")
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
@@ -88,15 +102,15 @@ def regime_document(
     z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
     fingerprint so that an auditor's tokenizer can be checked against it.
     """
-    from .detect import check_alpha
+    from .detect import check_alpha, check_states
     from .gates import check_gate_kind, check_rho
     from .keys import key_fingerprint
-    from .partition import check_num_states, key_bytes
+    from .partition import key_bytes
     from .topology import resolve_topology
 
     if not key_bytes(key):
         raise ValueError("key must be non-empty")
-    S = check_num_states(S)
+    S = check_states(S)
     alpha = check_alpha(alpha)
     topo = resolve_topology(topology, S)
     z_alpha = _z_alpha(alpha)
@@ -160,6 +174,74 @@ def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
     return values
 
 
+#: Gate kinds a regime may name (as :data:`chainmark.gates.GATE_KINDS`, without importing torch).
+GATE_NAMES = ("all", "high_entropy", "low_entropy", "top2_gap")
+#: Successors per state of each topology a regime may name.
+TOPOLOGY_K = {"clockwork": 1, "soft_cycle": 2}
+
+
+def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _is_number(value: Any, low: float = -math.inf, high: float = math.inf, open_ends: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return low < value < high if open_ends else low <= value <= high
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+#: Every field of a regime document: (accepts the value, what it must be). None is
+#: allowed only where the description says so.
+REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "format": (lambda v: v == REGIME_FORMAT, f"the string {REGIME_FORMAT!r}"),
+    "scheme": (lambda v: v == "chainmark", "the string 'chainmark'"),
+    "S": (lambda v: _is_int(v, 2, MAX_STATES), f"an integer in [2, {MAX_STATES}]"),
+    "topology": (lambda v: v in TOPOLOGY_K, f"one of {sorted(TOPOLOGY_K)}"),
+    "k": (lambda v: _is_int(v, 1, MAX_STATES - 1), f"an integer in [1, {MAX_STATES - 1}]"),
+    "p0": (lambda v: _is_number(v, 0.0, 1.0, open_ends=True), "a number in (0, 1)"),
+    "alpha": (lambda v: _is_number(v, 0.0, 1.0, open_ends=True), "a number in (0, 1)"),
+    "z_alpha": (_is_number, "a finite number"),
+    "threshold": (lambda v: v is None or _is_number(v), "a finite number or null"),
+    "distinct_pairs": (lambda v: isinstance(v, bool), "true or false"),
+    "tokenizer": (lambda v: v is None or _is_text(v), "a string or null"),
+    "key_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
+    "tokenizer_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
+    "vocab_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
+    "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
+    "gate": (lambda v: v in GATE_NAMES, f"one of {list(GATE_NAMES)}"),
+    "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
+}
+
+
+def _shown(value: Any) -> str:
+    """A short description of a regime value for an error message (strings are cut, never echoed whole)."""
+    if isinstance(value, str):
+        return f"the string {value[:20]!r}" + ("..." if len(value) > 20 else "")
+    if isinstance(value, (list, dict)):
+        return f"a JSON {'array' if isinstance(value, list) else 'object'}"
+    return json.dumps(value) if isinstance(value, (bool, int, float)) or value is None else type(value).__name__
+
+
+def regime_problems(doc: Any) -> list[str]:
+    """Everything wrong with a parsed regime document, field by field (empty when it is valid)."""
+    if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
+        return [f"not a {REGIME_FORMAT} document"]
+    unknown = sorted(set(doc) - set(REGIME_FIELDS))
+    problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
+    for name, value in doc.items():
+        accepts, wanted = REGIME_FIELDS.get(name, (None, ""))
+        if accepts is not None and not accepts(value):
+            problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
+    if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
+        problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
+    return problems
+
+
 def _z_alpha(alpha: float) -> float:
     from .calibrate import z_alpha
 
@@ -183,6 +265,19 @@ def _int_at_least(low: int):
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _int_in(low: int, high: int):
+    """An integer in [low, high] (the upper bound is checked before anything of that size exists)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {value}")
         return value
     return parse
 
@@ -249,8 +344,9 @@ examples:
   echo "some text" | chainmark detect --key-file acme.key -
 
 Every input is read before anything is scored: if one cannot be read, is not
-text in the given encoding, or is empty, nothing is scored and the exit code
-is 2. Values from --regime are used unless the option is given explicitly.
+text in the given encoding, is empty or larger than --max-bytes, nothing is
+scored and the exit code is 2. Values from --regime (checked field by field)
+are used unless the option is given explicitly.
 --json prints one JSON object per input (fields file, n_tokens,
 n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
 S, k, topology, alpha, tokenizer, key_fingerprint); such a file of
@@ -297,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
     d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
                    "(its key fingerprint must match the key)")
-    d.add_argument("--S", type=_int_at_least(2), help="number of states (>= 2; default 5)")
+    d.add_argument("--S", type=_int_in(2, MAX_STATES), help=f"number of states (2 to {MAX_STATES}; default 5)")
     d.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
     d.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False),
                    help="significance level in (0, 1) (default 0.01)")
@@ -308,7 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
                    help="report texts shorter than N tokens as 'too short' instead of deciding "
                         "(default: the regime's n_min, else 0)")
-    d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs (default utf-8)")
+    d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
+                   "included (default utf-8)")
+    d.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                   help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
     d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
     d.add_argument("--fail-on-detect", action="store_true",
                    help="exit with code 1 if any input is detected as watermarked")
@@ -328,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "there is no watermark to detect)")
     c.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
-    c.add_argument("--k", type=_int_at_least(1), default=1, help="successors per state (default 1: clockwork)")
+    c.add_argument("--k", type=_int_in(1, MAX_STATES - 1), default=1,
+                   help="successors per state (default 1: clockwork)")
     c.add_argument("--json", action="store_true", help="print a JSON object")
     c.set_defaults(func=_cmd_calibrate)
 
@@ -341,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
     r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
+    r.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                   help=f"refuse a null file larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
     r.add_argument("--json", action="store_true", help="print a JSON object")
     r.set_defaults(func=_cmd_recalibrate)
 
@@ -366,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "--n-min 200 --rho 0.5",
                        formatter_class=fmt)
     g.add_argument("--key-file", metavar="KEY", help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
-    g.add_argument("--S", type=_int_at_least(2), required=True, help="number of states (>= 2)")
+    g.add_argument("--S", type=_int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
     g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
     g.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True)
     g.add_argument("--threshold", type=_finite_float(), metavar="Z",
@@ -429,8 +531,11 @@ def _cmd_reference_help(args: argparse.Namespace) -> int:
 def _cmd_reference_run(args: argparse.Namespace) -> int:
     from . import reference
 
-    done = reference.run(experiments=args.experiments, root=args.dir, fresh=args.fresh, protocol=reference.PROTOCOL,
-                         stop_after=args.stop_after)
+    try:
+        done = reference.run(experiments=args.experiments, root=args.dir, fresh=args.fresh,
+                             protocol=reference.PROTOCOL, stop_after=args.stop_after)
+    except ValueError as exc:  # the folder holds a reference made with another protocol
+        raise UsageError(str(exc)) from None
     print(f"reference: wrote {done['written']} batches, {done['skipped']} already stored, "
           f"{done['total']} in the protocol")
     return _cmd_reference_status(argparse.Namespace(dir=args.dir, cells=False, json=False))
@@ -464,7 +569,10 @@ def _cmd_reference_verify(args: argparse.Namespace) -> int:
     from . import reference
 
     root = Path(args.dir) if args.dir else None
-    checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
+    try:
+        checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
+    except FileNotFoundError as exc:  # no reference run, or no stored batch, in the folder
+        raise UsageError(str(exc)) from None
     bad = [c for c in checks if not c.matched]
     for c in bad:
         print(f"MISMATCH {c.shard}:")
@@ -480,7 +588,46 @@ def _cmd_reference_verify(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``chainmark`` console script; returns the exit code."""
+    """Entry point of the ``chainmark`` console script; returns the exit code.
+
+    Called without ``argv`` (as the program), it first makes Ctrl-C end the
+    process with code 130, before any heavy import; called with ``argv``
+    (tests, the audit chapter) it leaves signal handling to the caller.
+    """
+    previous = _exit_130_on_interrupt() if argv is None else None
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _exit_130_on_interrupt() -> Any:
+    """Install the program's SIGINT handler; returns the previous one (None when it cannot be installed)."""
+    try:
+        return signal.signal(signal.SIGINT, _interrupted)
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return None
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: one line on stderr, then exit 130 at once.
+
+    Exiting here, rather than raising KeyboardInterrupt, gives the same code
+    wherever the signal lands: inside an import, or inside a library that
+    would turn the exception into an error of its own (exit 3).
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("chainmark: interrupted\n")
+        sys.stderr.flush()
+    except Exception:  # a stream in the middle of a write; the exit code still says it
+        pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse the arguments and run the command; problems of the caller's are code 2, anything else 3."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -493,15 +640,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except UsageError as exc:
         return _fail(str(exc))
-    except (OSError, ValueError, TypeError, LookupError) as exc:
-        return _fail(str(exc))
-    except KeyboardInterrupt:  # pragma: no cover - interactive only
-        return 130
-    except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected")
+    except BrokenPipeError:
+        return _output_closed()
+    except KeyboardInterrupt:  # in-process callers: the program itself exits from _interrupted
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected") or 2
         message = " ".join(str(exc).split()) or "(no message)"
         print(f"chainmark: internal error: {type(exc).__name__}: {message} "
               f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _output_closed() -> int:
+    """The reader of standard output went away (``| head``): say so once, and write nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return _fail("standard output was closed before the results were written (broken pipe)")
 
 
 def _fail(message: str) -> int:
@@ -517,7 +675,7 @@ def _warn(message: str) -> None:
 # keys and tokenizers for the commands
 # ---------------------------------------------------------------------------
 def _load_key(path: str | None) -> bytes:
-    from .keys import key_file_is_private, load_key
+    from .keys import KEY_FILE_ENV, load_key
 
     try:
         key = load_key(path)
@@ -526,13 +684,22 @@ def _load_key(path: str | None) -> bytes:
                          "or CHAINMARK_KEY (hex)") from None
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    if path is not None:
-        try:
-            if not key_file_is_private(path):
-                _warn(f"key file {path} is readable by other users; run `chmod 600 {path}`")
-        except OSError:
-            pass
+    source = path if path is not None else os.environ.get(KEY_FILE_ENV) or None
+    if source is not None:
+        _warn_if_not_private(source)
     return key
+
+
+def _warn_if_not_private(path: str) -> None:
+    """Warn (never fail) when a key file may be read by users other than its owner."""
+    from .keys import key_file_is_private
+
+    try:
+        private = key_file_is_private(path)
+    except OSError:
+        return
+    if not private:
+        _warn(f"key file {path} is readable by other users; run `chmod 600 {path}`")
 
 
 def _load_tokenizer(name: str | None) -> Any:
@@ -553,7 +720,8 @@ def _tokenizer_label(name: str | None) -> str:
 # ---------------------------------------------------------------------------
 # detect
 # ---------------------------------------------------------------------------
-def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO) -> list[tuple[str, str]]:
+def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
+                 max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[tuple[str, str]]:
     """Read every input first; collect every problem, then fail once."""
     import codecs
 
@@ -567,45 +735,68 @@ def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO) -> list[tup
     for path in paths:
         label = "<stdin>" if path == "-" else path
         try:
-            if path == "-":
-                text = stdin.read()
-            else:
-                text = Path(path).read_bytes().decode(encoding)
-        except FileNotFoundError:
-            problems.append(f"{label}: no such file")
-            continue
-        except IsADirectoryError:
-            problems.append(f"{label}: is a folder, not a text file")
-            continue
-        except PermissionError:
-            problems.append(f"{label}: not readable by this user")
-            continue
-        except UnicodeDecodeError as exc:
-            problems.append(f"{label}: not {encoding} text (byte {exc.start}); pass --encoding")
-            continue
-        except OSError as exc:
-            problems.append(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})")
-            continue
-        if not text.strip():
-            problems.append(f"{label}: empty input, nothing to score")
-            continue
-        texts.append((label, text))
+            texts.append((label, _read_text(path, label, encoding, stdin, max_bytes)))
+        except UsageError as exc:
+            problems.append(str(exc))
     if problems:
         raise UsageError("cannot audit these inputs (nothing was scored):\n  " + "\n  ".join(problems))
     return texts
 
 
-def _load_regime(path: str) -> dict[str, Any]:
+def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: int) -> str:
+    """One input as text: at most ``max_bytes`` bytes, decoded with ``encoding`` (standard input too)."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = _read_stdin(stdin, max_bytes) if path == "-" else _read_bytes(path, max_bytes)
+    except FileNotFoundError:
+        raise UsageError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{label}: is a folder, not a text file") from None
+    except PermissionError:
+        raise UsageError(f"{label}: not readable by this user") from None
+    except OSError as exc:
+        raise UsageError(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{label}: larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+    try:
+        text = data if isinstance(data, str) else data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{label}: not {encoding} text (byte {exc.start}); pass --encoding") from None
+    if not text.strip():
+        raise UsageError(f"{label}: empty input, nothing to score")
+    return text
+
+
+def _read_bytes(path: str, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a file: enough to tell that it is too large."""
+    with open(path, "rb") as fh:
+        return fh.read(max_bytes + 1)
+
+
+def _read_stdin(stdin: TextIO, max_bytes: int) -> bytes | str:
+    """Standard input as bytes (so that --encoding applies); an in-memory text stream as its text."""
+    raw = getattr(stdin, "buffer", None)
+    return raw.read(max_bytes + 1) if raw is not None else stdin.read(max_bytes + 1)
+
+
+def _load_regime(path: str) -> dict[str, Any]:
+    """Read and check a regime file: bounded, UTF-8 JSON, every field valid (messages never quote its bytes)."""
+    try:
+        data = _read_bytes(path, MAX_REGIME_BYTES)
     except FileNotFoundError:
         raise UsageError(f"regime file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"regime file {path} cannot be read ({exc})") from None
+    except OSError as exc:
+        raise UsageError(f"regime file {path} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > MAX_REGIME_BYTES:
+        raise UsageError(f"regime file {path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"regime file {path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"regime file {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
-        raise UsageError(f"regime file {path} is not a {REGIME_FORMAT} document")
+    problems = regime_problems(doc)
+    if problems:
+        raise UsageError(f"regime file {path}: " + "; ".join(problems))
     return doc
 
 
@@ -631,6 +822,17 @@ def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) ->
     return out
 
 
+def _topology(name: str, S: int) -> Any:
+    """The topology the options or the regime name, with S bounded; a usage error if they do not fit."""
+    from .detect import check_states
+    from .topology import resolve_topology
+
+    try:
+        return resolve_topology(name, check_states(S))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _decision(n_transitions: int, n_tokens: int, min_tokens: int, detected: bool) -> str:
     if n_transitions < 1 or n_tokens < min_tokens:
         return "too short"
@@ -640,7 +842,6 @@ def _decision(n_transitions: int, n_tokens: int, min_tokens: int, detected: bool
 def _cmd_detect(args: argparse.Namespace) -> int:
     from .detect import detect_text
     from .keys import key_fingerprint
-    from .topology import resolve_topology
 
     regime = _load_regime(args.regime) if args.regime else None
     cfg = _detect_settings(args, regime)
@@ -649,8 +850,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     if regime and regime.get("key_fingerprint") not in (None, fingerprint):
         raise UsageError(f"the key's fingerprint {fingerprint} does not match the regime's "
                          f"{regime['key_fingerprint']}: wrong key file?")
-    topo = resolve_topology(cfg["topology"], cfg["S"])
-    texts = _read_inputs(args.inputs, args.encoding, sys.stdin)
+    topo = _topology(cfg["topology"], cfg["S"])
+    texts = _read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
     tokenizer = _load_tokenizer(cfg["tokenizer"])
     if regime and regime.get("tokenizer_fingerprint"):
         seen = tokenizer_fingerprint(tokenizer)
@@ -676,7 +877,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         })
     if args.json:
         for row in rows:
-            print(json.dumps(row))
+            print(json.dumps(row, allow_nan=False))
     else:
         print(_detect_table(rows, topo, cfg, threshold, fingerprint))
     if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
@@ -713,7 +914,7 @@ def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], th
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate as cal
 
-    s_star = int(cal.s_star(args.n, args.rho, args.alpha, k=args.k))
+    s_star = _s_star(args.n, args.rho, args.alpha, args.k)
     if args.k >= s_star:
         raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")
     z_a = float(cal.z_alpha(args.alpha))
@@ -725,7 +926,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k)),
     }
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(out, allow_nan=False))
         return EXIT_OK
     print(f"targets: n = {args.n} tokens, rho = {args.rho:g}, alpha = {args.alpha:g}, k = {args.k}")
     print(f"S* = {s_star} states (smallest S whose predicted z reaches 2 z_alpha = {2 * z_a:.3f})")
@@ -737,30 +938,63 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
+    """S* for the targets, or a usage error when no state count up to MAX_STATES reaches them."""
+    from . import calibrate as cal
+
+    try:
+        s_star = int(cal.s_star(n, rho, alpha, k=k))
+    except (ZeroDivisionError, OverflowError):  # rho * rho underflows, or S* overflows a float
+        s_star = None
+    if s_star is None or s_star > MAX_STATES:
+        need = "more states than a float can count" if s_star is None else f"S* = {s_star} states"
+        raise UsageError(f"these targets need {need}, above the largest S the detector accepts "
+                         f"({MAX_STATES}); raise --n (longer texts), --rho or --alpha")
+    return s_star
+
+
+def _null_lines(source: str, max_bytes: int) -> list[str]:
+    """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
+    label = "<stdin>" if source == "-" else f"null file {source}"
+    try:
+        data = _read_stdin(sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
+    except FileNotFoundError:
+        raise UsageError(f"null file {source} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+    try:
+        text = data if isinstance(data, str) else data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{label} is not UTF-8 text (byte offset {exc.start}): not JSON lines") from None
+    return text.splitlines()
+
+
 def _cmd_recalibrate(args: argparse.Namespace) -> int:
     from . import calibrate as cal
 
-    if args.null == "-":
-        values = read_null_z(sys.stdin, "<stdin>")
-    else:
-        try:
-            with open(args.null, encoding="utf-8") as fh:
-                values = read_null_z(fh, args.null)
-        except FileNotFoundError:
-            raise UsageError(f"null file {args.null} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"null file {args.null} cannot be read ({exc})") from None
+    label = "<stdin>" if args.null == "-" else args.null
+    values = read_null_z(_null_lines(args.null, args.max_bytes), label)
     import numpy as np
 
     z = np.asarray(values, dtype=float)
-    threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
     z_a = float(cal.z_alpha(args.alpha))
-    out = {
-        "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
-        "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
-        "z_alpha": z_a, "threshold": threshold,
-        "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
-    }
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as a usage error
+        try:
+            threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
+        except ValueError as exc:  # too few null texts for alpha, or no spread
+            raise UsageError(f"{label}: {exc}") from None
+        out = {
+            "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
+            "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
+            "z_alpha": z_a, "threshold": threshold,
+            "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
+        }
+    overflow = [name for name, value in out.items() if isinstance(value, float) and not math.isfinite(value)]
+    if overflow:
+        raise UsageError(f"{label}: the z-scores are too large to summarise ({', '.join(overflow)} overflow); "
+                         "a detector's z-scores are far smaller: is this the output of `chainmark detect --json`?")
     kurt = cal.excess_kurtosis(z)
     heavy = kurt > cal.HEAVY_TAIL_KURTOSIS
     out["null_excess_kurtosis"] = kurt
@@ -774,7 +1008,7 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
         _warn(f"the null z-scores are heavy-tailed (excess kurtosis {kurt:.1f}): the sd recipe assumes a "
               "Gaussian shape and will let through more than alpha; prefer --method quantile with enough texts")
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(out, allow_nan=False))
         return EXIT_OK
     print(f"null corpus: {out['n_null']} z-scores, mean {out['null_mean']:.3f}, sd {out['null_sd']:.3f}")
     print(f"analytic threshold z_alpha = {z_a:.3f}: exceeded by {100 * out['fpr_at_z_alpha']:.2f}% of the null "
@@ -789,46 +1023,71 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
 # keygen, regime
 # ---------------------------------------------------------------------------
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from .keys import derive_key, key_fingerprint, read_key_file, write_key_file
+    from .keys import derive_key, key_fingerprint, read_key_file
 
     if (args.from_master is None) != (args.context is None):
         raise UsageError("--from-master and --context go together")
     out = Path(args.out)
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)")
     if args.from_master is not None:
         try:
             master = read_key_file(args.from_master)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        _warn_if_not_private(args.from_master)
         if not args.context:
             raise UsageError("--context must be a non-empty string")
-        key = write_key_file(out, derive_key(master, args.context))
+        key = _write_key(out, derive_key(master, args.context))
         how = f"derived for context {args.context!r} from master {key_fingerprint(master)}"
     else:
-        key = write_key_file(out)
+        key = _write_key(out, None)
         how = "random"
     print(f"wrote a {len(key)}-byte key ({how}) to {out} with permissions 0600", file=sys.stderr)
     print(key_fingerprint(key))
     return EXIT_OK
 
 
+def _write_key(out: Path, key: bytes | None) -> bytes:
+    """Create the key file ``out`` (never over an existing file or link); a usage error if it cannot be written."""
+    from .keys import write_key_file
+
+    try:
+        return write_key_file(out, key)
+    except FileExistsError:
+        raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write the key file {out} ({exc.strerror or exc})") from None
+
+
 def _cmd_regime(args: argparse.Namespace) -> int:
     key = _load_key(args.key_file)
     tokenizer = _load_tokenizer(args.tokenizer)
-    doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
-                          tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
-                          n_min=args.n_min, rho=args.rho, gate=args.gate,
-                          distinct_pairs=args.distinct_pairs)
-    text = json.dumps(doc, indent=2)
+    try:
+        doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
+                              tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
+                              n_min=args.n_min, rho=args.rho, gate=args.gate,
+                              distinct_pairs=args.distinct_pairs)
+    except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
+        raise UsageError(str(exc)) from None
+    text = json.dumps(doc, indent=2, allow_nan=False)
     if args.out:
-        out = Path(args.out)
-        if out.exists():
-            raise UsageError(f"{out} exists; refusing to overwrite it")
-        out.write_text(text + "\n", encoding="utf-8")
-        print(f"wrote the detection regime to {out}", file=sys.stderr)
+        _create_file(Path(args.out), text + "\n")
+        print(f"wrote the detection regime to {args.out}", file=sys.stderr)
     print(text)
     return EXIT_OK
+
+
+def _create_file(path: Path, text: str) -> None:
+    """Write a new file (mode 0644 at most): refused if the name exists, even as a dangling link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # O_EXCL never follows a link
+    except FileExistsError:
+        raise UsageError(f"{path} exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,12 +30,22 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
+from .limits import MAX_STATES
 from .partition import Key, as_token_array, check_int, check_num_states, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
 
 # --------------------------------------------------------------------------
 # statistics
 # --------------------------------------------------------------------------
+
+
+def check_states(S: object) -> int:
+    """A state count for detection: an integer in [2, MAX_STATES], checked before any topology is built."""
+    S = check_num_states(S)
+    if S > MAX_STATES:
+        raise ValueError(f"S must be at most {MAX_STATES} (a larger S leaves too few tokens per state "
+                         f"to carry a watermark), got {S}")
+    return S
 
 
 def check_alpha(alpha: object, name: str = "alpha") -> float:
@@ -170,10 +180,11 @@ def _circulant_offsets(topology: Topology) -> tuple[int, ...] | None:
     """
     m, S = topology.matrix, topology.S
     offsets = tuple(int(o) for o in np.flatnonzero(m[0]))
-    rebuilt = np.zeros((S, S), dtype=bool)
-    for o in offsets:
-        rebuilt[np.arange(S), (np.arange(S) + o) % S] = True
-    return offsets if np.array_equal(rebuilt, m) else None
+    rows, cols = np.nonzero(m)  # k * S entries: no second S x S matrix
+    if rows.size != S * len(offsets):
+        return None
+    # every entry on an offset diagonal, and k entries per row: exactly the circulant
+    return offsets if bool(np.isin((cols - rows) % S, offsets).all()) else None
 
 
 def _signed(states: np.ndarray) -> np.ndarray:
@@ -318,14 +329,22 @@ def _as_numpy(token_ids: Any) -> Any:
     return token_ids
 
 
+def _is_sequence(item: Any) -> bool:
+    """True for a list, tuple, array or tensor of at least one dimension (a row), not for a scalar."""
+    if isinstance(item, (list, tuple)):
+        return True
+    ndim = getattr(item, "ndim", None)  # numpy scalars and 0-d tensors have ndim 0
+    return isinstance(ndim, int) and ndim >= 1
+
+
 def _is_batch(token_ids: Any) -> bool:
+    """True when ``token_ids`` holds rows (a 2-D array or a list of sequences), False for one text."""
     if isinstance(token_ids, np.ndarray):
         if token_ids.ndim > 2:
             raise ValueError(f"token_ids must be 1-D (one text) or 2-D (a batch), got shape {token_ids.shape}")
         return token_ids.ndim == 2
     if isinstance(token_ids, (list, tuple)) and token_ids:
-        return all(isinstance(row, (list, tuple, np.ndarray)) or hasattr(row, "tolist")
-                   for row in token_ids)
+        return all(_is_sequence(row) for row in token_ids)
     return False
 
 
@@ -370,9 +389,10 @@ def detect(
     ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
     repeated n-grams otherwise count several times and break the
     independence the z-test assumes. ``vocab_size`` (when known) rejects ids
-    outside the vocabulary and saves a pass over the ids.
+    outside the vocabulary and saves a pass over the ids. ``S`` is at most
+    :data:`~chainmark.limits.MAX_STATES`.
     """
-    S = check_num_states(S)
+    S = check_states(S)
     alpha = check_alpha(alpha)
     key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
     topo = resolve_topology(topology, S)
@@ -613,7 +633,7 @@ def lr_detect(
     :func:`gate_probabilities`). The critical value and p-value come from
     ``n_null`` simulated null draws (seeded, so results are reproducible).
     """
-    S = check_num_states(S)
+    S = check_states(S)
     alpha = check_alpha(alpha)
     topo = resolve_topology(topology, S)
     if topo.k is None:

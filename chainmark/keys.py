@@ -9,9 +9,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
+import tempfile
 from pathlib import Path
 
+from .limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
 from .partition import Key, key_bytes
 
 KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
@@ -96,40 +99,92 @@ def generate_key() -> bytes:
     return secrets.token_bytes(KEY_LENGTH)
 
 
+_HEX_TEXT = re.compile(rb"\s*[0-9A-Fa-f]+\s*")
+
+
+def check_key_bytes(key: bytes, source: str) -> bytes:
+    """Refuse a key shorter than MIN_KEY_BYTES or one that is hexadecimal text; messages name ``source``, never the key."""
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"{source} is {len(key)} bytes long; keys need at least {MIN_KEY_BYTES} bytes "
+                         "(create one with `chainmark keygen --out FILE`)")
+    if _HEX_TEXT.fullmatch(key):
+        raise ValueError(f"{source} is hexadecimal text, not raw key bytes, so it would act as another key: "
+                         f"decode it (`xxd -r -p HEXFILE > KEYFILE`) or put the hex in ${KEY_ENV} instead")
+    return key
+
+
+def _make_folder(folder: Path) -> None:
+    """Create a missing folder for key files, open to its owner only (whatever the umask)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:  # the name exists, but not as a folder
+        raise NotADirectoryError(f"{folder} is not a folder") from None
+
+
+def _temporary_key_file(folder: Path, key: bytes) -> Path:
+    """Write ``key`` to a new private (0600) temporary file in ``folder`` and flush it to disk."""
+    fd, name = tempfile.mkstemp(prefix=".key-", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(name)
+
+
+def _publish_new(tmp: Path, path: Path, key: bytes) -> None:
+    """Give the finished ``tmp`` the name ``path`` unless that name exists (a hard link is atomic)."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise FileExistsError(f"{path} exists; refusing to overwrite a key file") from None
+    except OSError:  # a file system without hard links: exclusive create, then write
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            raise FileExistsError(f"{path} exists; refusing to overwrite a key file") from None
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+
+
 def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite: bool = False) -> bytes:
     """Write a key (fresh if not given) to ``path`` with permissions 0600.
 
-    Without ``overwrite`` the file is created exclusively (``O_EXCL``), so an
-    existing key is never replaced, even by a concurrent writer.
+    The key is written to a temporary file first and then appears under its
+    name whole (a hard link, or a rename with ``overwrite``), so a concurrent
+    reader never sees a half-written key; without ``overwrite`` an existing
+    file, even one created concurrently, is never replaced.
     """
     path = Path(path)
     key = generate_key() if key is None else key_bytes(key)
     if not key:
         raise ValueError("key must be non-empty")
+    check_key_bytes(key, "key")
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; give the path of the key file to create")
-    if path.exists() and not overwrite:
+    if (path.exists() or path.is_symlink()) and not overwrite:
         raise FileExistsError(f"{path} exists; refusing to overwrite a key file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    _make_folder(path.parent)
+    tmp = _temporary_key_file(path.parent, key)
     try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise FileExistsError(f"{path} exists; refusing to overwrite a key file") from None
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(key)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            _publish_new(tmp, path, key)
+    finally:
+        tmp.unlink(missing_ok=True)
     os.chmod(path, 0o600)
     return key
 
 
 def read_key_file(path: str | os.PathLike) -> bytes:
-    """Read the raw key bytes of a key file; a clear error if missing, unreadable or empty.
+    """Read the raw key bytes of a key file; a clear error if missing, unreadable, empty, too large or not a key.
 
-    The messages name the path, never the content.
+    At most MAX_KEY_FILE_BYTES are read. The messages name the path, never the content.
     """
     path = Path(path)
     try:
-        key = path.read_bytes()
+        with path.open("rb") as fh:
+            key = fh.read(MAX_KEY_FILE_BYTES + 1)
     except FileNotFoundError:
         raise FileNotFoundError(f"key file {path} does not exist (create one with `chainmark keygen --out {path}`)") from None
     except PermissionError:
@@ -140,7 +195,10 @@ def read_key_file(path: str | os.PathLike) -> bytes:
         raise OSError(f"key file {path} could not be read ({exc.strerror or type(exc).__name__})") from None
     if not key:
         raise ValueError(f"key file {path} is empty")
-    return key
+    if len(key) > MAX_KEY_FILE_BYTES:
+        raise ValueError(f"key file {path} is larger than {MAX_KEY_FILE_BYTES} bytes, so it is not a key file "
+                         "(keys are 32 bytes; create one with `chainmark keygen --out FILE`)")
+    return check_key_bytes(key, f"key file {path}")
 
 
 def key_file_is_private(path: str | os.PathLike) -> bool:
@@ -156,9 +214,13 @@ def load_key(path: str | os.PathLike | None = None) -> bytes:
         return read_key_file(os.environ[KEY_FILE_ENV])
     if os.environ.get(KEY_ENV, "").strip():
         try:
-            return bytes.fromhex(os.environ[KEY_ENV].strip())
+            key = bytes.fromhex(os.environ[KEY_ENV].strip())
         except ValueError:
             raise ValueError(f"{KEY_ENV} must hold the key as hexadecimal") from None
+        if len(key) < MIN_KEY_BYTES:
+            raise ValueError(f"{KEY_ENV} holds a {len(key)}-byte key; keys need at least {MIN_KEY_BYTES} bytes "
+                             f"({2 * MIN_KEY_BYTES} hex digits)")
+        return key
     raise LookupError(f"no key: pass a key file, or set {KEY_FILE_ENV} or {KEY_ENV}")
 
 
@@ -168,7 +230,8 @@ def book_key() -> bytes:
     ``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY`` if set; otherwise a random
     key created once per machine in the cache folder (permissions 0600) and
     reused, so results are stable across builds on one machine while the key
-    itself never appears in a page.
+    itself never appears in a page. Concurrent first calls agree on one key:
+    the file appears only once it is complete.
     """
     try:
         return load_key()

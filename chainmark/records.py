@@ -19,7 +19,10 @@ with larger batches at most the batch in flight (its finished records are
 written one by one as soon as the batch is scored). A half-written last line
 is cut off before appending. Batches have a fixed composition and seed
 (``seed + batch index``), so a resumed run produces what an uninterrupted one
-would have.
+would have. One process writes a run folder at a time: :func:`run_grid` and
+:func:`generate_resumable` hold the folder's lock (:func:`lock_run_folder`)
+and a second writer stops at once with :class:`RunFolderBusy` instead of
+duplicating every record.
 
 Attack seeds. A token-level attack edits each text with its own random
 stream, derived from the attack's seed (43 in the book) and a SHA-256 hash
@@ -42,6 +45,7 @@ hashing key derived from it) in any common encoding.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import os
@@ -58,6 +62,8 @@ from .settings import GENERATION_SEED
 
 RECORDS_FILE = "records.jsonl"
 META_FILE = "run.json"
+#: Lock file of a run folder: held by the one process that writes there.
+LOCK_FILE = ".lock"
 #: ``CHAINMARK_RUNS`` overrides where runs are stored (e.g. a Google Drive folder in Colab).
 RUNS_ENV = "CHAINMARK_RUNS"
 
@@ -417,6 +423,36 @@ class RecordWriter:
         self.close()
 
 
+# --------------------------------------------------------------------------- one writer per folder
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is writing to this run folder (it holds the folder's lock)."""
+
+
+@contextlib.contextmanager
+def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """Hold the run folder's exclusive lock while the block runs; a second writer gets :class:`RunFolderBusy` at once.
+
+    The lock (``filelock``, an OS-level lock on ``path/.lock``) is released
+    when the block ends or the process dies, so a killed run never leaves
+    its folder locked.
+    """
+    from filelock import FileLock, Timeout
+
+    path = Path(path)
+    lock = FileLock(str(path / LOCK_FILE))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise RunFolderBusy(f"{path} is being written by another process (it holds {path / LOCK_FILE}); "
+                            "wait for that run to finish, or give this one another folder") from None
+    try:
+        yield path
+    finally:
+        lock.release()
+
+
 # --------------------------------------------------------------------------- the runner
 
 
@@ -609,55 +645,56 @@ def run_grid(
     _check_batching(batch_size, stop_after)
     path = Path(path) if path is not None else default_runs_dir() / run_name
     path.mkdir(parents=True, exist_ok=True)
-    secrets = [s for m in methods for s in m.secrets()]
-    settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
-                "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
-    if model_name is None:
-        from .settings import get_settings
+    with lock_run_folder(path):
+        secrets = [s for m in methods for s in m.secrets()]
+        settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
+                    "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
+        if model_name is None:
+            from .settings import get_settings
 
-        model_name = get_settings().model
-    meta = _merge_meta(path, _meta(methods, attacks, model_name, settings))
-    _write_meta(path, meta, secrets)
+            model_name = get_settings().model
+        meta = _merge_meta(path, _meta(methods, attacks, model_name, settings))
+        _write_meta(path, meta, secrets)
 
-    vocab_size = _vocab(model) if model is not None else len(tokenizer)
-    detectors = [m for m in methods if m.watermarked]
-    done = {r.get("id") for r in read_records(path / RECORDS_FILE)}
-    batches = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
-    total = len(items) * len(methods)
-    todo = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) not in done)
-    start = time.perf_counter()
-    written = 0
-    interrupted = False
-    bar = tqdm(total=todo, desc=path.name, unit="gen", disable=not progress)
-    gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
-    with RecordWriter(path / RECORDS_FILE, secrets) as writer:
-        for j, batch in enumerate(batches):
-            for method in methods:
-                ids = [record_id(method.name, d, i) for d, i, _ in batch]
-                if all(r in done for r in ids):
-                    continue
-                if stop_after is not None and written >= stop_after:
-                    interrupted = True
-                    break
-                bar.set_postfix_str(f"{method.name} batch {j + 1}/{len(batches)}")
-                for record in _run_batch(method, detectors, batch, j, model, tokenizer, attacks,
-                                         vocab_size, alpha, seed, self_ppl, gen_kwargs):
-                    if record["id"] in done:
+        vocab_size = _vocab(model) if model is not None else len(tokenizer)
+        detectors = [m for m in methods if m.watermarked]
+        done = {r.get("id") for r in read_records(path / RECORDS_FILE)}
+        batches = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+        total = len(items) * len(methods)
+        todo = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) not in done)
+        start = time.perf_counter()
+        written = 0
+        interrupted = False
+        bar = tqdm(total=todo, desc=path.name, unit="gen", disable=not progress)
+        gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
+        with RecordWriter(path / RECORDS_FILE, secrets) as writer:
+            for j, batch in enumerate(batches):
+                for method in methods:
+                    ids = [record_id(method.name, d, i) for d, i, _ in batch]
+                    if all(r in done for r in ids):
                         continue
                     if stop_after is not None and written >= stop_after:
                         interrupted = True
                         break
-                    writer.write(record)
-                    done.add(record["id"])
-                    written += 1
-                    bar.update(1)
+                    bar.set_postfix_str(f"{method.name} batch {j + 1}/{len(batches)}")
+                    for record in _run_batch(method, detectors, batch, j, model, tokenizer, attacks,
+                                             vocab_size, alpha, seed, self_ppl, gen_kwargs):
+                        if record["id"] in done:
+                            continue
+                        if stop_after is not None and written >= stop_after:
+                            interrupted = True
+                            break
+                        writer.write(record)
+                        done.add(record["id"])
+                        written += 1
+                        bar.update(1)
+                    if interrupted:
+                        break
                 if interrupted:
                     break
-            if interrupted:
-                break
-    bar.close()
-    return GridRun(path, written, total - todo, total, time.perf_counter() - start, interrupted,
-                   read_records(path / RECORDS_FILE))
+        bar.close()
+        return GridRun(path, written, total - todo, total, time.perf_counter() - start, interrupted,
+                       read_records(path / RECORDS_FILE))
 
 
 def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple[str, int, str]], j: int,
@@ -781,8 +818,9 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
 
 
 __all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
-           "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id", "records_frame", "repair",
-           "generate_resumable", "load_reference", "run_grid", "score_null_texts", "tpr"]
+           "RunFolderBusy", "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id",
+           "records_frame", "repair", "generate_resumable", "load_reference", "lock_run_folder", "run_grid",
+           "score_null_texts", "tpr"]
 
 
 def load_reference(name: str, model_name: str | None = None) -> Any:
@@ -840,59 +878,60 @@ def generate_resumable(
     _check_batching(batch_size, stop_after)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "chainmark_version": __version__,
-        "model": getattr(getattr(model, "config", None), "name_or_path", None),
-        "watermark": config.describe() if config is not None else None,
-        "gate_tau": getattr(gate, "tau", None),
-        "batch_size": batch_size,
-        "seed": int(seed),
-        "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
-        "n_prompts": len(prompts),
-    }
-    secrets = [config.key] if config is not None else []
-    if (path / META_FILE).exists():
-        old = json.loads((path / META_FILE).read_text("utf-8"))
-        diff = [k for k in meta if k != "n_prompts" and old.get(k) != _clean(meta[k])
-                and not (k == "model" and model is None)]
-        if diff:
-            raise ValueError(f"{path} holds generations made with other settings ({', '.join(diff)}); "
-                             "choose another folder or delete this one")
-    if model is not None:
-        _write_meta(path, meta, secrets)
+    with lock_run_folder(path):
+        meta = {
+            "chainmark_version": __version__,
+            "model": getattr(getattr(model, "config", None), "name_or_path", None),
+            "watermark": config.describe() if config is not None else None,
+            "gate_tau": getattr(gate, "tau", None),
+            "batch_size": batch_size,
+            "seed": int(seed),
+            "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
+            "n_prompts": len(prompts),
+        }
+        secrets = [config.key] if config is not None else []
+        if (path / META_FILE).exists():
+            old = json.loads((path / META_FILE).read_text("utf-8"))
+            diff = [k for k in meta if k != "n_prompts" and old.get(k) != _clean(meta[k])
+                    and not (k == "model" and model is None)]
+            if diff:
+                raise ValueError(f"{path} holds generations made with other settings ({', '.join(diff)}); "
+                                 "choose another folder or delete this one")
+        if model is not None:
+            _write_meta(path, meta, secrets)
 
-    done: dict[int, dict[str, Any]] = {}
-    for rec in read_records(path / RECORDS_FILE):
-        i = int(rec["index"])
-        if i >= len(prompts) or rec["prompt"] != prompts[i]:
-            raise ValueError(f"{path} holds a generation for prompt {i} that is not this run's "
-                             f"prompt {i}; choose another folder or delete this one")
-        done[i] = rec
-    n_batches = math.ceil(len(prompts) / batch_size)
-    todo = [b for b in range(n_batches)
-            if any(i not in done for i in range(b * batch_size, min((b + 1) * batch_size, len(prompts))))]
-    if todo and model is None:
-        raise ValueError(f"model is None, but {len(todo)} of {n_batches} batches in {path} are still "
-                         "to generate: pass the model (None only reads back a finished run)")
-    fields = [f.name for f in dataclasses.fields(Generation)]
-    with RecordWriter(path / RECORDS_FILE, secrets) as writer:
-        bar = tqdm(total=n_batches, initial=n_batches - len(todo), desc=path.name, disable=not progress)
-        for count, b in enumerate(todo):
-            if stop_after is not None and count >= stop_after:
-                break
-            lo = b * batch_size
-            batch = prompts[lo:lo + batch_size]
-            gens = generate(model, tokenizer, batch, config, gate, batch_size=batch_size, seed=seed + b,
-                            **generate_kwargs)
-            for offset, g in enumerate(gens):
-                if lo + offset in done:   # written before an interruption cut the batch short
-                    continue
-                rec = {"index": lo + offset, **dataclasses.asdict(g)}
-                writer.write(rec)
-                done[lo + offset] = json.loads(json.dumps(_clean(rec)))
-            bar.update(1)
-        bar.close()
-    return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
+        done: dict[int, dict[str, Any]] = {}
+        for rec in read_records(path / RECORDS_FILE):
+            i = int(rec["index"])
+            if i >= len(prompts) or rec["prompt"] != prompts[i]:
+                raise ValueError(f"{path} holds a generation for prompt {i} that is not this run's "
+                                 f"prompt {i}; choose another folder or delete this one")
+            done[i] = rec
+        n_batches = math.ceil(len(prompts) / batch_size)
+        todo = [b for b in range(n_batches)
+                if any(i not in done for i in range(b * batch_size, min((b + 1) * batch_size, len(prompts))))]
+        if todo and model is None:
+            raise ValueError(f"model is None, but {len(todo)} of {n_batches} batches in {path} are still "
+                             "to generate: pass the model (None only reads back a finished run)")
+        fields = [f.name for f in dataclasses.fields(Generation)]
+        with RecordWriter(path / RECORDS_FILE, secrets) as writer:
+            bar = tqdm(total=n_batches, initial=n_batches - len(todo), desc=path.name, disable=not progress)
+            for count, b in enumerate(todo):
+                if stop_after is not None and count >= stop_after:
+                    break
+                lo = b * batch_size
+                batch = prompts[lo:lo + batch_size]
+                gens = generate(model, tokenizer, batch, config, gate, batch_size=batch_size, seed=seed + b,
+                                **generate_kwargs)
+                for offset, g in enumerate(gens):
+                    if lo + offset in done:   # written before an interruption cut the batch short
+                        continue
+                    rec = {"index": lo + offset, **dataclasses.asdict(g)}
+                    writer.write(rec)
+                    done[lo + offset] = json.loads(json.dumps(_clean(rec)))
+                bar.update(1)
+            bar.close()
+        return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
 
 
 def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, Any]) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from chainmark import calibrate as cal
 from chainmark import cli
 from chainmark.models import load_tokenizer as real_load_tokenizer
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
@@ -305,14 +306,14 @@ def test_empty_key_file(capsys, tmp_path):
 
 
 def test_unreadable_key_file(capsys, tmp_path, key_file, monkeypatch):
-    real = Path.read_bytes
+    real = Path.open
 
-    def guarded(self):
+    def guarded(self, *args, **kwargs):
         if self.name == key_file.name:
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", guarded)
+    monkeypatch.setattr(Path, "open", guarded)
     code, _, err = run(capsys, "detect", "--key-file", key_file, write(tmp_path, "t.txt", "hello"))
     assert code == cli.EXIT_USAGE and "not readable" in err
 
@@ -433,7 +434,6 @@ def test_regime_document_validates():
 # calibrate and recalibrate
 # ---------------------------------------------------------------------------
 def test_calibrate_reports_s_star_from_the_calibration_module(capsys):
-    cal = pytest.importorskip("chainmark.calibrate")
     code, out, _ = run(capsys, "calibrate", "--n", "200", "--rho", "0.5", "--alpha", "0.001", "--json")
     row = json.loads(out)
     assert code == 0
@@ -492,7 +492,6 @@ def null_file(tmp_path: Path, z: np.ndarray) -> Path:
 
 
 def test_recalibrate_uses_the_calibration_module(capsys, tmp_path):
-    cal = pytest.importorskip("chainmark.calibrate")
     z = np.random.default_rng(3).normal(0.3, 1.2, size=2000)
     path = null_file(tmp_path, z)
     for method in ("sd", "quantile"):
@@ -508,8 +507,6 @@ def test_recalibrate_uses_the_calibration_module(capsys, tmp_path):
 def test_recalibrate_warns_about_heavy_tailed_nulls(capsys, tmp_path):
     """The sd recipe assumes a Gaussian null: on a heavy-tailed one the command says so, and a
     too-small corpus is never told to fall back on sd when the tail is heavy."""
-    from chainmark import calibrate as cal
-
     rng = np.random.default_rng(5)
     gauss, heavy = rng.normal(size=3000), rng.standard_t(3, size=3000)
     assert cal.excess_kurtosis(gauss) < cal.HEAVY_TAIL_KURTOSIS < cal.excess_kurtosis(heavy)
@@ -528,7 +525,6 @@ def test_recalibrate_warns_about_heavy_tailed_nulls(capsys, tmp_path):
 
 
 def test_recalibrate_from_detect_json(capsys, tmp_path, key_file):
-    pytest.importorskip("chainmark.calibrate")
     paths = [write(tmp_path, f"p{i}.txt", plain_text(200, seed=i)) for i in range(30)]
     code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", *paths)
     null = write(tmp_path, "null.jsonl", out)
@@ -538,7 +534,6 @@ def test_recalibrate_from_detect_json(capsys, tmp_path, key_file):
 
 
 def test_recalibrate_stdin(capsys, monkeypatch):
-    pytest.importorskip("chainmark.calibrate")
     lines = "\n".join(json.dumps({"z": v}) for v in np.linspace(-2, 2, 50))
     code, out, err = run(capsys, "recalibrate", "--null", "-", "--alpha", "0.1", stdin=lines, monkeypatch=monkeypatch)
     assert code == 0, err

@@ -137,8 +137,9 @@ def test_write_key_file_mode_0600_and_no_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match="refusing to overwrite"):
         write_key_file(path)
     assert path.read_bytes() == key  # untouched
-    other = write_key_file(path, b"replacement", overwrite=True)
-    assert path.read_bytes() == other == b"replacement"
+    other = write_key_file(path, b"a replacement key, 32 bytes long", overwrite=True)
+    assert path.read_bytes() == other == b"a replacement key, 32 bytes long"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_write_key_file_rejects_bad_keys_and_folders(tmp_path):
@@ -173,10 +174,10 @@ def test_read_key_file_unreadable(tmp_path, monkeypatch):
     path = tmp_path / "locked.key"
     write_key_file(path)
 
-    def refuse(self):
+    def refuse(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     with pytest.raises(PermissionError, match="not readable"):
         read_key_file(path)
 
