@@ -1,0 +1,672 @@
+"""The attack playground (chainmark.playground + chainmark/data/playground.js).
+
+Fast tests check what Python packs (tokenizer, state table, samples, the
+block). The browser tests (``slow``) open a standalone playground page in
+headless Chromium with every non-loopback request sent to a dead proxy, and
+check that the JavaScript tokenizer gives the Python tokenizer's ids on more
+than a thousand texts, that the shipped state table is
+``chainmark.state_table``, and that typing edits into the box shows the n,
+phi, z, p-value, verdict and edit fraction that ``chainmark.detect`` and
+``chainmark.attacks.edit_fraction`` give for the same text. The last test
+does the same on the built site (``_build/html``), when it exists.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import json
+import math
+import random
+import re
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+import numpy as np
+import pytest
+
+from chainmark.playground import (
+    CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, bytes_to_unicode,
+    distinct_share, pick_samples, state_payload, tokenizer_payload,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+PAGE = "book/10_explorers.html"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from chainmark.models import load_tokenizer
+    from chainmark.settings import DEFAULT_MODEL
+
+    return load_tokenizer(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="module")
+def reference_key() -> bytes:
+    from chainmark.reference import reference_key
+
+    return reference_key()
+
+
+def _record(method: str, domain: str, index: int, text: str) -> dict[str, Any]:
+    return {"method": method, "domain": domain, "prompt_index": index, "output": text, "prompt": f"prompt {index}",
+            "id": f"{method}/{domain}/{index:04d}"}
+
+
+def _varied_text(seed: int, words: int = 160) -> str:
+    rng = random.Random(seed)
+    vocab = ("river stone light quietly under morning garden paper window seven orange music bridge "
+             "winter teacher market silver forest careful number yellow kitchen planet").split()
+    return " ".join(rng.choice(vocab) + ("." if rng.random() < 0.1 else "") for _ in range(words))
+
+
+# --------------------------------------------------------------------------- fast: what Python packs
+
+
+def test_byte_alphabet_is_gpt2s() -> None:
+    table = bytes_to_unicode()
+    assert sorted(table) == list(range(256))
+    assert len(set(table.values())) == 256
+    assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[ord("A")] == "A"
+
+
+def test_tokenizer_payload_round_trips(tokenizer) -> None:
+    """The packed merges decode to the tokenizer.json merges, rank by rank."""
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    p = tokenizer_payload(tokenizer)
+    assert p["vocab_size"] == len(tokenizer)
+    flat = np.frombuffer(base64.b64decode(p["merges"]), dtype="<u2" if p["id_bytes"] == 2 else "<u4")
+    triples = flat.reshape(-1, 3)
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in spec["model"]["merges"]]
+    assert len(triples) == p["n_merges"] == len(merges)
+    for (a, b, r), (left, right) in zip(triples.tolist(), merges):
+        assert (a, b, r) == (vocab[left], vocab[right], vocab[left + right])
+    alphabet = bytes_to_unicode()
+    assert p["base"] == [vocab.get(alphabet[b], -1) for b in range(256)]
+    assert [t["content"] for t in p["added"]][:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def test_unsupported_tokenizers_are_refused(tokenizer) -> None:
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+
+    class Fake:
+        def __init__(self, changed: dict[str, Any]):
+            self.backend_tokenizer = type("B", (), {"to_str": lambda _self: json.dumps({**spec, **changed})})()
+
+    with pytest.raises(PlaygroundError, match="normalizer"):
+        tokenizer_payload(Fake({"normalizer": {"type": "NFC"}}))
+    with pytest.raises(PlaygroundError, match="pre-tokenizer"):
+        tokenizer_payload(Fake({"pre_tokenizer": {"type": "Metaspace"}}))
+    with pytest.raises(PlaygroundError, match="fast tokenizer"):
+        tokenizer_payload(object())
+
+
+def test_shipped_states_are_the_state_table(reference_key) -> None:
+    from chainmark.partition import state_table
+
+    digits = state_payload(reference_key, 49152, PLAYGROUND_S)
+    table = state_table(reference_key, 49152, PLAYGROUND_S)
+    assert np.array_equal(np.frombuffer(digits.encode("ascii"), dtype=np.uint8) - ord("0"), table)
+    with pytest.raises(PlaygroundError, match="S must lie"):
+        state_payload(reference_key, 100, 11)
+
+
+def test_samples_take_what_exists(tokenizer) -> None:
+    """Missing domains and methods are skipped; a missing unwatermarked text becomes a human one."""
+    loop = "the same words again and again " * 40
+    records = [_record("chainmark", "wiki", 0, loop), _record("chainmark", "wiki", 1, _varied_text(1)),
+               _record("chainmark", "wiki", 2, _varied_text(2)), _record("chainmark", "wiki", 3, _varied_text(3)),
+               _record("chainmark", "code", 5, "too short"), _record("kgw", "writing", 4, _varied_text(4))]
+    samples = pick_samples(records, tokenizer, per_domain=2)
+    kinds = [s.kind for s in samples]
+    assert kinds == ["chainmark", "chainmark", "human", "kgw"]
+    assert [s.label for s in samples[:2]] == ["ChainMark · wiki · prompt 1", "ChainMark · wiki · prompt 2"]
+    assert samples[2].text and len(tokenizer.encode(samples[2].text)) >= 100
+    with_none = pick_samples(records + [_record("none", "code", 0, _varied_text(9))], tokenizer)
+    assert [s.kind for s in with_none][-2:] == ["none", "kgw"]
+    assert [s.kind for s in pick_samples([], tokenizer)] == ["human"]
+    assert distinct_share(list(range(10))) == 1.0 and distinct_share([1, 2] * 10) < 0.2
+
+
+def _token_of_state(table: np.ndarray) -> list[int]:
+    return [int(np.flatnonzero(table == s)[0]) for s in range(PLAYGROUND_S)]
+
+
+def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
+    """The perfect attack's edit count flips the verdict exactly; one edit fewer does not."""
+    from chainmark.detect import detect
+    from chainmark.partition import state_table
+
+    S = PLAYGROUND_S
+    of = _token_of_state(state_table(reference_key, 49152, S))
+    walk = [of[i % S] for i in range(200)]  # every step legal
+    b = attack_bounds(walk, reference_key)
+    assert b["flagged"] and b["random_delta"] > b["perfect_delta"] > 0 and b["forge_edits"] == 0
+
+    def erase(k: int) -> list[int]:  # odd positions: a state that breaks both steps (s + 3)
+        ids = list(walk)
+        for j in range(k):
+            ids[2 * j + 1] = of[(2 * j + 1 + 3) % S]
+        return ids
+
+    assert not detect(erase(b["perfect_edits"]), reference_key, S).is_watermarked
+    assert detect(erase(b["perfect_edits"] - 1), reference_key, S).is_watermarked
+    # no legal step at all: even positions climb by 2, odd ones sit 3 above the token before
+    broken = [of[(i // 2 * 2 + (3 if i % 2 else 0)) % S] for i in range(200)]
+    f = attack_bounds(broken, reference_key)
+    assert not f["flagged"] and f["perfect_edits"] == 0 and f["random_delta"] == 0.0
+
+    def forge(k: int) -> list[int]:  # odd positions: the state between their neighbours, both steps legal
+        ids = list(broken)
+        for j in range(k):
+            ids[2 * j + 1] = of[((2 * j + 1) // 2 * 2 + 1) % S]
+        return ids
+
+    assert detect(forge(f["forge_edits"]), reference_key, S).is_watermarked
+    assert not detect(forge(f["forge_edits"] - 1), reference_key, S).is_watermarked
+
+
+def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
+    samples = [Sample("a </script><b>", "human", "Text with </script> & <tags>\u2028 in it.")]
+    pg = build_playground(tokenizer, reference_key, samples)
+    block = pg.html
+    assert isinstance(pg, Playground) and pg._repr_html_().startswith('<div class="cm-playground ')
+    assert not re.search(r"""\b(src|href)\s*=""", block), "the block must not load anything"
+    assert "http://" not in block.replace("http://www.w3.org/2000/svg", "") and "https://" not in block
+    assert block.count("</script>") == 2  # the data element and the inline script, nothing from the text
+    for form in (reference_key.hex(), reference_key.hex().upper(), base64.b64encode(reference_key).decode()):
+        assert form not in block
+    assert len(block.encode("utf-8")) < 3_000_000
+    payload = re.search(r'<script type="application/json" class="cm-data">(.*?)</script>', block, re.S).group(1)
+    assert json.loads(payload)["samples"][0]["text"] == samples[0].text
+    assert pg.data["budget"] == CHALLENGE_BUDGET and pg.data["S"] == PLAYGROUND_S
+
+
+# --------------------------------------------------------------------------- browser helpers
+
+
+def _browser():
+    from test_site import Browser, _chromium
+
+    binary = _chromium()
+    if binary is None:
+        pytest.skip("Chromium is not installed: `apt-get install -y chromium` (make test does)")
+    return Browser(binary)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _left_the_machine(urls: list[str]) -> list[str]:
+    """Requests to anything but this machine (file:, data:, loopback http)."""
+    bad = []
+    for url in urls:
+        u = urlparse(url)
+        if u.scheme in ("file", "data", "blob", "about"):
+            continue
+        if u.hostname not in LOCAL_HOSTS:
+            bad.append(url)
+    return bad
+
+
+class Page:
+    """One playground on an open page, driven as a reader would: menu, caret, keys."""
+
+    def __init__(self, browser: Any, index: int = 0):
+        self.b = browser
+        self.root = f"document.querySelectorAll('.cm-playground')[{index}]"
+        assert self.b.js(f"{self.root}.getAttribute('data-mounted')") == "1", "the playground did not start"
+        self.inst = f"ChainMarkPlayground.instances[{self.root}.id]"
+
+    def js(self, expr: str) -> Any:
+        return self.b.js(expr)
+
+    def samples(self) -> list[dict[str, Any]]:
+        return json.loads(self.js(f"{self.root}.querySelector('script.cm-data').textContent"))["samples"]
+
+    def choose(self, k: int) -> None:
+        self.js(f"(() => {{ const m = {self.root}.querySelector('select.cm-sample'); m.value = '{k}';"
+                "m.dispatchEvent(new Event('change')); })()")
+
+    def text(self) -> str:
+        return self.js(f"{self.inst}.textarea.value")
+
+    def shown(self) -> dict[str, str]:
+        return self.js(f"""(() => {{ const out = {{}};
+            {self.root}.querySelectorAll('[data-field]').forEach(e => out[e.getAttribute('data-field')] =
+              e.getAttribute('data-value')); return out; }})()""")
+
+    def caret(self, start: int, end: int | None = None) -> None:
+        self.js(f"(() => {{ const t = {self.inst}.textarea; t.focus(); t.setSelectionRange({start}, "
+                f"{start if end is None else end}); }})()")
+
+    def type(self, text: str) -> None:
+        self.b.call("Input.insertText", {"text": text})
+
+    def key(self, name: str, code: int, times: int = 1) -> None:
+        for _ in range(times):
+            self.b.key(name, code)
+
+    def press_chars(self, text: str) -> None:
+        """Real key events, one character at a time (keyDown carrying the text, then keyUp)."""
+        for ch in text:
+            self.b.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": ch, "text": ch})
+            self.b.call("Input.dispatchKeyEvent", {"type": "keyUp", "key": ch})
+
+    def set_text(self, text: str) -> None:
+        self.js(f"(() => {{ const t = {self.inst}.textarea; t.value = {json.dumps(text)};"
+                "t.dispatchEvent(new Event('input')); })()")
+
+
+def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> dict[str, float]:
+    """The numbers shown for the text now in the box equal the package's on the same text."""
+    from chainmark.attacks import edit_fraction
+    from chainmark.detect import detect
+
+    text = page.text()
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    orig = tokenizer.encode(original, add_special_tokens=False)
+    det = detect(ids, key, PLAYGROUND_S, alpha=0.01)
+    z0 = detect(orig, key, PLAYGROUND_S, alpha=0.01).z
+    shown = {k: float(v) for k, v in page.shown().items() if k != "score"}
+    assert int(shown["n_tokens"]) == det.n_tokens, text
+    assert int(shown["n_valid"]) == det.n_valid
+    assert shown["phi"] == det.phi and shown["z"] == det.z, "phi and z are computed by the same IEEE operations"
+    assert math.isclose(shown["p_value"], det.p_value, rel_tol=1e-9, abs_tol=1e-300)
+    assert bool(shown["verdict"]) == det.is_watermarked
+    delta = edit_fraction(orig, ids)
+    assert math.isclose(shown["delta"], delta, rel_tol=1e-12, abs_tol=1e-15)
+    assert math.isclose(shown["predicted_z"], z0 * (1 - delta) ** 2 if delta < 1 else 0.0, rel_tol=1e-12, abs_tol=1e-12)
+    return shown
+
+
+def _word_spans(text: str) -> list[tuple[int, int]]:
+    """Word positions in JavaScript string offsets (UTF-16 code units)."""
+    def units(i: int) -> int:
+        return len(text[:i].encode("utf-16-le")) // 2
+    return [(units(m.start()), units(m.end())) for m in re.finditer(r"[A-Za-z]{3,}", text)]
+
+
+def _edit_session(page: Page, tokenizer, key: bytes, sample: int, n_edits: int, seed: int) -> int:
+    """Pick a sample from the menu, then make n_edits edits with the caret and keys, checking each."""
+    rng = random.Random(seed)
+    page.choose(sample)
+    original = page.samples()[sample]["text"]
+    assert page.text() == original
+    _check_against_python(page, tokenizer, key, original)
+    replacements = ["river", "quietly", "the", "7", "é", "，", "🙂", "\n", "  ", "it's", "Ω"]
+    for i in range(n_edits):
+        text = page.text()
+        spans = _word_spans(text)
+        kind = i % 4
+        if kind == 0 and spans:  # select a word and type over it
+            a, b = rng.choice(spans)
+            page.caret(a, b)
+            page.type(rng.choice(replacements))
+        elif kind == 1 and spans:  # delete a few characters with Backspace
+            _, b = rng.choice(spans)
+            page.caret(b)
+            page.key("Backspace", 8, rng.randint(1, 4))
+        elif kind == 2:  # type a few characters, key by key
+            page.caret(rng.randint(0, len(text.encode("utf-16-le")) // 2))
+            page.press_chars(rng.choice([" yes", "ok ", "x", " then"]))
+        else:  # insert a word
+            page.caret(rng.randint(0, len(text.encode("utf-16-le")) // 2))
+            page.type(" " + rng.choice(replacements) + " ")
+        assert page.text() != text, "the edit did not reach the box"
+        _check_against_python(page, tokenizer, key, original)
+    return n_edits
+
+
+# --------------------------------------------------------------------------- corpus for the tokenizer test
+
+
+def _reference_texts() -> list[str]:
+    from chainmark.reference import load_texts, reference_dir
+    from chainmark.settings import DEFAULT_MODEL
+
+    try:
+        records = load_texts("head_to_head", reference_dir(DEFAULT_MODEL))
+    except FileNotFoundError:
+        return []
+    texts = [r["output"] for r in records if r.get("output")]
+    texts += [a["text"] for r in records for a in r.get("attacks", {}).values() if a.get("text")]
+    return texts
+
+
+def _edited(text: str, rng: random.Random) -> str:
+    pool = [" ", "  ", "\n", "\t", "'s", "'S", "1", "2024", "é", "ß", "中", "😀", "👩‍👩‍👧", "\u00a0", "\u200b", "-", "...", "ſt"]
+    chars = list(text)
+    for _ in range(rng.randint(1, 12)):
+        i = rng.randrange(len(chars) + 1)
+        op = rng.random()
+        if op < 0.4 and chars:
+            del chars[min(i, len(chars) - 1)]
+        elif op < 0.8:
+            chars.insert(i, rng.choice(pool))
+        elif chars:
+            chars[min(i, len(chars) - 1)] = chars[min(i, len(chars) - 1)].swapcase()
+    return "".join(chars)
+
+
+UNICODE = [
+    "Grüße aus Köln: Straße, Maß, Fußgänger. Ça va? Où est l'hôtel? ¿Qué tal? ¡Olé!",
+    "Ελληνικά: Καλημέρα κόσμε. Русский: Съешь же ещё этих мягких французских булок.",
+    "中文：我爱自然语言处理。日本語：吾輩は猫である。名前はまだ無い。한국어: 안녕하세요, 세계!",
+    "العربية: مرحبا بالعالم. עברית: שלום עולם. हिन्दी: नमस्ते दुनिया। ไทย: สวัสดีชาวโลก",
+    "Combining: e\u0301 a\u0308 n\u0303 — Z̤͔ͧ̑̓ä͖̭̈̇lͮ̒ͫǧ̗͚̚o̙̔ͮ̇͐̇ — ligatures ﬁ ﬂ — fullwidth ＡＢＣ１２３",
+    "Math: ∀x∈ℝ, ∃y: x²+y²≥0; ∑ᵢ₌₁ⁿ i = n(n+1)/2; ∫₀^∞ e^{−x} dx = 1; ≤ ≥ ≠ ≈ ∞ √ π",
+    "Numbers: 3.14159, 1,000,000, ½ ⅓ ¼, Ⅻ ⅻ, ①②③, ٣٤٥, ५६७, 𝟙𝟚𝟛, 0x1F, 1e-9, -42",
+    "Currency: $5, €3.50, £20, ¥1000, ₹99, ₿0.01 — quotes: “double” ‘single’ «guillemets» „low“",
+    "Emoji: 😀😃😄 👍🏽 👩‍💻 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ ✨ 🧑🏿‍🚀 1️⃣ #️⃣ 🫠 🪿",
+    "Controls: a\x00b\x01c\x04d\x06e\x13f\x1dg\x7fh\x85i\ufeffj\u2028k\u2029l\u200dm",
+    "Astral: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈 𓀀 𠀀𠀁 \U0004abcd \U0009ffff \U000e0041 \U0010fffd",
+    "Contractions: I'm, you're, we've, they'll, he'd, it's, IT'S, 'tis, rock'n'roll, o'clock, don't",
+]
+EMOJI = ["👍", "👍🏻", "👍🏿", "🏴‍☠️", "🧔‍♀️", "👁️‍🗨️", "🇺🇳", "🫶🏾", "🐈‍⬛", "🧑‍🤝‍🧑", "☺️", "⌚", "🀄", "🃏"]
+SPECIAL = ["<|im_start|>user\nhi<|im_end|>", "x<|endoftext|>y", "<reponame><repo_name>a",
+           "<|im_start|><|im_start|>", "<|im_start", "|im_end|>", "<jupyter_code>print(1)<jupyter_output>1",
+           "a <issue_start> b <issue_comment>c", "<<|endoftext|>>", "<file_sep><filename>x.py<gh_stars>10"]
+
+
+def _code_texts() -> list[str]:
+    files = sorted((ROOT / "chainmark").glob("*.py")) + [ROOT / "chainmark" / "data" / "playground.js",
+                                                        ROOT / "chainmark" / "data" / "playground.css"]
+    texts = []
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        texts += [source[i:i + 1500] for i in range(0, min(len(source), 12000), 1500)]
+    return texts
+
+
+def _whitespace_texts(rng: random.Random, count: int) -> list[str]:
+    runs = [" ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u3000", "\u2003", "\x0b", "\x0c",
+            "\x85", "\u2028", "\ufeff", "\u200b", " \n ", "\n  \n"]
+    words = ["word", "x", "42", "it's", "()", "é", "😀", "", "def f():", "end."]
+    return ["".join(rng.choice(runs) * rng.randint(1, 4) + rng.choice(words) for _ in range(rng.randint(2, 30)))
+            for _ in range(count)]
+
+
+def _codepoint_texts() -> list[str]:
+    """Every code point of the Basic Multilingual Plane and a sample of the astral planes, each
+    next to letters, digits, spaces, tabs and an apostrophe."""
+    def pattern(c: str) -> str:
+        return f"x{c}{c} {c}7\t{c} y'{c}"
+
+    bmp = [chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF]
+    rng = random.Random(17)
+    astral = [chr(rng.randrange(0x10000, 0x110000)) for _ in range(2000)] + [chr(c) for c in range(0x1F300, 0x1FB00)]
+    cps = bmp + astral
+    return ["".join(pattern(c) for c in cps[i:i + 128]) for i in range(0, len(cps), 128)]
+
+
+def tokenizer_corpus() -> dict[str, list[str]]:
+    """The texts the browser tokenizer is checked on, by kind."""
+    rng = random.Random(2024)
+    refs = _reference_texts()
+    base = refs or [_varied_text(i) for i in range(20)]
+    edited = [_edited(t, rng) for t in base for _ in range(6)]
+    emoji = ["".join(rng.choice(EMOJI) + rng.choice(["", " ", "a", "1", "\n"]) for _ in range(rng.randint(1, 20)))
+             for _ in range(40)]
+    return {"reference": refs, "edited": edited, "unicode": UNICODE + [" ".join(rng.sample(UNICODE, 3)) for _ in range(20)],
+            "emoji": emoji, "code": _code_texts(), "whitespace": _whitespace_texts(rng, 120), "special": SPECIAL,
+            "edge": ["", " ", "a", "\n", "'", "''", "'s'", "Ġ", "Ċ", "x" * 5000, "=" * 3000, " " * 4000 + "z",
+                     "ab" * 2000, "😀" * 500],
+            "codepoints": _codepoint_texts()}
+
+
+# --------------------------------------------------------------------------- browser tests (standalone page)
+
+
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory, tokenizer) -> Iterator[tuple[Any, str, Path]]:
+    """The book's playground as a standalone page in a temp folder, served on 127.0.0.1, and a browser."""
+    from chainmark.playground import attack_playground
+
+    folder = tmp_path_factory.mktemp("playground")
+    path = folder / "playground.html"
+    path.write_text(attack_playground(tokenizer).page(), encoding="utf-8")
+    server, url = _serve(folder)
+    browser = _browser()
+    browser.requests = []
+    browser.open(url + "playground.html")
+    try:
+        yield browser, url, path
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+def test_browser_tokenizer_equals_python(standalone, tokenizer) -> None:
+    browser, _, _ = standalone
+    page = Page(browser)
+    corpus = tokenizer_corpus()
+    texts = [t for group in corpus.values() for t in group]
+    assert len(texts) >= 1000
+    start = time.perf_counter()
+    got = page.js(f"(() => {{ const T = {page.inst}.tokenizer; return {json.dumps(texts)}.map(t => T.encode(t)); }})()")
+    js_s = time.perf_counter() - start
+    want = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    kinds = [kind for kind, group in corpus.items() for _ in group]
+    wrong = [(kind, text[:80]) for kind, text, g, w in zip(kinds, texts, got, want) if g != w]
+    n_ids = sum(len(w) for w in want)
+    print(f"\ntokenizer: {len(texts)} texts ({', '.join(f'{k} {len(v)}' for k, v in corpus.items())}), "
+          f"{n_ids:,} ids, {len(wrong)} differ; browser {js_s:.1f} s")
+    assert not wrong, f"{len(wrong)} texts tokenized differently, e.g. {wrong[:3]}"
+
+
+@pytest.mark.slow
+def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
+    """The table the page uses is chainmark.state_table; its normal tail, detector and Levenshtein
+    are scipy's ndtr, chainmark.detect and chainmark.attacks.edit_fraction."""
+    from scipy.special import ndtr
+
+    from chainmark.attacks import edit_fraction
+    from chainmark.detect import detect
+    from chainmark.partition import state_table
+
+    browser, _, _ = standalone
+    page = Page(browser)
+    table = page.js(f"Array.from({page.inst}.table)")
+    assert np.array_equal(np.asarray(table), state_table(reference_key, 49152, PLAYGROUND_S))
+    zs = [float(z) for z in np.linspace(-39, 39, 1561)] + [0.0, 2.3263478740408408, 3.535, 3.536]
+    sf = page.js(f"{json.dumps(zs)}.map(z => ChainMarkPlayground.math.normSf(z))")
+    for z, p in zip(zs, sf):
+        assert math.isclose(p, float(ndtr(-z)), rel_tol=1e-11, abs_tol=1e-300), z
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(0, 49152, size=n).tolist() for n in (0, 1, 2, 3, 10, 57, 200, 400)]
+    walk = [int(np.flatnonzero(np.asarray(table) == s % 5)[s]) for s in range(100)]  # a perfect walk
+    seqs.append(walk)
+    scores = page.js(f"""{json.dumps(seqs)}.map(ids => {{
+        const r = ChainMarkPlayground.math.score(ids, {page.inst}.table, 5, 0.01);
+        return [r.n, r.m, r.c, r.phi, r.z, r.p, r.flagged]; }})""")
+    for ids, (n, m, c, phi, z, p, flagged) in zip(seqs, scores):
+        d = detect(ids, reference_key, PLAYGROUND_S, alpha=0.01)
+        assert (n, m, c, flagged) == (d.n_tokens, d.n_transitions, d.n_valid, d.is_watermarked)
+        assert phi == d.phi and z == d.z
+        assert math.isclose(p, d.p_value, rel_tol=1e-11, abs_tol=1e-300)
+    pairs = [(rng.integers(0, 9, size=rng.integers(1, 60)).tolist(), rng.integers(0, 9, size=rng.integers(0, 60)).tolist())
+             for _ in range(50)]
+    fractions = page.js(f"{json.dumps(pairs)}.map(([a, b]) => ChainMarkPlayground.math.editFraction(a, b))")
+    for (a, b), f in zip(pairs, fractions):
+        assert math.isclose(f, edit_fraction(a, b), rel_tol=1e-15)
+
+
+@pytest.mark.slow
+def test_typed_edits_show_what_the_detector_says(standalone, tokenizer, reference_key) -> None:
+    browser, _, _ = standalone
+    page = Page(browser)
+    samples = page.samples()
+    assert samples
+    checked = 0
+    for k in sorted({0, len(samples) - 1}):
+        checked += _edit_session(page, tokenizer, reference_key, k, 12, seed=k)
+    assert checked >= 20
+    assert not _left_the_machine(browser.requests), browser.requests
+
+
+#: A targeted attack written with the page's own tokenizer and state table: replace whole-word
+#: tokens until `need` steps are turned (broken when erasing, made legal when forging).
+TARGETED = """(([mode, need]) => {
+    const I = %s, T = I.tokenizer, S = 5, table = I.table;
+    const ids = T.encode(I.textarea.value), st = ids.map(i => table[i]);
+    const legal = (a, b) => (b - a + S) %% S === 1;
+    const pools = { " ": [[], [], [], [], []], "": [[], [], [], [], []] };
+    for (let id = 300; id < 30000; id++) {
+      const m = /^( ?)[a-z]{3,9}$/.exec(T.label(id));
+      if (m) { pools[m[1]][table[id]].push(id); }
+    }
+    let done = 0;
+    for (const minGain of [2, 1]) for (let i = 1; i + 1 < ids.length && done < need; i++) {
+      const m = /^( ?)[A-Za-z]+$/.exec(T.label(ids[i]));
+      if (!m || !/^[^A-Za-z0-9]/.test(T.label(ids[i + 1])) ||
+          (!m[1] && !/[^A-Za-z0-9]$/.test(T.label(ids[i - 1])))) { continue; } // must survive re-tokenization
+      const before = legal(st[i - 1], st[i]) + legal(st[i], st[i + 1]);
+      let best = null, bestCount = mode === "erase" ? 3 : -1;
+      for (let s = 0; s < S; s++) {
+        const count = legal(st[i - 1], s) + legal(s, st[i + 1]);
+        if (mode === "erase" ? count < bestCount : count > bestCount) { best = s; bestCount = count; }
+      }
+      const gain = mode === "erase" ? before - bestCount : bestCount - before;
+      if (gain < minGain) { continue; }
+      const pool = pools[m[1]][best];
+      ids[i] = pool[i %% pool.length];
+      st[i] = best;
+      done += gain;
+    }
+    I.textarea.value = T.decode(ids);
+    I.textarea.dispatchEvent(new Event("input"));
+    return done;
+  })"""
+
+
+@pytest.mark.slow
+def test_challenges_score_what_they_say(standalone, tokenizer, reference_key) -> None:
+    """A targeted erase of a ChainMark text and a targeted forgery of the plain one both succeed
+    within the budget, the page marks them solved and scores them as it says."""
+    browser, _, _ = standalone
+    page = Page(browser)
+    samples = page.samples()
+    score = 0
+    for mode, kinds in (("erase", ("chainmark",)), ("forge", ("none", "human"))):
+        k = next((i for i, s in enumerate(samples) if s["kind"] in kinds), None)
+        if k is None:
+            continue
+        page.choose(k)
+        original = samples[k]["text"]
+        before = _check_against_python(page, tokenizer, reference_key, original)
+        n, c = int(before["n_tokens"]), int(before["n_valid"])
+        bounds = attack_bounds(tokenizer.encode(original, add_special_tokens=False), reference_key)
+        assert math.isclose(page.js(f"{page.inst}.state.perfectMin"), bounds["perfect_delta"], rel_tol=1e-12)
+        assert math.isclose(page.js(f"{page.inst}.state.forgeMin"), bounds["forge_delta"], rel_tol=1e-12)
+        sd = math.sqrt(0.2 * 0.8 * (n - 1))
+        # legal steps to remove (erase) or add (forge), with a margin for re-tokenization
+        need = (c - 0.2 * (n - 1) - 2.3263 * sd if mode == "erase" else 0.2 * (n - 1) + 2.3263 * sd - c) + 8
+        page.js(f"{TARGETED % page.inst}({json.dumps([mode, math.ceil(need)])})")
+        shown = _check_against_python(page, tokenizer, reference_key, original)
+        budget = page.js(f"{page.inst}.state.budget") if mode == "erase" else CHALLENGE_BUDGET
+        assert bool(shown["verdict"]) == (mode == "forge"), f"the targeted {mode} did not flip the verdict"
+        assert shown["delta"] <= budget, f"the targeted {mode} needed δ = {shown['delta']:.3f} > {budget}"
+        assert page.js(f"{page.root}.querySelector('[data-challenge={mode}]').getAttribute('data-solved')") == "1"
+        score += 100 + round(100 * (budget - shown["delta"]))
+        print(f"\n{mode}: {samples[k]['label']}: z {before['z']:.2f} -> {shown['z']:.2f} at δ = {shown['delta']:.3f}"
+              f" (budget {budget:.2f})")
+        assert int(page.shown()["score"]) == score
+
+
+@pytest.mark.slow
+def test_rescoring_400_tokens_is_fast(standalone, tokenizer) -> None:
+    browser, _, _ = standalone
+    page = Page(browser)
+    page.choose(0)
+    text = " ".join(s["text"] for s in page.samples()) + " " + " ".join(_reference_texts()[:6])
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    while len(ids) < 400:
+        ids = ids + ids
+    long_text = tokenizer.decode(ids[:400])
+    page.js(f"{page.inst}.tokenizer.cache.clear()")  # the first scoring starts from an empty piece cache
+    page.set_text(long_text)
+    cold = float(page.shown()["ms"])
+    n = len(tokenizer.encode(page.text(), add_special_tokens=False))
+    times = []
+    for i in range(40):
+        page.caret(len(page.text().encode("utf-16-le")) // 2 * (i % 5) // 5)
+        page.press_chars("a" if i % 3 else " ")
+        times.append(float(page.shown()["ms"]))
+    median, worst = statistics.median(times), max(times)
+    p90 = sorted(times)[int(0.9 * len(times)) - 1]
+    print(f"\nre-score after a keystroke, {n} tokens: median {median:.2f} ms, 90th percentile {p90:.2f} ms, "
+          f"max {worst:.2f} ms over {len(times)} keystrokes (first scoring of the pasted text, empty cache: {cold:.2f} ms)")
+    assert 380 <= n <= 420
+    assert median < 16.0
+
+
+@pytest.mark.slow
+def test_works_from_file_url(standalone, tokenizer) -> None:
+    browser, _, path = standalone
+    browser.requests = []
+    browser.open(path.as_uri())
+    page = Page(browser)
+    shown = page.shown()
+    assert int(float(shown["n_tokens"])) == len(tokenizer.encode(page.text(), add_special_tokens=False))
+    page.caret(0)
+    page.type("Hello! ")
+    assert page.text().startswith("Hello! ")
+    assert not _left_the_machine(browser.requests), browser.requests
+
+
+# --------------------------------------------------------------------------- the built site
+
+
+@pytest.mark.slow
+def test_playground_on_the_built_site(tokenizer, reference_key) -> None:
+    """Type edits into the box on the rendered explorers page (http and file://), network blocked."""
+    if not (SITE / PAGE).exists():
+        pytest.skip(f"no built site at {SITE / PAGE}: run `make book` first (make test does)")
+    raw = (SITE / PAGE).read_bytes()
+    block = re.search(rb'<div class="cm-playground[^"]*".*?window\.ChainMarkPlayground\.mountFrom\([^)]*\);</script>', raw, re.S)
+    assert block, "the explorers page has no playground"
+    print(f"\npage weight: {PAGE} is {len(raw) / 1e6:.2f} MB, of which the playground {len(block.group(0)) / 1e6:.2f} MB")
+    assert len(block.group(0)) < 3_000_000
+    server, url = _serve(SITE)
+    browser = _browser()
+    try:
+        browser.requests = []
+        browser.open(url + PAGE)
+        page = Page(browser)
+        samples = page.samples()
+        checked = sum(_edit_session(page, tokenizer, reference_key, k, 8, seed=10 + k)
+                      for k in sorted({0, len(samples) // 2, len(samples) - 1}))
+        assert checked >= 20
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        browser.screenshot(SHOTS / "playground_edited.png", ".cm-playground")
+        browser.open((SITE / PAGE).as_uri())
+        page = Page(browser)
+        _edit_session(page, tokenizer, reference_key, 0, 4, seed=99)
+        assert not _left_the_machine(browser.requests), _left_the_machine(browser.requests)
+    finally:
+        browser.close()
+        server.shutdown()
+        server.server_close()
