@@ -485,9 +485,6 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
     """
     import shutil
 
-    import torch
-    from tqdm.auto import tqdm
-
     from .settings import get_settings
 
     model_name = model_name or get_settings().model
@@ -500,6 +497,16 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
         for name in (MANIFEST, "gates.json"):
             (root / name).unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
+    from .records import lock_run_folder
+
+    with lock_run_folder(root):  # one writer per reference folder (a second one stops at once)
+        return _run_locked(root, model, tokenizer, experiments, protocol, progress, stop_after, model_name)
+
+
+def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[str], protocol: Protocol,
+                progress: bool, stop_after: int | None, model_name: str) -> dict[str, int]:
+    from tqdm.auto import tqdm
+
     manifest = _manifest(root, protocol, model_name)
     diff = _check_protocol(manifest, protocol)
     if diff:
