@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
-import itertools
 import json
 import math
 import re
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .partition import state_table
+from .widgets import browser_block, standalone_page
 
 #: The reference run's state count (the only S its ChainMark texts carry a signal for).
 PLAYGROUND_S = 5
@@ -54,8 +52,6 @@ MIN_SAMPLE_TOKENS = 100
 MIN_DISTINCT_SHARE = 0.6
 #: Okabe-Ito colours (colour-blind safe) for the states 0..4; each tile also shows its digit.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"]
-
-_counter = itertools.count()
 
 
 class PlaygroundError(ValueError):
@@ -309,19 +305,6 @@ def attack_bounds(token_ids: Sequence[int], key: Any, S: int = PLAYGROUND_S,
 # ---------------------------------------------------------------------------
 # the block
 # ---------------------------------------------------------------------------
-def _asset(name: str) -> str:
-    """A file of chainmark/data, made safe to inline in an HTML <script> or <style>."""
-    text = resources.files("chainmark").joinpath("data", name).read_text(encoding="utf-8")
-    return text.replace("</", "<\\/")
-
-
-def _script_json(obj: Any) -> str:
-    """JSON safe inside a <script> element: no '<', '>', '&' or bare U+2028/9."""
-    text = json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
-
-
 class Playground:
     """The attack playground as one self-contained HTML+JavaScript block.
 
@@ -342,29 +325,15 @@ class Playground:
 
     @property
     def html(self) -> str:
-        payload = _script_json(self.data)
-        uid = f"cm-playground-{hashlib.sha256(payload.encode('utf-8')).hexdigest()[:10]}-{next(_counter)}"
-        note = f'<div class="cm-note">{html.escape(self.note)}</div>' if self.note else ""
-        return (
-            f'<div class="cm-playground tex2jax_ignore mathjax_ignore" id="{uid}">'
-            f"<style>{_asset('playground.css')}</style>"
-            f'<div class="cm-title">{html.escape(self.title)}</div>{note}'
-            '<div class="cm-fallback">This playground runs in your browser with JavaScript; '
-            "if you see this line, JavaScript is off or the output is not trusted.</div>"
-            '<div class="cm-body"></div>'
-            f'<script type="application/json" class="cm-data">{payload}</script>'
-            "</div>"
-            f"<script>{_asset('playground.js')}\n"
-            f'window.ChainMarkPlayground.mountFrom(document.currentScript, "{uid}");</script>'
-        )
+        return browser_block("cm-playground tex2jax_ignore mathjax_ignore", "cm-playground", self.title, self.note,
+                             self.data, "playground", "ChainMarkPlayground", what="playground")
 
     def _repr_html_(self) -> str:
         return self.html
 
     def page(self) -> str:
         """A complete standalone HTML page holding only the playground."""
-        return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-                f"<title>{html.escape(self.title)}</title></head><body>{self.html}</body></html>")
+        return standalone_page(self.title, self.html)
 
     def __repr__(self) -> str:
         return f"Playground({len(self.samples)} samples, S={self.data['S']})"

@@ -63,6 +63,37 @@ def _script_json(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
+def browser_block(css_class: str, uid_prefix: str, title: str, note: str, data: Any, asset: str,
+                  namespace: str, what: str = "explorer", attrs: str = "") -> str:
+    """A self-contained HTML block: ``asset``.css and ``asset``.js inlined, ``data`` as JSON, mounted by the script.
+
+    Nothing is fetched, so the block works on the static site, from file://
+    and in a notebook. ``namespace`` is the script's global
+    (``window.<namespace>.mountFrom``); the id is unique per block.
+    """
+    payload = _script_json(data)
+    uid = f"{uid_prefix}-{hashlib.sha256(payload.encode('utf-8')).hexdigest()[:10]}-{next(_counter)}"
+    note_html = f'<div class="cm-note">{html.escape(note)}</div>' if note else ""
+    return (
+        f'<div class="{css_class}" id="{uid}"{attrs}>'
+        f"<style>{_asset(asset + '.css')}</style>"
+        f'<div class="cm-title">{html.escape(title)}</div>{note_html}'
+        f'<div class="cm-fallback">This {what} runs in your browser with JavaScript; '
+        "if you see this line, JavaScript is off or the output is not trusted.</div>"
+        '<div class="cm-body"></div>'
+        f'<script type="application/json" class="cm-data">{payload}</script>'
+        "</div>"
+        f"<script>{_asset(asset + '.js')}\n"
+        f'window.{namespace}.mountFrom(document.currentScript, "{uid}");</script>'
+    )
+
+
+def standalone_page(title: str, body: str) -> str:
+    """A complete HTML document around one block."""
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+            f"<title>{html.escape(title)}</title></head><body>{body}</body></html>")
+
+
 def _clean(obj: Any) -> Any:
     """Plain JSON types; non-finite floats become None (JSON has no NaN)."""
     if isinstance(obj, dict):
@@ -99,30 +130,15 @@ class StaticExplorer:
 
     @property
     def html(self) -> str:
-        payload = _script_json(self.data)
-        digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()[:10]
-        uid = f"cm-{self.kind}-{digest}-{next(_counter)}"
-        note = f'<div class="cm-note">{html.escape(self.note)}</div>' if self.note else ""
-        return (
-            f'<div class="cm-explorer" id="{uid}" data-kind="{self.kind}">'
-            f"<style>{_asset('explorers.css')}</style>"
-            f'<div class="cm-title">{html.escape(self.title)}</div>{note}'
-            '<div class="cm-fallback">This explorer runs in your browser with JavaScript; '
-            "if you see this line, JavaScript is off or the output is not trusted.</div>"
-            '<div class="cm-body"></div>'
-            f'<script type="application/json" class="cm-data">{payload}</script>'
-            "</div>"
-            f"<script>{_asset('explorers.js')}\n"
-            f'window.ChainMarkExplorers.mountFrom(document.currentScript, "{uid}");</script>'
-        )
+        return browser_block("cm-explorer", f"cm-{self.kind}", self.title, self.note, self.data, "explorers",
+                             "ChainMarkExplorers", what="explorer", attrs=f' data-kind="{self.kind}"')
 
     def _repr_html_(self) -> str:
         return self.html
 
     def page(self) -> str:
         """A complete standalone HTML page holding only this explorer."""
-        return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-                f"<title>{html.escape(self.title)}</title></head><body>{self.html}</body></html>")
+        return standalone_page(self.title, self.html)
 
     def __repr__(self) -> str:
         return f"StaticExplorer(kind={self.kind!r}, title={self.title!r})"
