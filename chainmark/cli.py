@@ -743,24 +743,35 @@ def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
     return texts
 
 
-def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: int) -> str:
-    """One input as text: at most ``max_bytes`` bytes, decoded with ``encoding`` (standard input too)."""
+def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8", stdin: TextIO | None = None,
+                too_large: str = " (raise the limit with --max-bytes)", not_text: str = "") -> str:
+    """A file (or standard input for '-') as text: at most ``max_bytes`` bytes, decoded with ``encoding``.
+
+    Every problem is a :class:`UsageError` naming ``label``; a decoding error
+    gives the byte offset, never the bytes (a key file passed by mistake
+    must not be echoed).
+    """
     try:
-        data = _read_stdin(stdin, max_bytes) if path == "-" else _read_bytes(path, max_bytes)
+        data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
     except FileNotFoundError:
-        raise UsageError(f"{label}: no such file") from None
+        raise UsageError(f"{label} does not exist") from None
     except IsADirectoryError:
-        raise UsageError(f"{label}: is a folder, not a text file") from None
+        raise UsageError(f"{label} is a folder, not a text file") from None
     except PermissionError:
-        raise UsageError(f"{label}: not readable by this user") from None
+        raise UsageError(f"{label} is not readable by this user") from None
     except OSError as exc:
-        raise UsageError(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
     if len(data) > max_bytes:
-        raise UsageError(f"{label}: larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+        raise UsageError(f"{label} is larger than {max_bytes} bytes{too_large}")
     try:
-        text = data if isinstance(data, str) else data.decode(encoding)
+        return data if isinstance(data, str) else data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{label}: not {encoding} text (byte {exc.start}); pass --encoding") from None
+        raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}){not_text}") from None
+
+
+def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: int) -> str:
+    """One input to score: bounded, decoded with ``--encoding``, not empty."""
+    text = _read_input(path, label, max_bytes, encoding, stdin, not_text="; pass --encoding")
     if not text.strip():
         raise UsageError(f"{label}: empty input, nothing to score")
     return text
@@ -780,18 +791,10 @@ def _read_stdin(stdin: TextIO, max_bytes: int) -> bytes | str:
 
 def _load_regime(path: str) -> dict[str, Any]:
     """Read and check a regime file: bounded, UTF-8 JSON, every field valid (messages never quote its bytes)."""
+    text = _read_input(path, f"regime file {path}", MAX_REGIME_BYTES, too_large=": not a regime file",
+                       not_text=": not a regime file")
     try:
-        data = _read_bytes(path, MAX_REGIME_BYTES)
-    except FileNotFoundError:
-        raise UsageError(f"regime file {path} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"regime file {path} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    if len(data) > MAX_REGIME_BYTES:
-        raise UsageError(f"regime file {path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"regime file {path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"regime file {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
     problems = regime_problems(doc)
@@ -956,18 +959,7 @@ def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
 def _null_lines(source: str, max_bytes: int) -> list[str]:
     """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
     label = "<stdin>" if source == "-" else f"null file {source}"
-    try:
-        data = _read_stdin(sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
-    except FileNotFoundError:
-        raise UsageError(f"null file {source} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
-    if len(data) > max_bytes:
-        raise UsageError(f"{label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
-    try:
-        text = data if isinstance(data, str) else data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{label} is not UTF-8 text (byte offset {exc.start}): not JSON lines") from None
+    text = _read_input(source, label, max_bytes, not_text=": not JSON lines")
     return text.splitlines()
 
 

@@ -334,8 +334,8 @@ def test_bad_inputs_are_all_reported_and_nothing_is_scored(capsys, tmp_path, key
     assert code == cli.EXIT_USAGE and out == ""
     assert "nothing was scored" in err
     assert "empty.txt: empty input" in err
-    assert "latin.txt: not utf-8 text" in err
-    assert "missing.txt: no such file" in err
+    assert "latin.txt is not utf-8 text" in err
+    assert "missing.txt does not exist" in err
     assert "is a folder" in err
     code, out, _ = run(capsys, "detect", "--key-file", key_file, "--encoding", "latin-1", "--json", latin)
     assert code == 0 and json.loads(out)["n_tokens"] == 5

@@ -463,7 +463,7 @@ def test_10_stdin_is_decoded_with_the_given_encoding(capsys, monkeypatch, key_fi
     assert json.loads(out)["n_tokens"] == len("café au lait".encode("utf-8"))
     _stdin(monkeypatch, "café au lait".encode("latin-1"))
     code, _, err = run(capsys, "detect", "--key-file", key_file, "-")
-    assert code == cli.EXIT_USAGE and "<stdin>: not utf-8 text (byte 3)" in err
+    assert code == cli.EXIT_USAGE and "<stdin> is not utf-8 text (byte offset 3)" in err
 
 
 # ---------------------------------------------------------------------------
