@@ -23,25 +23,9 @@ from chainmark import calibrate as cal
 from chainmark import cli
 from chainmark.models import load_tokenizer as real_load_tokenizer
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
-from chainmark.partition import state_table
+from cli_support import KEY, ByteTokenizer, watermarked_text
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY = bytes(range(7, 39))  # a fixed test key (never a book key)
-
-
-class ByteTokenizer:
-    """A tiny stand-in tokenizer: one token per UTF-8 byte (vocabulary of 256)."""
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": list(text.encode("utf-8"))}
-
-    def __len__(self):
-        return 256
-
-    def get_vocab(self):
-        return {f"<{i}>": i for i in range(256)}
-
-
 class OtherTokenizer(ByteTokenizer):
     def get_vocab(self):
         return {f"[{i}]": i for i in range(256)}
@@ -73,20 +57,6 @@ def key_file(tmp_path):
     path = tmp_path / "deploy.key"
     write_key_file(path, KEY)
     return path
-
-
-def watermarked_text(key: bytes, S: int = 5, length: int = 300) -> str:
-    """ASCII text whose byte states walk the clockwork cycle under ``key``."""
-    table = state_table(key, 256, S)
-    by_state = {s: [b for b in range(97, 123) if table[b] == s] or
-                [b for b in range(32, 127) if table[b] == s] for s in range(S)}
-    rng = np.random.default_rng(0)
-    state = int(table[ord("a")])
-    out = [ord("a")]
-    for _ in range(length - 1):
-        state = (state + 1) % S
-        out.append(int(rng.choice(by_state[state])))
-    return bytes(out).decode("ascii")
 
 
 def plain_text(length: int = 300, seed: int = 1) -> str:

@@ -27,23 +27,10 @@ from chainmark.keys import KEY_ENV, KEY_FILE_ENV, book_key, key_fingerprint, rea
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
 from chainmark.topology import Topology
+from cli_support import KEY, ByteTokenizer, watermarked_text
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY = bytes(range(7, 39))  # a fixed test key (never a book key)
 HIGH_KEY = bytes(range(0x8F, 0x8F + 32))  # a key whose first byte is not UTF-8
-
-
-class ByteTokenizer:
-    """A tiny stand-in tokenizer: one token per UTF-8 byte (vocabulary of 256)."""
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": list(text.encode("utf-8"))}
-
-    def __len__(self):
-        return 256
-
-    def get_vocab(self):
-        return {f"<{i}>": i for i in range(256)}
 
 
 @pytest.fixture(autouse=True)
@@ -73,19 +60,6 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def watermarked_text(key: bytes = KEY, S: int = 5, length: int = 300) -> str:
-    """ASCII text whose byte states walk the clockwork cycle under ``key``."""
-    table = state_table(key, 256, S)
-    by_state = {s: [b for b in range(97, 123) if table[b] == s] or
-                [b for b in range(32, 127) if table[b] == s] for s in range(S)}
-    rng = np.random.default_rng(0)
-    state, out = int(table[ord("a")]), [ord("a")]
-    for _ in range(length - 1):
-        state = (state + 1) % S
-        out.append(int(rng.choice(by_state[state])))
-    return bytes(out).decode("ascii")
 
 
 def key_forms(key: bytes) -> list[str]:
