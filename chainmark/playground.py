@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .partition import state_table
+from .viz import STATE_COLOURS
 from .widgets import browser_block, standalone_page
 
 #: The reference run's state count (the only S its ChainMark texts carry a signal for).
@@ -50,8 +51,6 @@ PER_DOMAIN = 2
 MIN_SAMPLE_TOKENS = 100
 #: Texts whose distinct 4-gram share reaches this are preferred as samples (the small model loops).
 MIN_DISTINCT_SHARE = 0.6
-#: Okabe-Ito colours (colour-blind safe) for the states 0..4; each tile also shows its digit.
-OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"]
 
 
 class PlaygroundError(ValueError):
@@ -348,7 +347,7 @@ def build_playground(tokenizer: Any, key: Any, samples: Sequence[Sample], S: int
     from .detect import check_alpha
 
     tok = tokenizer_payload(tokenizer)
-    data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": OKABE_ITO,
+    data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": STATE_COLOURS,
             "tokenizer": tok, "states": state_payload(key, tok["vocab_size"], S),
             "samples": [s.to_dict() for s in samples]}
     return Playground(data, note=note)
@@ -375,7 +374,7 @@ def attack_playground(tokenizer: Any = None, per_domain: int = PER_DOMAIN) -> Pl
 
 
 __all__ = [
-    "attack_bounds", "CHALLENGE_BUDGET", "OKABE_ITO", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "Playground", "PlaygroundError",
+    "attack_bounds", "CHALLENGE_BUDGET", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "Playground", "PlaygroundError",
     "Sample", "attack_playground", "build_playground", "bytes_to_unicode", "distinct_share", "human_sample",
     "pick_samples",
     "reference_samples", "state_payload", "tokenizer_payload", "tokenizer_fingerprint",

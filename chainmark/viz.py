@@ -9,12 +9,17 @@ import html
 import inspect
 from typing import Any, Sequence
 
-#: One colour per state (the paper's Fig. 2 palette for the first five).
+#: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
+#: black), then four of Paul Tol's for S > 7. The first five stay apart under
+#: simulated deuteranopia, protanopia and tritanopia (tests/test_viz.py), and
+#: every token tile also prints its state's digit, so colour never carries the
+#: state alone.
 STATE_COLOURS = [
-    "#E15A5A", "#F0A030", "#E8C12F", "#4FAE5C", "#4A8FD3",
-    "#9B6BD1", "#D16BA5", "#6BC4D1", "#A0A0A0", "#8C6D3F",
-    "#B5D16B", "#D1906B",
+    "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
+    "#882255", "#44AA99", "#999933", "#AA4499", "#888888",
 ]
+#: The colour of a legal (forced) step's arrow: black, which no state uses.
+LEGAL_STEP_COLOUR = "#000000"
 
 
 def state_colour(state: int) -> str:
@@ -112,7 +117,7 @@ def tokens_html(
     gated: Sequence[bool] | None = None,
     legend_S: int | None = None,
 ) -> str:
-    """Tokens as coloured tiles: colour = state, underline + arrow = gated step.
+    """Tokens as coloured tiles: colour and digit = state, underline + black arrow = gated step.
 
     ``gated[i]`` marks that token ``i`` was forced by the watermark; the arrow
     drawn before it shows the forced step of the walk.
@@ -126,12 +131,14 @@ def tokens_html(
         if states is not None:
             style += f"background:{state_colour(states[i])}55;border:1px solid {state_colour(states[i])}aa;"
         title = f"state {states[i]}" if states is not None else ""
+        digit = (f'<sub style="font-size:0.7em;color:#333;margin-left:1px">{int(states[i])}</sub>'
+                 if states is not None else "")
         arrow = ""
         if gated is not None and gated[i]:
             style += "text-decoration:underline;font-weight:600;"
-            arrow = '<span style="color:#1F6AD1">&#8641;</span>'
+            arrow = f'<span style="color:{LEGAL_STEP_COLOUR}">&#8641;</span>'
             title += " (gated)"
-        parts.append(f'{arrow}<span title="{title}" style="{style}">{text}</span>')
+        parts.append(f'{arrow}<span title="{title}" style="{style}">{text}{digit}</span>')
     out = '<div style="line-height:2.0;font-family:monospace;font-size:0.9em">' + "".join(parts) + "</div>"
     if legend_S:
         legend = "".join(

@@ -294,6 +294,9 @@
         style: "background:" + c + "55;border:1px solid " + c + "aa;",
         title: (states ? "state " + states[i] : "") + (forced && forced[i] ? " (forced)" : "") +
           (substituted && substituted[i] ? " (substituted)" : "") });
+      if (states) {  // the state's digit too: colour never carries the state alone
+        span.appendChild(el("sub", { "class": "cm-digit", text: String(states[i]) }));
+      }
       if (forced && forced[i]) {
         span.className += " cm-forced";
         container.appendChild(el("span", { "class": "cm-arrow", text: "⇁" }));
