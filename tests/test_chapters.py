@@ -122,3 +122,18 @@ def test_solutions_ran_in_the_build(chapter):
             assert cell.get("execution_count") is not None, f"{chapter}: solution {label} (cell {i}) did not run"
             errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
             assert not errors, f"{chapter}: solution {label} (cell {i}) raised {errors[0].get('ename')}"
+
+
+_PRIVATE_SOURCE = re.compile(r"show_source\((?:[\w.]*\.)?_(?!_)\w*\)")
+
+
+@pytest.mark.parametrize("chapter", chapters())
+def test_private_source_is_only_under_the_hood(chapter):
+    """`show_source` in the main flow is for the public function a chapter is about; a private
+    helper's source (a name starting with one underscore) sits in a collapsed cell."""
+    nb = nbformat.read(ROOT / chapter, as_version=4)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and _PRIVATE_SOURCE.search(cell.source):
+            tags = set(cell.metadata.get("tags", []))
+            assert tags & {"hide-cell", "hide-output", "remove-cell"}, (
+                f"{chapter} cell {index} shows a private name's source in the main flow: {cell.source.strip()}")
