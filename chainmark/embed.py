@@ -499,15 +499,6 @@ class Generation:
         """Share of generated positions that were forced by the watermark."""
         return float(np.mean(self.forced)) if self.forced else 0.0
 
-    def to_record(self) -> dict[str, Any]:
-        """JSON-ready record (no key: states are derived data, not the key)."""
-        return {
-            "prompt": self.prompt, "output": self.text, "token_ids": self.token_ids,
-            "entropy": [round(float(h), 5) for h in self.entropy],
-            "gated": [int(g) for g in self.gated], "forced": [int(f) for f in self.forced],
-            "rho_realised": self.rho_realised,
-        }
-
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     ids: set[int] = set()

@@ -14,7 +14,6 @@ import glob
 import hashlib
 import importlib.util
 import os
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -216,13 +215,6 @@ def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) ->
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return user_message  # base models without a template get the raw text
-
-
-def timed_load(name: str | None = None) -> tuple[Any, Any, float]:
-    """Load a model and return the wall time it took (for the book's notes)."""
-    start = time.perf_counter()
-    model, tokenizer = load_model(name)
-    return model, tokenizer, time.perf_counter() - start
 
 
 def load_tokenizer(name: str | None = None) -> Any:

@@ -43,10 +43,6 @@ class Settings:
     generation_seed: int = GENERATION_SEED
     attack_seed: int = ATTACK_SEED
 
-    @property
-    def is_default_model(self) -> bool:
-        return self.model == DEFAULT_MODEL
-
     def sized(self, smoke: T, full: T) -> T:
         """Pick the smoke-scale or the full-scale value of a run size."""
         return full if self.scale == "full" else smoke

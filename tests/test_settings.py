@@ -18,7 +18,7 @@ def test_defaults_on_cpu(monkeypatch):
     s = get_settings()
     assert (s.model, s.scale, s.device) == (DEFAULT_MODEL, "smoke", "cpu")
     assert (s.generation_seed, s.attack_seed) == (42, 43)
-    assert s.is_default_model
+    assert s.model == DEFAULT_MODEL
     assert s.sized(smoke=1, full=2) == 1
 
 
@@ -34,7 +34,7 @@ def test_environment_overrides(monkeypatch):
     monkeypatch.setenv("CHAINMARK_MODEL", "Qwen/Qwen2.5-7B-Instruct")
     monkeypatch.setenv("CHAINMARK_SCALE", "FULL")
     s = get_settings()
-    assert s.model == "Qwen/Qwen2.5-7B-Instruct" and not s.is_default_model
+    assert s.model == "Qwen/Qwen2.5-7B-Instruct" and s.model != DEFAULT_MODEL
     assert s.scale == "full"
 
 

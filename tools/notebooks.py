@@ -3,8 +3,7 @@
 ``python tools/notebooks.py sync`` rewrites the Colab badge and the Colab-only
 install cell of every notebook from ``_config.yml`` (the one place that holds
 the repository URL) and strips outputs; ``check`` reports notebooks that are
-out of sync without changing them (a test runs it). Chapter authors build
-notebooks with :func:`new_notebook` from a list of cells.
+out of sync without changing them (a test runs it).
 """
 from __future__ import annotations
 
@@ -78,16 +77,6 @@ def synced(nb: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
     nb.metadata["language_info"] = {"name": "python"}
     nb.nbformat, nb.nbformat_minor = 4, 4
     return nb
-
-
-def new_notebook(cells: list[tuple[str, str]], path: Path) -> None:
-    """Write a notebook from ``[("md"|"code", source), ...]``, synced and stripped."""
-    nb = nbformat.v4.new_notebook()
-    for kind, source in cells:
-        source = source.strip("\n")
-        nb.cells.append(nbformat.v4.new_markdown_cell(source) if kind == "md"
-                        else nbformat.v4.new_code_cell(source))
-    path.write_text(nbformat.writes(synced(nb, path)) + "\n")
 
 
 def notebooks() -> list[Path]:
