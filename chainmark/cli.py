@@ -553,7 +553,7 @@ def _cmd_reference_status(args: argparse.Namespace) -> int:
     print(f"reference run in {root}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(row["cell"] if args.cells else row["experiment"], []).append(row)
+        groups.setdefault(f"{row['experiment']}/{row['cell']}" if args.cells else row["experiment"], []).append(row)
     width = max(len(k) for k in groups)
     for name, part in groups.items():
         texts, total = sum(r["texts"] for r in part), sum(r["texts_total"] for r in part)
