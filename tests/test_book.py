@@ -118,9 +118,9 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
     """Warm rebuilds: nothing changed, nothing executes; a package file changed, every chapter executes."""
     book = _mini_book(tmp_path / "warm", "print('fine')")
     first = _build(book)
-    assert first.returncode == 0 and "(1 chapters executed" in first.stdout, first.stdout[-1500:]
+    assert first.returncode == 0 and "(1 chapters executed, 0 from the cache" in first.stdout, first.stdout[-1500:]
     again = _build(book)
-    assert again.returncode == 0 and "(0 chapters executed" in again.stdout, again.stdout[-1500:]
+    assert again.returncode == 0 and "(0 chapters executed, 1 from the cache" in again.stdout, again.stdout[-1500:]
     (book / "chainmark").mkdir()
     (book / "chainmark" / "module.py").write_text("VALUE = 2\n")
     changed = _build(book)

@@ -22,6 +22,7 @@ import pytest
 from chainmark import calibrate as cal
 from chainmark import cli
 from chainmark.models import load_tokenizer as real_load_tokenizer
+from chainmark.partition import state_table
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
 from cli_support import KEY, ByteTokenizer, watermarked_text
 

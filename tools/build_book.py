@@ -109,7 +109,8 @@ def build(book_dir: Path) -> int:
     (build_dir / "timings.json").write_text(json.dumps(
         {"total_build_seconds": round(elapsed, 1), "notebooks": timings}, indent=2))
     (build_dir / FINGERPRINT_FILE).write_text(fingerprint + "\n")
-    print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, the others from the cache); "
+    reused = len(re.findall(r"Using cached notebook", text))
+    print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, {reused} from the cache); "
           f"site in {build_dir / 'html'}")
     return 0
 
