@@ -474,8 +474,7 @@ def regenerate_command(experiments: Sequence[str] = EXPERIMENTS) -> str:
 
 def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = EXPERIMENTS,
         root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL, fresh: Sequence[str] = (),
-        progress: bool = True, stop_after: int | None = None, model_name: str | None = None,
-        log: Callable[[str], None] = print) -> dict[str, int]:
+        progress: bool = True, stop_after: int | None = None, model_name: str | None = None) -> dict[str, int]:
     """Run (or resume) the reference; returns ``{"written": batches, "skipped": batches}``.
 
     ``fresh`` names experiments whose batches on disk are deleted first (after a
@@ -512,6 +511,11 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
     if diff:
         raise ValueError(f"{root} holds a reference made with another protocol ({', '.join(diff)} differ); "
                          f"regenerate it with `{regenerate_command()}`")
+    weights = _weights_sha256(model_name)
+    if manifest.get("weights_sha256") != weights:
+        raise ValueError(f"{root} holds a reference made with other model weights (SHA-256 "
+                         f"{str(manifest.get('weights_sha256'))[:12]}, this file {str(weights)[:12]}); "
+                         f"use another --dir or regenerate it with `{regenerate_command()}`")
     if model is None:
         from .models import load_model
 

@@ -155,3 +155,11 @@ def test_the_committed_reference_verifies():
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "verified 2 stored batches" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenizer):
+    model, tok = model_and_tokenizer
+    root = tiny_run[0]
+    with pytest.raises(ValueError, match="other model weights"):
+        ref.run(model, tok, root=root, protocol=TINY, progress=False, model_name="smollm2-135m-instruct-gguf")
