@@ -63,8 +63,8 @@ _EXPORTS: dict[str, str] = {
     "state_table": "partition",
     "states_of": "partition",
     "z_alpha": "calibrate",
-    "regime_document": "cli",
-    "tokenizer_fingerprint": "cli",
+    "regime_document": "regime",
+    "tokenizer_fingerprint": "regime",
     "book_key": "keys",
     "derive_key": "keys",
     "generate_key": "keys",
@@ -100,5 +100,5 @@ if TYPE_CHECKING:  # static checkers and IDEs see the eager imports
     from .calibrate import calibration_table, hoeffding_fpr_bound, lifted_threshold, midpoint_threshold, predicted_z, recalibrate, s_star, z_alpha
     from .settings import get_settings
     from .partition import state_of, state_table, states_of
-    from .cli import regime_document, tokenizer_fingerprint
+    from .regime import regime_document, tokenizer_fingerprint
     from .keys import book_key, derive_key, generate_key, key_fingerprint, load_key

@@ -136,7 +136,7 @@ def tokenizer_payload(tokenizer: Any) -> dict[str, Any]:
             "merges": base64.b64encode(packed).decode("ascii"), "n_merges": len(triples), "added": added}
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
+def tokenizer_json_digest(tokenizer: Any) -> str:
     """Short SHA-256 of the tokenizer's ``tokenizer.json`` (names the tokenizer on the page)."""
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8")).hexdigest()[:12]
 
@@ -368,7 +368,7 @@ def attack_playground(tokenizer: Any = None, per_domain: int = PER_DOMAIN) -> Pl
     samples = reference_samples(tokenizer, per_domain)
     note = (f"Reference run key (public, derived from a published label) as a state table, "
             f"S = {PROTOCOL.S}, clockwork, α = {PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
-            f"({len(tokenizer):,} tokens, tokenizer.json {tokenizer_fingerprint(tokenizer)}), "
+            f"({len(tokenizer):,} tokens, tokenizer.json {tokenizer_json_digest(tokenizer)}), "
             "run in your browser.")
     return build_playground(tokenizer, reference_key(), samples, S=PROTOCOL.S, note=note)
 
@@ -377,5 +377,5 @@ __all__ = [
     "attack_bounds", "CHALLENGE_BUDGET", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "Playground", "PlaygroundError",
     "Sample", "attack_playground", "build_playground", "bytes_to_unicode", "distinct_share", "human_sample",
     "pick_samples",
-    "reference_samples", "state_payload", "tokenizer_payload", "tokenizer_fingerprint",
+    "reference_samples", "state_payload", "tokenizer_payload", "tokenizer_json_digest",
 ]
