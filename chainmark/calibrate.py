@@ -383,6 +383,54 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     return float(np.sort(z)[j - 1])
 
 
+def threshold_interval(null_z: Any, clusters: Any, alpha: float, method: str = "quantile", level: float = 0.95,
+                       n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """An empirical threshold (:func:`recalibrate`) and a percentile bootstrap interval for it.
+
+    The null texts are resampled by cluster (e.g. prompt: texts of one prompt share their
+    topic), ``n_boot`` times, as many clusters as there are, and the threshold recomputed on
+    each resample; a resample with fewer than :func:`min_null_samples` texts draws more clusters
+    rather than fail. Returns
+    (threshold, low, high). A wide interval says the corpus is too small for this alpha.
+    """
+    z = _as_scores(null_z, "null_z")
+    groups = np.asarray(clusters).ravel()
+    if groups.size != z.size:
+        raise ValueError(f"clusters must give one cluster per score: {groups.size} clusters for {z.size} scores")
+    if not _is_number(level) or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    n_boot = check_int(n_boot, "n_boot", 100)
+    point = recalibrate(z, alpha, method)
+    _, index = np.unique(groups, return_inverse=True)
+    members = [np.flatnonzero(index == g) for g in range(index.max() + 1)]
+    need = min_null_samples(alpha)
+    rng = np.random.default_rng(seed)
+    values = np.empty(n_boot)
+    for b in range(n_boot):
+        chosen: list[np.ndarray] = []
+        size = 0
+        while len(chosen) < len(members) or size < need:  # as many clusters as there are, more if too few texts
+            pick = members[int(rng.integers(len(members)))]
+            chosen.append(pick)
+            size += pick.size
+        values[b] = recalibrate(z[np.concatenate(chosen)], alpha, method)
+    tail = (1.0 - float(level)) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return point, float(low), float(high)
+
+
+def judge_against(estimate: RateEstimate, reported: float) -> str:
+    """Where a reported rate (a share in [0, 1], e.g. the paper's) falls against our interval:
+    'consistent' (inside it), or our rate is 'above' / 'below' it (the whole interval is)."""
+    if not _is_number(reported) or not 0.0 <= float(reported) <= 1.0:
+        raise ValueError(f"reported must be a share in [0, 1], got {reported!r}")
+    if estimate.low > float(reported):
+        return "above"
+    if estimate.high < float(reported):
+        return "below"
+    return "consistent"
+
+
 def lifted_threshold(null_z: Any, margin: float = 0.5) -> float:
     """Threshold above every null score: max z + margin (the paper uses 0.5).
 

@@ -423,3 +423,31 @@ def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
     assert indep.high - indep.low == pytest.approx(exact.high - exact.low, rel=0.15)
     with pytest.raises(ValueError, match="one cluster per flag"):
         cluster_bootstrap_rate([True, False], [0])
+
+
+def test_threshold_interval_brackets_the_threshold_and_narrows_with_more_null_texts() -> None:
+    from chainmark.calibrate import threshold_interval
+
+    rng = np.random.default_rng(5)
+    small = rng.standard_normal(200)
+    large = rng.standard_normal(4000)
+    t_s, lo_s, hi_s = threshold_interval(small, np.arange(200) // 2, 0.01, n_boot=300)
+    t_l, lo_l, hi_l = threshold_interval(large, np.arange(4000) // 2, 0.01, n_boot=300)
+    assert lo_s <= t_s <= hi_s and lo_l <= t_l <= hi_l
+    assert hi_l - lo_l < hi_s - lo_s            # 20x the texts: a narrower interval
+    assert lo_l < 2.326 < hi_l                  # the true 99% quantile of N(0, 1) is inside
+    with pytest.raises(ValueError, match="one cluster per score"):
+        threshold_interval(small, np.arange(10), 0.01)
+    with pytest.raises(ValueError, match="too few"):
+        threshold_interval(small[:50], np.arange(50), 0.01)
+
+
+def test_judge_against_reads_the_interval_not_the_point() -> None:
+    from chainmark.calibrate import judge_against, rate_estimate
+
+    est = rate_estimate([True] * 95 + [False] * 5)      # 95% [88.7, 98.4]
+    assert judge_against(est, 0.90) == "consistent"
+    assert judge_against(est, 0.80) == "above"
+    assert judge_against(est, 0.999) == "below"
+    with pytest.raises(ValueError):
+        judge_against(est, 95.0)                        # a percentage, not a share
