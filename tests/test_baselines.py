@@ -254,3 +254,27 @@ def test_sweet_gate_rate_tracks_rho_and_detection_recovers_the_gate(model_and_to
         ent = np.asarray(g.entropy)
         clear = np.abs(ent[1:] - gate.tau) > 1e-3
         assert np.array_equal(r.scored_mask[clear], flags[i, 1:n][clear])
+
+
+def test_the_private_transformers_behaviour_we_rely_on():
+    """`transformers` has no public API for three things the baselines use; this pins each, so an
+    upgrade that changes one fails here by name rather than silently changing the green lists."""
+    import inspect
+    import math
+
+    from transformers import WatermarkDetector
+
+    cfg = B.KGWConfig(KEY)
+    # 1. _get_greenlist_ids(prev_ids) -> the first gamma*V ids of a seeded permutation, on the CPU
+    parent = WatermarkLogitsProcessor(V, "cpu", greenlist_ratio=0.5, bias=2.0,
+                                      hashing_key=cfg.hashing_key, seeding_scheme="lefthash")
+    green = parent._get_greenlist_ids(torch.tensor([17], dtype=torch.long))
+    assert green.dtype == torch.long and green.numel() == V // 2 and len(set(green.tolist())) == V // 2
+    assert torch.equal(green, B.KGWLogitsProcessor(cfg, V).greenlist(17))
+    # 2. fixed_table is read only by the 'selfhash' scheme: dropping it leaves lefthash untouched
+    assert "fixed_table" in inspect.getsource(WatermarkLogitsProcessor)
+    assert parent.seeding_scheme == "lefthash"
+    # 3. WatermarkDetector._compute_pval(z) = 0.5 * erfc(z / sqrt(2)), callable without an instance
+    for z in (0.0, 2.326, 6.0):
+        got = float(np.asarray(WatermarkDetector._compute_pval(None, np.asarray([z]))).ravel()[0])
+        assert got == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=1e-9)
