@@ -271,7 +271,10 @@ def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boo
     Use it when several units share a text (many keys on one text, windows of
     one text, pairs): they are not independent, so the binomial interval would
     be too narrow. Clusters (e.g. text ids) are drawn with replacement
-    ``n_boot`` times and the rate recomputed each time.
+    ``n_boot`` times and the rate recomputed each time. When no flag (or
+    every flag) is set, every resample gives the same rate and the
+    percentile interval would have zero width: the Clopper-Pearson interval
+    over the clusters is returned instead (0 or all of C clusters).
     """
     values = np.asarray(flags, dtype=bool).ravel()
     groups = np.asarray(clusters).ravel()
@@ -285,6 +288,10 @@ def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boo
     _, index = np.unique(groups, return_inverse=True)
     hits = np.bincount(index, weights=values.astype(float))
     sizes = np.bincount(index).astype(float)
+    if values.all() or not values.any():
+        n_clusters = len(sizes)
+        low, high = clopper_pearson(n_clusters if values.all() else 0, n_clusters, level)
+        return RateEstimate(int(values.sum()), int(values.size), float(values.mean()), low, high, float(level))
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(sizes), size=(n_boot, len(sizes)))
     rates = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)

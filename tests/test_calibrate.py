@@ -451,3 +451,14 @@ def test_judge_against_reads_the_interval_not_the_point() -> None:
     assert judge_against(est, 0.999) == "below"
     with pytest.raises(ValueError):
         judge_against(est, 95.0)                        # a percentage, not a share
+
+
+def test_cluster_bootstrap_gives_a_real_interval_when_no_or_every_unit_is_flagged() -> None:
+    from chainmark.calibrate import cluster_bootstrap_rate, clopper_pearson
+
+    clusters = np.repeat(np.arange(16), 6)                 # 16 texts, 6 windows each
+    none = cluster_bootstrap_rate(np.zeros(96, dtype=bool), clusters)
+    every = cluster_bootstrap_rate(np.ones(96, dtype=bool), clusters)
+    assert (none.low, none.high) == pytest.approx(clopper_pearson(0, 16))
+    assert (every.low, every.high) == pytest.approx(clopper_pearson(16, 16))
+    assert none.high > 0.1 and every.low < 0.9            # 16 texts cannot pin a rate of 0 or 1
