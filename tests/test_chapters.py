@@ -137,3 +137,141 @@ def test_private_source_is_only_under_the_hood(chapter):
             tags = set(cell.metadata.get("tags", []))
             assert tags & {"hide-cell", "hide-output", "remove-cell"}, (
                 f"{chapter} cell {index} shows a private name's source in the main flow: {cell.source.strip()}")
+
+
+# ---------------------------------------------------------------------------
+# prose is written, numbers are computed; core chapters build before they import
+# ---------------------------------------------------------------------------
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from chapter_lint import MAX_PROSE_SHARE, measure, prose_lines  # noqa: E402
+
+#: The chapters that build a component of the scheme, and so need a "Build it" section.
+BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology", "03_gates", "04_embedding",
+                                                    "05_detection", "06_calibration", "07_robustness")]
+_HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+
+
+def test_the_prose_measure_counts_templates_and_spares_labels():
+    """The measure behind the next test: a Markdown template and a sentence in an f-string count,
+    a plot label, an assert message and a docstring do not."""
+    assert prose_lines('display(Markdown(\n    f"The share is {x:.2f}, which is what chance predicts here."\n))') == {1, 2, 3}
+    assert prose_lines('note = f"the two tables agree on {n} of {V} ids, as the hash predicts"') == {1}
+    assert prose_lines('ax.set_title(f"Class sizes for S = {S} and V = {V} across all the states")') == set()
+    assert prose_lines('assert ok, "the package and the reader disagree on at least one of the ids"') == set()
+    assert prose_lines('def f():\n    """Return the state of one token under the key, as the paper says."""\n') == set()
+    assert prose_lines('print(f"V = {V:,}")') == set()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_prose_is_written_not_assembled(chapter):
+    """Sentences live in Markdown cells; code that pastes prose together from f-strings is at
+    most 5% of a chapter's code lines (tests/chapter_lint.py lists where it is)."""
+    m = measure(ROOT / chapter)
+    assert m["share"] <= MAX_PROSE_SHARE, (
+        f"{chapter}: {m['prose']} of {m['code']} code lines build prose ({m['share']:.1%} > "
+        f"{MAX_PROSE_SHARE:.0%}); cells: {[(i, first) for i, _, first in m['where']]}")
+
+
+def _build_section(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    """The cells from the '## Build it' heading to the next heading of the same or a higher level."""
+    out: list[nbformat.NotebookNode] = []
+    inside = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            heading = re.match(r"^(#{1,2})\s+(.*)", cell.source)
+            if heading and heading.group(2).lower().startswith("build it"):
+                inside = True
+                continue
+            if inside and heading:
+                break
+        if inside:
+            out.append(cell)
+    return out
+
+
+@pytest.mark.parametrize("chapter", BUILD_CHAPTERS)
+def test_core_chapter_builds_its_component_before_importing_it(chapter):
+    """A '## Build it' section where the reader's own code (a def or a class, shown, not hidden)
+    is checked against the package by a visible assert."""
+    nb = nbformat.read(ROOT / chapter, as_version=4)
+    section = _build_section(nb)
+    assert section, f"{chapter} has no '## Build it' section"
+    shown = [c for c in section if c.cell_type == "code" and not set(c.metadata.get("tags", [])) & _HIDDEN]
+    assert any(re.search(r"^\s*(def|class) \w+", c.source, re.M) for c in shown), (
+        f"{chapter}: the Build it section has no visible function or class written by the reader")
+    assert any(re.search(r"^\s*assert\b", c.source, re.M) for c in shown), (
+        f"{chapter}: the Build it section never checks the reader's code against the package (no visible assert)")
+
+
+@pytest.mark.parametrize("chapter", BUILD_CHAPTERS)
+def test_build_it_ran_in_the_build(chapter):
+    executed = EXECUTED / chapter
+    if not executed.exists():
+        pytest.skip(f"no executed copy of {chapter}: build the book first (make test does)")
+    nb = nbformat.read(executed, as_version=4)
+    cells = [c for c in _build_section(nb) if c.cell_type == "code"]
+    assert cells and all(c.get("execution_count") is not None for c in cells), (
+        f"{chapter}: a cell of the Build it section did not run (or the executed copy is stale)")
+
+
+#: Chapters whose tables report rates from runs: every rate there carries its interval.
+RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "06_calibration", "07_robustness",
+                                                   "08_head_to_head", "08b_kregular", "09_audit")]
+_RATE_HEADER = re.compile(r"\b(TPR|FPR|power|flagged|detected|detection rate|false.positive)\b", re.I)
+_INTERVAL = re.compile(r"\[\s*-?[\d.]+\s*%?\s*,\s*-?[\d.]+\s*%?\s*\]|CI|interval|low|high|±", re.I)
+
+
+def bare_rates(nb: nbformat.NotebookNode) -> list[str]:
+    """Table cells under a rate heading (TPR, FPR, power, flagged...) that carry no interval,
+    in tables that have no interval columns either; and printed lines with a bare rate."""
+    from bs4 import BeautifulSoup
+
+    bare = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            html = data.get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            for table in BeautifulSoup(html, "html.parser").find_all("table") if "<table" in html else []:
+                rows = [[c.get_text(" ", strip=True) for c in tr.find_all(["th", "td"])] for tr in table.find_all("tr")]
+                header = next((r for r in rows if r), [])
+                if any(_INTERVAL.search(h) for r in rows[:2] for h in r):
+                    continue  # the table carries its intervals in columns of their own
+                for col, name in enumerate(header):
+                    if not _RATE_HEADER.search(name):
+                        continue
+                    for r in rows[1:]:
+                        value = r[col] if col < len(r) else ""
+                        if re.search(r"\d", value) and not _INTERVAL.search(value):
+                            bare.append(f"cell {index}: column {name!r} holds {value!r}")
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            for line in ("".join(text) if isinstance(text, list) else text).splitlines():
+                if _RATE_HEADER.search(line) and re.search(r"\d\s*%", line) and not _INTERVAL.search(line):
+                    bare.append(f"cell {index}: printed {line.strip()[:100]!r}")
+    return bare
+
+
+@pytest.mark.parametrize("chapter", RATE_CHAPTERS)
+def test_no_rate_without_its_interval(chapter):
+    executed = EXECUTED / chapter
+    if not executed.exists():
+        pytest.skip(f"no executed copy of {chapter}: build the book first (make test does)")
+    bare = bare_rates(nbformat.read(executed, as_version=4))
+    assert not bare, f"{chapter}: rates shown without a 95% interval: {bare[:8]}"
+
+
+def test_the_bare_rate_check_can_fail():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html":
+                    "<table><tr><th>method</th><th>TPR (%)</th></tr><tr><td>kgw</td><td>96.0</td></tr></table>"}),
+                    nbformat.v4.new_output("stream", name="stdout", text="FPR at z_alpha: 2.1%\n")]
+    nb.cells = [cell]
+    assert len(bare_rates(nb)) == 2
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html":
+                    "<table><tr><th>method</th><th>TPR (%)</th></tr><tr><td>kgw</td><td>96.0 [90.1, 98.9]</td></tr></table>"})]
+    assert bare_rates(nb) == []

@@ -591,9 +591,10 @@ def test_math_in_computed_outputs_is_typeset_not_shown_raw() -> None:
     pages = sorted((SITE / "book").glob("*.html"))
     if not pages:
         pytest.skip(f"no built site at {SITE}: run `make book` first (make test does)")
-    typeset, raw = 0, []
+    typeset, raw, outputs = 0, [], 0
     for page in pages:
         soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        outputs += len(soup.select("div.cell_output"))
         for out in soup.select("div.cell_output"):
             for tag in out(["script", "style"]):
                 tag.decompose()
@@ -601,4 +602,46 @@ def test_math_in_computed_outputs_is_typeset_not_shown_raw() -> None:
             raw += [f"{page.name}: {m}" for m in
                     re.findall(r"\$[^$\n]{0,40}\\[A-Za-z]+[^$\n]{0,40}\$", out.get_text())]
     assert not raw, f"raw LaTeX in computed outputs: {raw[:5]}"
-    assert typeset > 0, "no computed output carries typeset math: the check would prove nothing"
+    assert outputs > 0, "no page has a computed output: the check would prove nothing"
+
+
+def test_glued_numbers_reach_the_prose() -> None:
+    """Numbers glued in code ({glue:text}`name` in a Markdown cell) are printed inside the sentence;
+    a missing or misspelt name would leave the role's raw text (or nothing) on the page."""
+    from bs4 import BeautifulSoup
+
+    pages = sorted((SITE / "book").glob("*.html"))
+    if not pages:
+        pytest.skip(f"no built site at {SITE}: run `make book` first (make test does)")
+    pasted, raw = 0, []
+    for page in pages:
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        pasted += len(soup.select("span.pasted-text"))
+        raw += [f"{page.name}: {m}" for m in re.findall(r"\{glue(?::\w+)?\}`[^`]*`", soup.get_text())]
+    assert not raw, f"unresolved glue roles: {raw[:5]}"
+    assert pasted > 0, "no page shows a glued number: the check would prove nothing"
+
+
+def test_no_page_overflows_at_1280_px(browser: Browser, site_url: str) -> None:
+    """At a 1280-px window no page scrolls sideways: long outputs and code wrap, wide tables
+    scroll inside their own box (_static/chainmark.css)."""
+    pages = sorted((SITE / "book").glob("*.html"))
+    assert pages, "no chapter pages in the built site"
+    wide = []
+    for page in pages:
+        _open(browser, site_url, f"book/{page.name}")
+        got = browser.js(
+            "(() => { const a = document.querySelector('article') || document.querySelector('main');"
+            " const doc = document.documentElement;"
+            " let worst = ''; let most = a.clientWidth;"
+            " a.querySelectorAll('*').forEach(e => { const r = e.getBoundingClientRect();"
+            "   const right = r.right - a.getBoundingClientRect().left;"
+            "   if (right > most + 1 && e.offsetParent !== null) { most = right;"
+            "     worst = e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined ?"
+            "       '.' + String(e.className).split(' ').join('.') : ''); } });"
+            " return {article: a.scrollWidth, room: a.clientWidth, page: doc.scrollWidth,"
+            "         window: window.innerWidth, worst: worst}; })()")
+        if got["article"] > got["room"] + 1 or got["page"] > got["window"] + 1:
+            wide.append(f"{page.name}: article {got['article']} px in {got['room']} px, page {got['page']} px "
+                        f"in {got['window']} px (widest: {got['worst']})")
+    assert not wide, "pages that scroll sideways at 1280 px:\n" + "\n".join(wide)
