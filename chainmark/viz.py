@@ -21,6 +21,26 @@ STATE_COLOURS = [
 #: The colour of a legal (forced) step's arrow: black, which no state uses.
 LEGAL_STEP_COLOUR = "#000000"
 
+#: One colour (Okabe-Ito) and one marker per attack, for every figure of the book, so an
+#: attack looks the same in every chapter. "null" is unwatermarked text under the same attack.
+ATTACK_STYLE = {
+    "substitution": ("#0072B2", "o"),
+    "deletion": ("#E69F00", "v"),
+    "insertion": ("#009E73", "^"),
+    "paraphrase": ("#CC79A7", "D"),
+    "back-translation": ("#D55E00", "s"),
+    "null": ("#56B4E9", "X"),
+}
+
+
+def attack_style(name: str) -> tuple[str, str]:
+    """Colour and marker of an attack; a labelled variant ("back-translation (fr)") is drawn
+    like its family."""
+    family = str(name).split(" (")[0]
+    if family not in ATTACK_STYLE:
+        raise ValueError(f"no style for attack {name!r}; known: {', '.join(ATTACK_STYLE)}")
+    return ATTACK_STYLE[family]
+
 
 def state_colour(state: int) -> str:
     """Colour of a state; cycles through the palette for large S."""

@@ -1,3 +1,5 @@
+import pytest
+
 from chainmark.detect import detect
 from chainmark.viz import source_html, state_colour, tokens_html
 
@@ -68,3 +70,14 @@ def test_every_tile_prints_its_state_digit():
     html = tokens_html(["a", "b", "c"], states=[0, 4, 2], gated=[False, True, False])
     for digit in "042":
         assert f">{digit}</sub>" in html
+
+
+def test_every_attack_has_its_own_colour_and_marker_across_the_book():
+    from chainmark.viz import ATTACK_STYLE, STATE_COLOURS, attack_style
+
+    colours = [c for c, _ in ATTACK_STYLE.values()]
+    markers = [m for _, m in ATTACK_STYLE.values()]
+    assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers)
+    assert attack_style("back-translation (fr)") == ATTACK_STYLE["back-translation"]
+    with pytest.raises(ValueError, match="no style"):
+        attack_style("rot13")
