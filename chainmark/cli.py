@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
     d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
                    "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
+    d.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer "
+                   "(default: the regime's); pins a Hub id to the files the regime was published with")
     d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
                    "(its key fingerprint must match the key)")
     d.add_argument("--S", type=_int_in(2, MAX_STATES), help=f"number of states (2 to {MAX_STATES}; default 5)")
@@ -319,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="operating z threshold (default: z_alpha)")
     g.add_argument("--tokenizer", metavar="NAME", help="tokenizer name to publish (default: the embedded model's); "
                    "it is loaded to record its vocabulary fingerprint")
+    g.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer to "
+                   "load and publish, so auditors load the same files")
     g.add_argument("--n-min", type=_int_at_least(2), metavar="N", help="minimum text length in tokens")
     g.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
@@ -546,11 +550,11 @@ def _warn_if_not_private(path: str) -> None:
         _warn(f"key file {path} is readable by other users; run `chmod 600 {path}`")
 
 
-def _load_tokenizer(name: str | None) -> Any:
+def _load_tokenizer(name: str | None, revision: str | None = None) -> Any:
     from .models import ModelLoadError, load_tokenizer
 
     try:
-        return load_tokenizer(name)
+        return load_tokenizer(name, revision=revision)
     except ModelLoadError as exc:
         raise UsageError(f"the tokenizer cannot be loaded.\n{exc}") from None
 
@@ -653,9 +657,11 @@ def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) ->
         "S": regime.get("S"), "topology": regime.get("topology"), "alpha": regime.get("alpha"),
         "threshold": regime.get("threshold"), "distinct_pairs": regime.get("distinct_pairs"),
         "min_tokens": regime.get("n_min"), "tokenizer": regime.get("tokenizer"),
+        "tokenizer_revision": regime.get("tokenizer_revision"),
     } if regime else {}
     out: dict[str, Any] = {}
-    for name in ("S", "topology", "alpha", "threshold", "distinct_pairs", "min_tokens", "tokenizer"):
+    for name in ("S", "topology", "alpha", "threshold", "distinct_pairs", "min_tokens", "tokenizer",
+                 "tokenizer_revision"):
         given = getattr(args, name)
         if given is not None:
             out[name] = given
@@ -663,6 +669,9 @@ def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) ->
             out[name] = from_regime[name]
         else:
             out[name] = DETECT_DEFAULTS.get(name)
+    # the regime's revision belongs to the regime's tokenizer, not to one named on the command line
+    if regime and args.tokenizer is not None and args.tokenizer_revision is None:
+        out["tokenizer_revision"] = None
     # a threshold published for another alpha does not apply when --alpha changes it
     if regime and args.alpha is not None and args.threshold is None and args.alpha != regime.get("alpha"):
         out["threshold"] = None
@@ -699,7 +708,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
                          f"{regime['key_fingerprint']}: wrong key file?")
     topo = _topology(cfg["topology"], cfg["S"])
     texts = _read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
-    tokenizer = _load_tokenizer(cfg["tokenizer"])
+    tokenizer = _load_tokenizer(cfg["tokenizer"], cfg["tokenizer_revision"])
     if regime and regime.get("tokenizer_fingerprint"):
         seen = tokenizer_fingerprint(tokenizer)
         if seen != regime["tokenizer_fingerprint"]:
@@ -898,10 +907,11 @@ def _write_key(out: Path, key: bytes | None) -> bytes:
 
 def _cmd_regime(args: argparse.Namespace) -> int:
     key = _load_key(args.key_file)
-    tokenizer = _load_tokenizer(args.tokenizer)
+    tokenizer = _load_tokenizer(args.tokenizer, args.tokenizer_revision)
     try:
         doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
                               tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
+                              tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
                               distinct_pairs=args.distinct_pairs)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)

@@ -217,18 +217,28 @@ def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) ->
     return user_message  # base models without a template get the raw text
 
 
-def load_tokenizer(name: str | None = None) -> Any:
+def load_tokenizer(name: str | None = None, revision: str | None = None) -> Any:
     """Load only the tokenizer of a model (what an auditor needs): no weights.
 
     ``name`` defaults like :func:`load_model`. For the embedded model the
     tokenizer is read from the converted checkpoint when it is cached, else
     straight from the GGUF file (no weight conversion). Any Hub id or local
-    folder works where it can be reached. Raises :class:`ModelLoadError` with
-    what to do when the tokenizer cannot be loaded.
+    folder works where it can be reached. ``revision`` (a commit hash, branch
+    or tag) pins a Hub id to one version of its files; a local folder or the
+    embedded model is pinned by its files already, so a revision there is an
+    error. Raises :class:`ModelLoadError` with what to do when the tokenizer
+    cannot be loaded.
     """
     from transformers import AutoTokenizer
 
     name = name or get_settings().model
+    if revision is not None:
+        if not isinstance(revision, str) or not revision.strip():
+            raise ModelLoadError(f"revision must be a non-empty string (a commit hash, branch or tag), got {revision!r}")
+        if name == DEFAULT_MODEL or Path(name).expanduser().exists():
+            raise ModelLoadError(
+                f"a revision pins a Hub id, but {name!r} is {'the embedded model' if name == DEFAULT_MODEL else 'a local folder'}: "
+                "its files are the version; check them against the regime's tokenizer fingerprint instead")
     try:
         if name == DEFAULT_MODEL:
             gguf = embedded_gguf_path()
@@ -236,7 +246,7 @@ def load_tokenizer(name: str | None = None) -> Any:
             if (converted / "tokenizer.json").exists():
                 return AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
             return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, revision=revision) if revision else AutoTokenizer.from_pretrained(name)
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, HTTP errors, ...

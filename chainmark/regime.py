@@ -50,6 +50,7 @@ def regime_document(
     threshold: float | None = None,
     tokenizer_name: str | None = None,
     tokenizer: Any = None,
+    tokenizer_revision: str | None = None,
     n_min: int | None = None,
     rho: float | None = None,
     gate: str | None = None,
@@ -60,7 +61,9 @@ def regime_document(
 
     ``threshold`` is the operating z threshold; left out, it is the analytic
     z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
-    fingerprint so that an auditor's tokenizer can be checked against it.
+    fingerprint so that an auditor's tokenizer can be checked against it;
+    ``tokenizer_revision`` records the Hub revision (commit hash) it was
+    loaded at, so an auditor loads the same files.
     """
     from .calibrate import z_alpha as critical_z
     from .detect import check_alpha, check_states
@@ -92,6 +95,10 @@ def regime_document(
         "tokenizer": tokenizer_name,
         "key_fingerprint": key_fingerprint(key),
     }
+    if tokenizer_revision is not None:
+        if not _is_text(tokenizer_revision):
+            raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
+        doc["tokenizer_revision"] = tokenizer_revision
     if tokenizer is not None:
         doc["tokenizer_fingerprint"] = tokenizer_fingerprint(tokenizer)
         doc["vocab_size"] = len(tokenizer)
@@ -144,6 +151,7 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tokenizer": (lambda v: v is None or _is_text(v), "a string or null"),
     "key_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
     "tokenizer_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
+    "tokenizer_revision": (lambda v: v is None or _is_text(v), "a string or null"),
     "vocab_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
     "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
     "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),

@@ -41,8 +41,10 @@ def fake_tokenizer(monkeypatch):
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     loaded = []
 
-    def load(name=None):
+    def load(name=None, revision=None):
         loaded.append(name)
+        if revision is not None:
+            loaded.append(("revision", name, revision))
         if name == "other-tokenizer":
             return OtherTokenizer()
         if name == "broken/tokenizer":
@@ -632,3 +634,47 @@ def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
     assert not rows[1]["is_watermarked"]
     for form in key_forms(key):
         assert form not in proc.stdout + proc.stderr
+
+
+def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_path, key_file, fake_tokenizer):
+    """`regime --tokenizer-revision` publishes the Hub revision; `detect --regime` loads the tokenizer
+    at that revision; a tokenizer named on the command line does not inherit the regime's revision."""
+    regime = tmp_path / "regime.json"
+    code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01",
+                       "--tokenizer", "org/tok", "--tokenizer-revision", "0123abcd", "--out", regime)
+    assert code == 0, err
+    doc = json.loads(regime.read_text())
+    assert doc["tokenizer"] == "org/tok" and doc["tokenizer_revision"] == "0123abcd"
+    assert cli.regime_problems(doc) == []
+    marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
+    fake_tokenizer.clear()
+    code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, marked)
+    assert code == 0, err
+    assert ("revision", "org/tok", "0123abcd") in fake_tokenizer
+    fake_tokenizer.clear()
+    code, _, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--tokenizer", "org/tok", marked)
+    assert not any(isinstance(x, tuple) for x in fake_tokenizer)
+    doc["tokenizer_revision"] = 5
+    assert any("tokenizer_revision" in p for p in cli.regime_problems(doc))
+
+
+def test_load_tokenizer_passes_a_revision_to_the_hub_and_refuses_one_for_local_files(monkeypatch, tmp_path):
+    import transformers
+
+    from chainmark.models import DEFAULT_MODEL, ModelLoadError
+
+    seen = {}
+
+    def fake_from_pretrained(name, **kwargs):
+        seen.update(name=name, **kwargs)
+        return ByteTokenizer()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
+    real_load_tokenizer("org/tok", revision="0123abcd")
+    assert seen == {"name": "org/tok", "revision": "0123abcd"}
+    with pytest.raises(ModelLoadError, match="embedded model"):
+        real_load_tokenizer(DEFAULT_MODEL, revision="0123abcd")
+    with pytest.raises(ModelLoadError, match="local folder"):
+        real_load_tokenizer(str(tmp_path), revision="0123abcd")
+    with pytest.raises(ModelLoadError, match="non-empty string"):
+        real_load_tokenizer("org/tok", revision="  ")

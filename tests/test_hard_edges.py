@@ -40,7 +40,7 @@ def fake_tokenizer(monkeypatch):
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.setattr(chainmark.models, "load_tokenizer", lambda name=None: ByteTokenizer())
+    monkeypatch.setattr(chainmark.models, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
 
 
 @pytest.fixture
@@ -307,7 +307,7 @@ sys.exit(cli.main())
     ("while the parser is built (before the command's try)",
      "real = cli.build_parser\ndef slow_parser():\n    interrupt()\n    return real()\ncli.build_parser = slow_parser"),
     ("inside a library that turns the interrupt into its own error",
-     "def load(name):\n    try:\n        interrupt()\n    except KeyboardInterrupt:\n"
+     "def load(name, revision=None):\n    try:\n        interrupt()\n    except KeyboardInterrupt:\n"
      "        raise RuntimeError('the library swallowed the interrupt')\ncli._load_tokenizer = load"),
 ])
 def test_6_interrupt_exits_130_without_a_traceback(tmp_path, key_file, where, patch):
