@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Generate every missing batch, in order, writing each batch whole as it "
                                      "finishes; an interrupted run resumes where it stopped.")
     rr.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS), metavar="NAME",
-                    help=f"which experiments (default all: {', '.join(EXPERIMENTS)})")
+                    help=f"which experiments, run in the order given (default all: {', '.join(EXPERIMENTS)})")
     rr.add_argument("--fresh", nargs="+", choices=EXPERIMENTS, default=[], metavar="NAME",
                     help="delete these experiments' stored batches first and generate them again")
     rr.add_argument("--stop-after", type=_int_at_least(1), metavar="N", help="stop after N new batches")

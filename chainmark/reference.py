@@ -502,6 +502,20 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
         return _run_locked(root, model, tokenizer, experiments, protocol, progress, stop_after, model_name)
 
 
+def pending(root: Path, protocol: Protocol = PROTOCOL,
+            experiments: Sequence[str] = EXPERIMENTS) -> list[tuple[Cell, Batch]]:
+    """The (cell, batch) pairs not on disk yet, in the order a run generates them.
+
+    Experiments come in the order given (so ``--experiments null head_to_head`` fills the
+    null first); within one, batch-major: a run stopped half-way holds every cell (method)
+    of the batches it reached and, batches being round-robin over domains, every domain.
+    Order never changes what a batch holds: each batch has its own seed.
+    """
+    order = {e: i for i, e in enumerate(dict.fromkeys(experiments))}
+    return sorted(((c, b) for c in cells(protocol, experiments) for b in c.batches
+                   if not shard_path(root, c, b).exists()), key=lambda cb: (order[cb[0].experiment], cb[1].index))
+
+
 def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[str], protocol: Protocol,
                 progress: bool, stop_after: int | None, model_name: str) -> dict[str, int]:
     from tqdm.auto import tqdm
@@ -522,11 +536,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
         model, tokenizer = load_model()
     _atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     ctx = _Context(root, protocol, model, tokenizer)
-    # batch-major within an experiment: a run stopped half-way holds every cell (method) of the
-    # batches it reached, and (batches being round-robin over domains) every domain
-    order = {e: i for i, e in enumerate(EXPERIMENTS)}
-    todo = sorted(((c, b) for c in cells(protocol, experiments) for b in c.batches
-                   if not shard_path(root, c, b).exists()), key=lambda cb: (order[cb[0].experiment], cb[1].index))
+    todo = pending(root, protocol, experiments)
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
     env = _environment(model)
     written = 0
@@ -774,4 +784,4 @@ def load_texts(name: str, root: str | os.PathLike | None = None, protocol: Proto
 
 
 __all__ = ["EXPERIMENTS", "MIN_REWRITE_TOKENS", "PROTOCOL", "Protocol", "REFERENCE_LABEL", "cells", "load_frame",
-           "load_texts", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]
+           "load_texts", "pending", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]

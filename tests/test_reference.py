@@ -163,3 +163,17 @@ def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenize
     root = tiny_run[0]
     with pytest.raises(ValueError, match="other model weights"):
         ref.run(model, tok, root=root, protocol=TINY, progress=False, model_name="smollm2-135m-instruct-gguf")
+
+
+def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):
+    """`--experiments null head_to_head` fills the null first; within an experiment, batch-major."""
+    from chainmark.reference import PROTOCOL, pending
+
+    todo = pending(tmp_path, PROTOCOL, ["null", "head_to_head"])
+    kinds = [c.experiment for c, _ in todo]
+    assert kinds[0] == "null" and kinds[-1] == "head_to_head"
+    assert kinds == sorted(kinds, key=["null", "head_to_head"].index)
+    first_h2h = [(c.name, b.index) for c, b in todo if c.experiment == "head_to_head"][:4]
+    assert [b for _, b in first_h2h] == [0, 0, 0, 0]          # every method of batch 0 before batch 1
+    default = pending(tmp_path, PROTOCOL)
+    assert [c.experiment for c, _ in default][0] == "head_to_head"
