@@ -23,7 +23,7 @@ import numpy as np
 
 from .calibrate import (RateEstimate, lifted_threshold, min_null_samples, rate_estimate, recalibrate,
                         split_halves, z_alpha)
-from .detect import valid_transitions
+from .detect import valid_transitions, z_score
 from .partition import states_of
 from .topology import Topology, resolve_topology
 
@@ -66,9 +66,9 @@ def _z(hits: float, mean: float, var: float) -> float:
 
 
 def iid_z(valid: np.ndarray, p0: float) -> float:
-    """The detector's z: legal transitions against p0 under independence."""
-    m = valid.size
-    return _z(float(valid.sum()), p0 * m, p0 * (1 - p0) * m)
+    """The detector's z (:func:`~chainmark.detect.z_score`): legal transitions against p0."""
+    m = int(valid.size)
+    return z_score(float(valid.sum()) / m, p0, m) if m else 0.0
 
 
 def hac_z(valid: np.ndarray, p0: float, maxlags: int | None = None) -> float:

@@ -65,3 +65,13 @@ def test_fpr_recipes_refuse_a_null_too_small_for_the_quantile() -> None:
         fpr_recipes(_texts(60, 50, rng, False), np.arange(60), _texts(2, 50, rng, True), KEY, vocab_size=V)
     with pytest.raises(ValueError, match="one group per null text"):
         fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), KEY, vocab_size=V)
+
+
+def test_the_iid_recipe_is_the_detectors_z() -> None:
+    from chainmark.detect import detect
+    from chainmark.partition import states_of
+    from chainmark.detect import valid_transitions
+
+    ids = np.random.default_rng(6).integers(0, V, size=150)
+    valid = valid_transitions(states_of(ids, KEY, 5), Topology.clockwork(5))
+    assert iid_z(valid, 0.2) == detect(ids, KEY, 5).z
