@@ -54,7 +54,7 @@ from abc import ABC, abstractmethod
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -403,14 +403,17 @@ class RecordWriter:
         self._forms = _secret_forms(secrets)
         self._fh = open(self.path, "a", encoding="utf-8")
 
-    def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(_clean(dict(record)), ensure_ascii=False, allow_nan=False)
+    def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Append ``record`` as one durable line; return it as written (JSON types, NaN as None)."""
+        clean = _clean(dict(record))
+        line = json.dumps(clean, ensure_ascii=False, allow_nan=False)
         for form in self._forms:
             if form in line:
                 raise RuntimeError("refusing to write a record that contains a secret key")
         self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        return clean
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -451,6 +454,78 @@ def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
         yield path
     finally:
         lock.release()
+
+
+# --------------------------------------------------------------------------- resuming (both runners)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One unit of work of a resumable run: the keys of the records it makes and how to make them.
+
+    ``produce`` runs only when the batch is due; it yields ``(key, record)``
+    pairs in order.
+    """
+
+    keys: tuple[Any, ...]
+    produce: Callable[[], Iterable[tuple[Any, dict[str, Any]]]]
+    label: str = ""
+
+
+@contextlib.contextmanager
+def _open_run(path: Path, meta: dict[str, Any], secrets: Sequence[Any], key_of: Callable[[dict[str, Any]], Any],
+              *, ignore: Sequence[str] = (), write_meta: bool = True) -> Iterator[dict[Any, dict[str, Any]]]:
+    """Lock ``path``, check ``meta`` against the run already there, and yield its finished records by key.
+
+    The lock is held until the block ends, so only one process appends to a
+    run folder; ``key_of`` names each stored record (and may refuse one that
+    does not belong to this run).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    with lock_run_folder(path):
+        merged = _merge_meta(path, meta, ignore)
+        if write_meta:
+            _write_meta(path, merged, secrets)
+        yield {key_of(rec): rec for rec in read_records(path / RECORDS_FILE)}
+
+
+def _append_batches(path: Path, batches: Sequence[_Batch], done: dict[Any, dict[str, Any]], secrets: Sequence[Any],
+                    *, max_records: int | None = None, max_batches: int | None = None,
+                    progress: bool = True) -> tuple[int, bool]:
+    """Run the batches that still miss a record and append each new record durably; return (written, stopped).
+
+    Records whose key is already in ``done`` are skipped, also when a batch
+    cut short by an interruption makes them again, so a resumed run neither
+    loses nor duplicates a record. ``done`` gains every record written.
+    ``max_records`` / ``max_batches`` stop the run early (to demonstrate
+    resuming); ``stopped`` says whether that left work undone.
+    """
+    from tqdm.auto import tqdm
+
+    todo = [b for b in batches if any(k not in done for k in b.keys)]
+    bar = tqdm(total=sum(k not in done for b in todo for k in b.keys), desc=path.name, unit="gen",
+               disable=not progress)
+    written, stopped = 0, False
+    with RecordWriter(path / RECORDS_FILE, secrets) as writer:
+        for count, batch in enumerate(todo):
+            if (max_batches is not None and count >= max_batches) or (
+                    max_records is not None and written >= max_records):
+                stopped = True
+                break
+            bar.set_postfix_str(batch.label)
+            for key, record in batch.produce():
+                if key in done:
+                    continue
+                if max_records is not None and written >= max_records:
+                    stopped = True
+                    break
+                done[key] = writer.write(record)
+                written += 1
+                bar.update(1)
+            if stopped:
+                break
+    bar.close()
+    return written, stopped
 
 
 # --------------------------------------------------------------------------- the runner
@@ -526,28 +601,29 @@ def _meta(methods, attacks, model_name, settings: dict[str, Any]) -> dict[str, A
     return meta
 
 
-def _merge_meta(path: Path, new: dict[str, Any]) -> dict[str, Any]:
-    """Check a resumed run was made with the same settings; new methods may join."""
+def _merge_meta(path: Path, new: dict[str, Any], ignore: Sequence[str] = ()) -> dict[str, Any]:
+    """Check a resumed run was made with the same settings (but ``ignore``); new methods may join."""
     file = path / META_FILE
     if not file.exists():
         return new
     old = json.loads(file.read_text("utf-8"))
     for k, v in new.items():
-        if k == "methods":
+        if k == "methods" or k in ignore:
             continue
-        if old.get(k) != v:
+        if old.get(k) != _clean(v):
             why = (" (it was made before token-level attacks were seeded per record id)"
                    if k == "attack_seeding" and k not in old else "")
             raise ValueError(
-                f"{path} holds a run made with {k} = {old.get(k)!r}, not {v!r}{why}; records of different "
-                "settings must not be mixed: choose another run folder or delete this one")
-    for name, desc in new["methods"].items():
+                f"{path} holds a run made with other settings ({k} = {old.get(k)!r}, not {_clean(v)!r}){why}; "
+                "records of different settings must not be mixed: choose another run folder or delete this one")
+    for name, desc in new.get("methods", {}).items():
         if name in old.get("methods", {}) and old["methods"][name] != desc:
             raise ValueError(
                 f"{path} holds method {name!r} with settings {old['methods'][name]} (now {desc}); "
                 "choose another run folder, another method name, or delete this one")
-    merged = dict(old)
-    merged["methods"] = {**old.get("methods", {}), **new["methods"]}
+    merged = {**old, **new}  # an ignored setting takes its new value
+    if "methods" in new:
+        merged["methods"] = {**old.get("methods", {}), **new["methods"]}
     return merged
 
 
@@ -634,8 +710,6 @@ def run_grid(
     many new records (to demonstrate resuming). ``model`` may be ``None``
     only for methods that need no model (tests), with ``self_ppl=False``.
     """
-    from tqdm.auto import tqdm
-
     from .detect import check_alpha
 
     methods = _check_methods(methods)
@@ -644,56 +718,36 @@ def run_grid(
     alpha = check_alpha(alpha)
     _check_batching(batch_size, stop_after)
     path = Path(path) if path is not None else default_runs_dir() / run_name
-    path.mkdir(parents=True, exist_ok=True)
-    with lock_run_folder(path):
-        secrets = [s for m in methods for s in m.secrets()]
-        settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
-                    "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
-        if model_name is None:
-            from .settings import get_settings
+    if model_name is None:
+        from .settings import get_settings
 
-            model_name = get_settings().model
-        meta = _merge_meta(path, _meta(methods, attacks, model_name, settings))
-        _write_meta(path, meta, secrets)
-
+        model_name = get_settings().model
+    secrets = [s for m in methods for s in m.secrets()]
+    settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
+                "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
+    meta = _meta(methods, attacks, model_name, settings)
+    with _open_run(path, meta, secrets, lambda rec: rec.get("id")) as done:
+        start = time.perf_counter()
+        total = len(items) * len(methods)
+        skipped = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) in done)
         vocab_size = _vocab(model) if model is not None else len(tokenizer)
         detectors = [m for m in methods if m.watermarked]
-        done = {r.get("id") for r in read_records(path / RECORDS_FILE)}
-        batches = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
-        total = len(items) * len(methods)
-        todo = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) not in done)
-        start = time.perf_counter()
-        written = 0
-        interrupted = False
-        bar = tqdm(total=todo, desc=path.name, unit="gen", disable=not progress)
         gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
-        with RecordWriter(path / RECORDS_FILE, secrets) as writer:
-            for j, batch in enumerate(batches):
-                for method in methods:
-                    ids = [record_id(method.name, d, i) for d, i, _ in batch]
-                    if all(r in done for r in ids):
-                        continue
-                    if stop_after is not None and written >= stop_after:
-                        interrupted = True
-                        break
-                    bar.set_postfix_str(f"{method.name} batch {j + 1}/{len(batches)}")
-                    for record in _run_batch(method, detectors, batch, j, model, tokenizer, attacks,
-                                             vocab_size, alpha, seed, self_ppl, gen_kwargs):
-                        if record["id"] in done:
-                            continue
-                        if stop_after is not None and written >= stop_after:
-                            interrupted = True
-                            break
-                        writer.write(record)
-                        done.add(record["id"])
-                        written += 1
-                        bar.update(1)
-                    if interrupted:
-                        break
-                if interrupted:
-                    break
-        bar.close()
-        return GridRun(path, written, total - todo, total, time.perf_counter() - start, interrupted,
+        chunks = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+
+        def grid_batch(j: int, chunk: list[tuple[str, int, str]], method: Method) -> _Batch:
+            def produce() -> Iterator[tuple[str, dict[str, Any]]]:
+                for record in _run_batch(method, detectors, chunk, j, model, tokenizer, attacks, vocab_size,
+                                         alpha, seed, self_ppl, gen_kwargs):
+                    yield record["id"], record
+
+            return _Batch(tuple(record_id(method.name, d, i) for d, i, _ in chunk), produce,
+                          f"{method.name} batch {j + 1}/{len(chunks)}")
+
+        batches = [grid_batch(j, chunk, m) for j, chunk in enumerate(chunks) for m in methods]
+        written, interrupted = _append_batches(path, batches, done, secrets, max_records=stop_after,
+                                               progress=progress)
+        return GridRun(path, written, skipped, total, time.perf_counter() - start, interrupted,
                        read_records(path / RECORDS_FILE))
 
 
@@ -867,8 +921,6 @@ def generate_resumable(
     :class:`~chainmark.embed.Generation` per prompt, in order, or only the
     finished ones when stopped early.
     """
-    from tqdm.auto import tqdm
-
     from . import __version__
     from .embed import Generation, generate
 
@@ -877,60 +929,46 @@ def generate_resumable(
     prompts = list(prompts)
     _check_batching(batch_size, stop_after)
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    with lock_run_folder(path):
-        meta = {
-            "chainmark_version": __version__,
-            "model": getattr(getattr(model, "config", None), "name_or_path", None),
-            "watermark": config.describe() if config is not None else None,
-            "gate_tau": getattr(gate, "tau", None),
-            "batch_size": batch_size,
-            "seed": int(seed),
-            "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
-            "n_prompts": len(prompts),
-        }
-        secrets = [config.key] if config is not None else []
-        if (path / META_FILE).exists():
-            old = json.loads((path / META_FILE).read_text("utf-8"))
-            diff = [k for k in meta if k != "n_prompts" and old.get(k) != _clean(meta[k])
-                    and not (k == "model" and model is None)]
-            if diff:
-                raise ValueError(f"{path} holds generations made with other settings ({', '.join(diff)}); "
-                                 "choose another folder or delete this one")
-        if model is not None:
-            _write_meta(path, meta, secrets)
+    meta = {
+        "chainmark_version": __version__,
+        "model": getattr(getattr(model, "config", None), "name_or_path", None),
+        "watermark": config.describe() if config is not None else None,
+        "gate_tau": getattr(gate, "tau", None),
+        "batch_size": batch_size,
+        "seed": int(seed),
+        "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
+        "n_prompts": len(prompts),
+    }
+    secrets = [config.key] if config is not None else []
 
-        done: dict[int, dict[str, Any]] = {}
-        for rec in read_records(path / RECORDS_FILE):
-            i = int(rec["index"])
-            if i >= len(prompts) or rec["prompt"] != prompts[i]:
-                raise ValueError(f"{path} holds a generation for prompt {i} that is not this run's "
-                                 f"prompt {i}; choose another folder or delete this one")
-            done[i] = rec
-        n_batches = math.ceil(len(prompts) / batch_size)
-        todo = [b for b in range(n_batches)
-                if any(i not in done for i in range(b * batch_size, min((b + 1) * batch_size, len(prompts))))]
+    def key_of(rec: dict[str, Any]) -> int:
+        i = int(rec["index"])
+        if i >= len(prompts) or rec["prompt"] != prompts[i]:
+            raise ValueError(f"{path} holds a generation for prompt {i} that is not this run's "
+                             f"prompt {i}; choose another folder or delete this one")
+        return i
+
+    def batch(b: int) -> _Batch:
+        lo = b * batch_size
+        chunk = prompts[lo:lo + batch_size]
+
+        def produce() -> Iterator[tuple[int, dict[str, Any]]]:
+            gens = generate(model, tokenizer, chunk, config, gate, batch_size=batch_size, seed=seed + b,
+                            **generate_kwargs)
+            for offset, g in enumerate(gens):
+                yield lo + offset, {"index": lo + offset, **dataclasses.asdict(g)}
+
+        return _Batch(tuple(range(lo, lo + len(chunk))), produce, f"batch {b + 1}")
+
+    ignore = ("n_prompts", "model") if model is None else ("n_prompts",)
+    with _open_run(path, meta, secrets, key_of, ignore=ignore, write_meta=model is not None) as done:
+        batches = [batch(b) for b in range(math.ceil(len(prompts) / batch_size))]
+        todo = [b for b in batches if any(k not in done for k in b.keys)]
         if todo and model is None:
-            raise ValueError(f"model is None, but {len(todo)} of {n_batches} batches in {path} are still "
+            raise ValueError(f"model is None, but {len(todo)} of {len(batches)} batches in {path} are still "
                              "to generate: pass the model (None only reads back a finished run)")
+        _append_batches(path, batches, done, secrets, max_batches=stop_after, progress=progress)
         fields = [f.name for f in dataclasses.fields(Generation)]
-        with RecordWriter(path / RECORDS_FILE, secrets) as writer:
-            bar = tqdm(total=n_batches, initial=n_batches - len(todo), desc=path.name, disable=not progress)
-            for count, b in enumerate(todo):
-                if stop_after is not None and count >= stop_after:
-                    break
-                lo = b * batch_size
-                batch = prompts[lo:lo + batch_size]
-                gens = generate(model, tokenizer, batch, config, gate, batch_size=batch_size, seed=seed + b,
-                                **generate_kwargs)
-                for offset, g in enumerate(gens):
-                    if lo + offset in done:   # written before an interruption cut the batch short
-                        continue
-                    rec = {"index": lo + offset, **dataclasses.asdict(g)}
-                    writer.write(rec)
-                    done[lo + offset] = json.loads(json.dumps(_clean(rec)))
-                bar.update(1)
-            bar.close()
         return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
 
 

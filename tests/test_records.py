@@ -383,3 +383,71 @@ def test_generate_resumable_validates_its_arguments(tmp_path):
 def test_generate_resumable_without_a_model_only_reads_a_finished_run(tmp_path):
     with pytest.raises(ValueError, match="model is None"):
         R.generate_resumable(tmp_path / "empty", None, None, ["a", "b"], batch_size=1, progress=False)
+
+
+class _FakeModel:
+    """Stands in for a model: ``generate_resumable`` only reads its name."""
+
+    class config:
+        name_or_path = "fake-model"
+
+
+def _fake_generate(calls):
+    """A stand-in for ``chainmark.embed.generate``: deterministic texts per (prompt, seed); logs each batch."""
+    from chainmark.embed import Generation
+
+    def generate(model, tokenizer, prompts, config=None, gate=None, *, batch_size, seed, **kwargs):
+        calls.append((tuple(prompts), seed))
+        out = []
+        for p in prompts:
+            ids = np.random.default_rng([zlib.crc32(p.encode()), seed]).integers(0, V, size=5).tolist()
+            out.append(Generation(p, ids, p.upper(), [0.5, float("nan"), 1.0, 2.0, 0.1], [0.1] * 5,
+                                  [True] * 5, [False] * 5, None, None, [1, 2]))
+        return out
+
+    return generate
+
+
+def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_path, monkeypatch):
+    """A batch whose first record reached the disk before a crash is regenerated; only the rest is written."""
+    import chainmark.embed
+
+    calls = []
+    monkeypatch.setattr(chainmark.embed, "generate", _fake_generate(calls))
+    prompts = [f"prompt {i}" for i in range(5)]
+    whole = R.generate_resumable(tmp_path / "ref", _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
+    folder = tmp_path / "gen"
+    first = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, stop_after=2,
+                                 progress=False)
+    assert [g.prompt for g in first] == prompts[:4]
+    file = folder / R.RECORDS_FILE
+    lines = file.read_bytes().split(b"\n")
+    file.write_bytes(b"\n".join(lines[:3]) + b"\n" + lines[3][:20])  # batch 1 cut after index 2, mid-line
+    calls.clear()
+    resumed = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
+    assert calls == [(("prompt 2", "prompt 3"), 11), (("prompt 4",), 12)]  # seed 10 + batch index
+    assert [r["index"] for r in R.read_records(folder)] == [0, 1, 2, 3, 4]
+    assert [(g.prompt, g.token_ids) for g in resumed] == [(g.prompt, g.token_ids) for g in whole]
+    assert np.isnan(resumed[3].entropy[1])  # the record kept in memory reads like the one read back
+    calls.clear()
+    again = R.generate_resumable(folder, None, None, prompts, batch_size=2, seed=10, progress=False)
+    assert calls == [] and [(g.prompt, g.token_ids) for g in again] == [(g.prompt, g.token_ids) for g in whole]
+
+
+def test_generate_resumable_names_the_setting_that_changed(tmp_path, monkeypatch):
+    import chainmark.embed
+
+    monkeypatch.setattr(chainmark.embed, "generate", _fake_generate([]))
+    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=10, progress=False)
+    with pytest.raises(ValueError, match="other settings .seed = 10, not 11"):
+        R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=11, progress=False)
+    # more prompts may join a run (n_prompts is not a setting), and are stored as the new count
+    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b", "c"], batch_size=1, seed=10, progress=False)
+    assert json.loads((tmp_path / R.META_FILE).read_text())["n_prompts"] == 3
+    assert len(R.read_records(tmp_path)) == 3
+
+
+def test_record_writer_returns_the_record_as_written(tmp_path):
+    with R.RecordWriter(tmp_path / "w.jsonl") as w:
+        written = w.write({"id": "a", "x": np.float32(0.5), "y": float("inf"), "t": (1, 2)})
+    assert written == {"id": "a", "x": 0.5, "y": None, "t": [1, 2]} == R.read_records(tmp_path / "w.jsonl")[0]
