@@ -1,4 +1,4 @@
-"""Unit tests of chainmark.widgets: the static blocks, the data builders, the live twins (no model)."""
+"""Unit tests of chainmark.widgets (the static blocks, the live twins) and the data builders of chainmark.experiments."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import binom
 
 from chainmark import calibrate as cal
+from chainmark import experiments as E
 from chainmark import widgets as W
 from chainmark.detect import detect
 from chainmark.partition import states_of
@@ -77,7 +78,7 @@ def test_calibration_numbers_are_the_closed_forms(alpha, n, rho, k):
 def test_simulated_sequences_walk_at_the_right_rate():
     """Legal-transition share of the Monte Carlo is rho + (1 - rho)/S (binomial tolerance)."""
     S, rho, trials, n = 5, 0.4, 200, 50
-    ids = W.simulate_watermarked_ids(trials, n, KEY, S, rho, V, seed=7)
+    ids = E.simulate_watermarked_ids(trials, n, KEY, S, rho, V, seed=7)
     assert ids.shape == (trials, n) and ids.min() >= 0 and ids.max() < V
     st = states_of(ids.ravel(), KEY, S, V).reshape(trials, n)
     legal = int(((st[:, 1:] - st[:, :-1]) % S == 1).sum())
@@ -89,14 +90,14 @@ def test_simulated_sequences_walk_at_the_right_rate():
 
 def test_simulation_rejects_bad_sizes():
     with pytest.raises(ValueError):
-        W.simulate_watermarked_ids(0, 10, KEY, 5, 0.5, V)
+        E.simulate_watermarked_ids(0, 10, KEY, 5, 0.5, V)
     with pytest.raises(ValueError):
-        W.simulate_watermarked_ids(10, 1, KEY, 5, 0.5, V)
+        E.simulate_watermarked_ids(10, 1, KEY, 5, 0.5, V)
 
 
 def test_robustness_grid_on_synthetic_texts():
-    texts = W.simulate_watermarked_ids(12, 80, KEY, 5, 0.8, V, seed=3).tolist()
-    rob = W.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
+    texts = E.simulate_watermarked_ids(12, 80, KEY, 5, 0.8, V, seed=3).tolist()
+    rob = E.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
     for part in ("mc", "text"):
         assert rob[part]["ratio"][0] == pytest.approx(1.0)
         assert rob[part]["ratio"][0] > rob[part]["ratio"][1] > rob[part]["ratio"][2]
@@ -114,7 +115,7 @@ def _fake_grid() -> dict:
     cells = []
     for S in (2, 5):
         for rho in (0.5, 1.0):
-            ids = W.simulate_watermarked_ids(1, 30, KEY, S, rho, V, seed=S).tolist()[0]
+            ids = E.simulate_watermarked_ids(1, 30, KEY, S, rho, V, seed=S).tolist()[0]
             d = detect(ids, KEY, S)
             ex = {"prompt": "p", "token_ids": ids, "tokens": [f"t{t}" for t in ids],
                   "states": states_of(ids, KEY, S).tolist(), "forced": [0] * 30, "n_tokens": 30,
@@ -151,8 +152,8 @@ def test_live_twins_recompute_in_python():
     emb.children[0].children[0].value = 5
     assert view.value != before and f"{W._grid_cell(grid, 5, 0.5)['example']['z']:.2f}" in view.value
 
-    texts = W.simulate_watermarked_ids(6, 60, KEY, 5, 0.8, V, seed=5).tolist()
-    rob = W.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.3), mc_trials=20)
+    texts = E.simulate_watermarked_ids(6, 60, KEY, 5, 0.8, V, seed=5).tolist()
+    rob = E.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.3), mc_trials=20)
     live = W.robustness_explorer(rob, delta=0.0, live=True, key=KEY)
     live.children[0].value = 0.3
     assert "0.490" in live.children[1].value  # (1 - 0.3)^2
@@ -164,7 +165,7 @@ def test_live_twins_recompute_in_python():
 def test_live_generation_button_path(model_and_tokenizer):
     """What the embedding twin's 'generate now' button runs: one watermarked text, scored."""
     model, tokenizer = model_and_tokenizer
-    out = W.generate_example(model, tokenizer, KEY, "Name three colours.", S=5, rho=1.0,
+    out = E.generate_example(model, tokenizer, KEY, "Name three colours.", S=5, rho=1.0,
                              tau=-math.inf, max_new_tokens=12)["example"]
     assert 1 <= out["n_tokens"] <= 12 and len(out["tokens"]) == out["n_tokens"]
     assert out["z"] == pytest.approx(detect(out["token_ids"], KEY, 5).z)
