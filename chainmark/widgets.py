@@ -63,7 +63,7 @@ def _script_json(obj: Any) -> str:
 
 def browser_block(css_class: str, uid_prefix: str, title: str, note: str, data: Any, asset: str,
                   namespace: str, what: str = "explorer", attrs: str = "") -> str:
-    """A self-contained HTML block: ``asset``.css and ``asset``.js inlined, ``data`` as JSON, mounted by the script.
+    """A self-contained HTML block: ``asset``.css, mount.js and ``asset``.js inlined, ``data`` as JSON.
 
     Nothing is fetched, so the block works on the static site, from file://
     and in a notebook. ``namespace`` is the script's global
@@ -81,7 +81,7 @@ def browser_block(css_class: str, uid_prefix: str, title: str, note: str, data: 
         '<div class="cm-body"></div>'
         f'<script type="application/json" class="cm-data">{payload}</script>'
         "</div>"
-        f"<script>{_asset(asset + '.js')}\n"
+        f"<script>{_asset('mount.js')}\n{_asset(asset + '.js')}\n"
         f'window.{namespace}.mountFrom(document.currentScript, "{uid}");</script>'
     )
 
@@ -253,7 +253,7 @@ def _grid_cell(grid: dict[str, Any], S: int, rho: float) -> dict[str, Any]:
 
 def embedding_explorer(grid: dict[str, Any], S: int = 5, rho: float = 0.5, live: bool = False,
                        model: Any = None, tokenizer: Any = None, key: Any = None) -> Any:
-    """Sliders over the (S, rho) grid of :func:`chainmark.experiments.embedding_grid`: one coloured text, phi, z, self-PPL.
+    """Sliders over an (S, rho) grid of :func:`chainmark.experiments.embedding_grid`: a coloured text, phi, z, PPL.
 
     ``live=True`` gives the ipywidgets twin; with ``model``, ``tokenizer`` and
     ``key`` it also has a button that generates a fresh text at the chosen

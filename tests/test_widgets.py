@@ -36,6 +36,22 @@ def test_static_block_is_self_contained():
     assert data["alphas"] == list(W.ALPHAS) and data["ns"] == list(W.LENGTHS)
 
 
+def test_both_pages_share_one_mount_script():
+    """mount.js (DOM helpers, mounting a block) is inlined before each page's script, which has no copy of it."""
+    from importlib import resources
+
+    data = resources.files("chainmark").joinpath("data")
+    mount = data.joinpath("mount.js").read_text(encoding="utf-8")
+    html = W.calibration_explorer().html
+    assert html.index("window.ChainMarkMount = M") < html.index("window.ChainMarkExplorers = CM") \
+        < html.rindex("window.ChainMarkExplorers.mountFrom(document.currentScript")
+    assert "data-mounted" in mount and "createElementNS" in mount
+    for page in ("explorers.js", "playground.js"):
+        text = data.joinpath(page).read_text(encoding="utf-8")
+        assert "ChainMarkMount.mount(" in text and "ChainMarkMount.blockBefore(" in text
+        assert "data-mounted" not in text and "createElementNS" not in text and "function el(" not in text
+
+
 def test_data_cannot_break_out_of_the_script_element():
     evil = {"text": {"ratio": [1.0], "tpr": [1.0],
                      "examples": [{"tokens": ["</script><b>x</b>", "\u2028&"], "states": [0, 1],

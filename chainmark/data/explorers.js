@@ -2,7 +2,8 @@
  *
  * Each explorer block that chainmark.widgets writes into a notebook output is a
  * div.cm-explorer (data-kind = calibration | embedding | robustness) holding its data
- * as a JSON script element, followed by an inline script: this file, then a call
+ * as a JSON script element, followed by an inline script: mount.js (the glue shared
+ * with the playground), this file, then a call
  * ChainMarkExplorers.mountFrom(document.currentScript, id).
  * The closed forms of chainmark.calibrate are re-implemented below (tests check
  * them against the Python functions); everything a model computed is in DATA,
@@ -10,12 +11,12 @@
  */
 (function () {
   "use strict";
-  var VERSION = "1";
+  var VERSION = "2";
   if (window.ChainMarkExplorers && window.ChainMarkExplorers.version === VERSION) {
     return;
   }
   var CM = { version: VERSION };
-  var SVGNS = "http://www.w3.org/2000/svg";
+  var el = window.ChainMarkMount.el, svg = window.ChainMarkMount.svg;
 
   // ------------------------------------------------------------------ math
 
@@ -87,25 +88,6 @@
   CM.forms = forms;
 
   // ------------------------------------------------------------------ DOM helpers
-
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    attrs = attrs || {};
-    Object.keys(attrs).forEach(function (k) {
-      if (k === "text") { node.textContent = attrs[k]; }
-      else if (k === "style") { node.setAttribute("style", attrs[k]); }
-      else { node.setAttribute(k, attrs[k]); }
-    });
-    (children || []).forEach(function (c) { if (c) { node.appendChild(c); } });
-    return node;
-  }
-
-  function svg(tag, attrs, text) {
-    var node = document.createElementNS(SVGNS, tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    if (text !== undefined) { node.textContent = text; }
-    return node;
-  }
 
   function fmt(x, digits) {
     if (x === null || x === undefined || isNaN(x)) { return "—"; }
@@ -511,24 +493,12 @@
   CM.explorers = explorers;
 
   CM.mount = function (root) {
-    if (!root || root.getAttribute("data-mounted") === "1") { return; }
-    var blob = root.querySelector("script[type='application/json']");
-    var data = JSON.parse(blob.textContent);
-    var body = root.querySelector(".cm-body");
-    var fallback = root.querySelector(".cm-fallback");
-    if (fallback) { fallback.parentNode.removeChild(fallback); }
-    explorers[root.getAttribute("data-kind")](body, data);
-    root.setAttribute("data-mounted", "1");
+    window.ChainMarkMount.mount(root, function (body, data) { explorers[root.getAttribute("data-kind")](body, data); });
   };
 
   /* Mount the explorer just before the <script> that calls this. */
   CM.mountFrom = function (script, id) {
-    var root = null;
-    if (script && script.previousElementSibling && script.previousElementSibling.classList.contains("cm-explorer")) {
-      root = script.previousElementSibling;
-    }
-    if (!root && id) { root = document.getElementById(id); }
-    if (root) { CM.mount(root); }
+    CM.mount(window.ChainMarkMount.blockBefore(script, id, "cm-explorer"));
   };
 
   window.ChainMarkExplorers = CM;

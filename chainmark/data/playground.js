@@ -2,20 +2,20 @@
  *
  * chainmark.playground writes a div.cm-playground holding its data as a JSON script element
  * (the packed byte-level BPE tokenizer, the state of every token id under the reference key,
- * the sample texts), followed by an inline script: this file, then
- * ChainMarkPlayground.mountFrom(document.currentScript, id).
+ * the sample texts), followed by an inline script: mount.js (the glue shared with the
+ * explorers), this file, then ChainMarkPlayground.mountFrom(document.currentScript, id).
  * Everything runs here: tokenizer, state lookup, phi, z, p-value, token-level Levenshtein.
  * No external script, font or request. The tests check the tokenizer against the Python one
  * and the scores against chainmark.detect.
  */
 (function () {
   "use strict";
-  var VERSION = "1";
+  var VERSION = "2";
   if (window.ChainMarkPlayground && window.ChainMarkPlayground.version === VERSION) {
     return;
   }
   var PG = { version: VERSION, instances: {} };
-  var SVGNS = "http://www.w3.org/2000/svg";
+  var el = window.ChainMarkMount.el, svg = window.ChainMarkMount.svg;
 
   // ------------------------------------------------------------------ the tokenizer
 
@@ -317,22 +317,6 @@
     editFraction: editFraction, perfectAttackEdits: perfectAttackEdits, perfectForgeEdits: perfectForgeEdits };
 
   // ------------------------------------------------------------------ formatting and DOM
-
-  function el(tag, attrs, children) {
-    var node = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) {
-      if (k === "text") { node.textContent = attrs[k]; } else { node.setAttribute(k, attrs[k]); }
-    });
-    (children || []).forEach(function (c) { if (c) { node.appendChild(c); } });
-    return node;
-  }
-
-  function svg(tag, attrs, text) {
-    var node = document.createElementNS(SVGNS, tag);
-    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
-    if (text !== undefined) { node.textContent = text; }
-    return node;
-  }
 
   var SUP = { "-": "⁻", "0": "⁰", "1": "¹", "2": "²", "3": "³", "4": "⁴", "5": "⁵", "6": "⁶", "7": "⁷", "8": "⁸", "9": "⁹" };
   function power(e) { return "10" + String(e).split("").map(function (ch) { return SUP[ch]; }).join(""); }
@@ -660,22 +644,12 @@
   }
 
   PG.mount = function (root) {
-    if (!root || root.getAttribute("data-mounted") === "1") { return; }
-    var data = JSON.parse(root.querySelector("script.cm-data").textContent);
-    var fallback = root.querySelector(".cm-fallback");
-    if (fallback) { fallback.parentNode.removeChild(fallback); }
-    PG.instances[root.id] = mountPlayground(root, root.querySelector(".cm-body"), data);
-    root.setAttribute("data-mounted", "1");
+    window.ChainMarkMount.mount(root, function (body, data) { PG.instances[root.id] = mountPlayground(root, body, data); });
   };
 
   /* Mount the playground just before the <script> that calls this. */
   PG.mountFrom = function (script, id) {
-    var root = null;
-    if (script && script.previousElementSibling && script.previousElementSibling.classList.contains("cm-playground")) {
-      root = script.previousElementSibling;
-    }
-    if (!root && id) { root = document.getElementById(id); }
-    if (root) { PG.mount(root); }
+    PG.mount(window.ChainMarkMount.blockBefore(script, id, "cm-playground"));
   };
 
   window.ChainMarkPlayground = PG;
