@@ -77,18 +77,6 @@ def _check_vocab_size(vocab_size: object) -> int:
     return int(vocab_size)
 
 
-def _ids(token_ids: Any, vocab_size: int | None = None) -> np.ndarray:
-    """Validated 1-D int64 array from a list, array or torch tensor of token ids.
-
-    With ``vocab_size`` an id outside ``[0, vocab_size)`` is a ``ValueError``
-    naming ``token_ids``, the id and the vocabulary size.
-    """
-    if hasattr(token_ids, "tolist") and not isinstance(token_ids, np.ndarray):
-        token_ids = token_ids.tolist()  # torch tensors
-    arr = as_token_array(token_ids, vocab_size)
-    return arr.astype(np.int64) if arr.size else np.zeros(0, dtype=np.int64)
-
-
 def n_edits(delta: float, n: int) -> int:
     """Number of edits at rate ``delta`` on ``n`` tokens: ceil(delta * n).
 
@@ -156,7 +144,7 @@ def substitute(token_ids: Sequence[int], delta: float, vocab_size: int,
     """
     delta = check_delta(delta)
     vocab_size = _check_vocab_size(vocab_size)
-    ids = _ids(token_ids)
+    ids = as_token_array(token_ids)
     n = ids.size
     rng = np.random.default_rng(seed)
     order = rng.permutation(n)
@@ -173,7 +161,7 @@ def delete(token_ids: Sequence[int], delta: float, seed: SeedLike = ATTACK_SEED)
     Nested in delta for a fixed seed, like :func:`substitute`.
     """
     delta = check_delta(delta)
-    ids = _ids(token_ids)
+    ids = as_token_array(token_ids)
     rng = np.random.default_rng(seed)
     order = rng.permutation(ids.size)
     keep = np.ones(ids.size, dtype=bool)
@@ -191,7 +179,7 @@ def insert(token_ids: Sequence[int], delta: float, vocab_size: int,
     """
     delta = check_delta(delta)
     vocab_size = _check_vocab_size(vocab_size)
-    out = _ids(token_ids).tolist()
+    out = as_token_array(token_ids).tolist()
     rng = np.random.default_rng(seed)
     for _ in range(n_edits(delta, len(out))):
         pos = int(rng.integers(0, len(out) + 1))
@@ -206,8 +194,8 @@ def edit_fraction(original_ids: Sequence[int], attacked_ids: Sequence[int]) -> f
     Levenshtein on integer sequences). The value can exceed 1 when the attack
     adds many tokens. An empty original gives 0 if the attack is empty too.
     """
-    a = _ids(original_ids).tolist()
-    b = _ids(attacked_ids).tolist()
+    a = as_token_array(original_ids).tolist()
+    b = as_token_array(attacked_ids).tolist()
     if not a:
         if b:
             raise ValueError("original_ids is empty, so the edit fraction is undefined")
@@ -536,7 +524,7 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
 
     vocab_size = _check_vocab_size(vocab_size)
     topo, table = _valid_rows(key, S, topology, vocab_size)
-    ids = _ids(token_ids, vocab_size).copy()  # an id >= vocab_size has no state: ValueError
+    ids = as_token_array(token_ids, vocab_size).copy()  # an id >= vocab_size has no state: ValueError
     n = ids.size
     if n < 2:
         return ids.tolist()

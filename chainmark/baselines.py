@@ -49,7 +49,7 @@ from transformers.generation.logits_process import WatermarkLogitsProcessor
 from .detect import check_alpha
 from .gates import Gate
 from .keys import derive_key, key_fingerprint
-from .partition import Key, check_int, key_bytes
+from .partition import Key, as_token_array, check_int, key_bytes
 
 #: The paper's KGW operating point: green-list share and logit bias.
 KGW_GAMMA = 0.5
@@ -306,24 +306,13 @@ def _result(method: str, n_tokens: int, n_green: int, n_scored: int, gamma: floa
                           empty if green is None else green, empty if scored is None else scored)
 
 
-def _ids_list(token_ids: Any) -> list[int]:
-    if hasattr(token_ids, "tolist"):
-        token_ids = token_ids.tolist()
-    ids = [int(t) for t in token_ids]
-    if any(t < 0 for t in ids):
-        raise ValueError("token ids must be >= 0")
-    return ids
-
-
 def green_mask(token_ids: Sequence[int], config: KGWConfig, vocab_size: int) -> np.ndarray:
     """Entry ``i - 1`` says whether token ``i`` is green given token ``i - 1`` (length n - 1).
 
     Uses the same green lists as generation (``transformers``' own draw, on
     the CPU), one draw per distinct previous token.
     """
-    ids = _ids_list(token_ids)
-    if ids and max(ids) >= vocab_size:
-        raise ValueError(f"token id {max(ids)} is outside the vocabulary of {vocab_size} ids")
+    ids = as_token_array(token_ids, vocab_size).tolist()
     proc = _processor(config, int(vocab_size))
     cache: dict[int, torch.Tensor] = {}
     out = np.zeros(max(len(ids) - 1, 0), dtype=bool)
@@ -368,9 +357,7 @@ def kgw_detect(token_ids: Any, config: KGWConfig, vocab_size: int, alpha: float 
     if not isinstance(config, KGWConfig):
         raise TypeError(f"config must be a KGWConfig, got {type(config).__name__}")
     alpha = check_alpha(alpha)
-    ids = _ids_list(token_ids)
-    if ids and max(ids) >= vocab_size:
-        raise ValueError(f"token id {max(ids)} is outside the vocabulary of {vocab_size} ids")
+    ids = as_token_array(token_ids, vocab_size).tolist()
     n = len(ids)
     if n < 2:
         return _result("kgw", n, 0, 0, config.gamma, alpha)
@@ -400,7 +387,7 @@ def text_entropies(model: Any, token_ids: Sequence[Sequence[int]],
     """
     from .quality import score_tokens
 
-    texts = [_ids_list(t) for t in token_ids]
+    texts = [as_token_array(t).tolist() for t in token_ids]
     if prompt_ids is not None and len(prompt_ids) != len(texts):
         raise ValueError("prompt_ids must have one entry per text")
     out: list[np.ndarray | None] = [None] * len(texts)
@@ -433,7 +420,7 @@ def sweet_detect(token_ids: Any, config: SweetConfig, vocab_size: int, entropies
     if not isinstance(config, SweetConfig):
         raise TypeError(f"config must be a SweetConfig, got {type(config).__name__}")
     alpha = check_alpha(alpha)
-    ids = _ids_list(token_ids)
+    ids = as_token_array(token_ids).tolist()
     ent = np.asarray(entropies, dtype=float).ravel()
     if ent.size != len(ids):
         raise ValueError(f"entropies has {ent.size} entries for {len(ids)} tokens")

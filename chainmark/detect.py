@@ -322,13 +322,6 @@ def first_occurrences(ids: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _as_numpy(token_ids: Any) -> Any:
-    """Torch tensors (any device) become numpy arrays; everything else is returned as is."""
-    if hasattr(token_ids, "detach") and hasattr(token_ids, "cpu") and not isinstance(token_ids, np.ndarray):
-        return token_ids.detach().cpu().numpy()
-    return token_ids
-
-
 def _is_sequence(item: Any) -> bool:
     """True for a list, tuple, array or tensor of at least one dimension (a row), not for a scalar."""
     if isinstance(item, (list, tuple)):
@@ -337,15 +330,53 @@ def _is_sequence(item: Any) -> bool:
     return isinstance(ndim, int) and ndim >= 1
 
 
-def _is_batch(token_ids: Any) -> bool:
-    """True when ``token_ids`` holds rows (a 2-D array or a list of sequences), False for one text."""
-    if isinstance(token_ids, np.ndarray):
-        if token_ids.ndim > 2:
-            raise ValueError(f"token_ids must be 1-D (one text) or 2-D (a batch), got shape {token_ids.shape}")
-        return token_ids.ndim == 2
-    if isinstance(token_ids, (list, tuple)) and token_ids:
-        return all(_is_sequence(row) for row in token_ids)
-    return False
+def _reject_batch(token_ids: Any) -> None:
+    """A ValueError naming :func:`detect_batch` when ``token_ids`` holds rows rather than one text.
+
+    Only the first item of a list is looked at (a scalar there means one
+    text; a list mixing scalars and rows is refused by the id normaliser), so
+    the check costs nothing on long texts.
+    """
+    ndim = getattr(token_ids, "ndim", None)
+    if isinstance(ndim, int) and ndim == 2:  # a numpy array or torch tensor
+        raise ValueError(f"token_ids must be one text (1-D), got a batch of shape {tuple(token_ids.shape)}; "
+                         "score a batch with detect_batch")
+    if isinstance(token_ids, (list, tuple)) and token_ids and _is_sequence(token_ids[0]):
+        raise ValueError(f"token_ids must be one text (a flat sequence of ids), got a sequence of sequences "
+                         f"({len(token_ids)} rows); score a batch with detect_batch")
+
+
+def _detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
+                    distinct_pairs: object) -> tuple[Topology, float]:
+    """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
+
+    Everything is checked before any id is read, so a bad argument is
+    reported even for an empty input.
+    """
+    S = check_states(S)
+    alpha = check_alpha(alpha)
+    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
+    topo = resolve_topology(topology, S)
+    if topo.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    if not isinstance(distinct_pairs, (bool, np.bool_)):
+        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
+    return topo, alpha
+
+
+def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, distinct_pairs: bool,
+                vocab_size: int | None) -> DetectionResult:
+    """Score one text once the arguments are checked."""
+    if isinstance(token_ids, np.ndarray) and token_ids.ndim == 1 and token_ids.dtype.kind in "iu" \
+            and token_ids.size >= 2:
+        ids = token_ids  # states_of validates the ids (sign, range) in the same pass it uses them
+    else:
+        ids = as_token_array(token_ids, vocab_size)
+        if ids.size < 2:
+            return _empty_result(int(ids.size), topo, alpha)
+    states = states_of(ids, key, topo.S, vocab_size)
+    scored = first_occurrences(ids) if distinct_pairs else None
+    return _score(states, topo, alpha, scored, int(ids.size))
 
 
 def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
@@ -378,13 +409,14 @@ def detect(
     alpha: float = 0.01,
     distinct_pairs: bool = False,
     vocab_size: int | None = None,
-) -> DetectionResult | list[DetectionResult]:
-    """Test a token sequence (or a batch of them) for the ChainMark watermark.
+) -> DetectionResult:
+    """Test one token sequence for the ChainMark watermark.
 
-    ``token_ids`` is a 1-D sequence of ids (list, numpy array or torch
-    tensor) or a batch: a 2-D array/tensor (every row scored whole, so strip
-    padding first) or a list of sequences of any lengths; a batch gives a
-    list of results, one per row, equal to detecting each row alone.
+    ``token_ids`` is one text: a 1-D sequence of ids (list or tuple of ints,
+    numpy or torch scalars, a numpy array or a torch tensor on any device).
+    A batch (a 2-D array or tensor, or a list of sequences) is a
+    ``ValueError``: score it with :func:`detect_batch`, which always returns
+    a list.
 
     ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
     repeated n-grams otherwise count several times and break the
@@ -392,29 +424,50 @@ def detect(
     outside the vocabulary and saves a pass over the ids. ``S`` is at most
     :data:`~chainmark.limits.MAX_STATES`.
     """
-    S = check_states(S)
-    alpha = check_alpha(alpha)
-    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
-    topo = resolve_topology(topology, S)
-    if topo.k is None:
-        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
-    if not isinstance(distinct_pairs, (bool, np.bool_)):
-        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
-    token_ids = _as_numpy(token_ids)
-    if _is_batch(token_ids):
-        if isinstance(token_ids, np.ndarray) and not distinct_pairs and token_ids.dtype.kind in "iu":
-            return _detect_matrix(as_token_array(token_ids.ravel(), vocab_size).reshape(token_ids.shape),
-                                  key, topo, alpha, vocab_size)
-        return [detect(_as_numpy(row), key, S, topo, alpha, distinct_pairs, vocab_size) for row in token_ids]
-    if isinstance(token_ids, np.ndarray) and token_ids.dtype.kind in "iu" and token_ids.size >= 2:
-        ids = token_ids  # states_of validates the ids (sign, range) in the same pass it uses them
-    else:
-        ids = as_token_array(token_ids, vocab_size)
-        if ids.size < 2:
-            return _empty_result(int(ids.size), topo, alpha)
-    states = states_of(ids, key, S, vocab_size)
-    scored = first_occurrences(ids) if distinct_pairs else None
-    return _score(states, topo, alpha, scored, int(ids.size))
+    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    _reject_batch(token_ids)
+    return _detect_one(token_ids, key, topo, alpha, bool(distinct_pairs), vocab_size)
+
+
+def detect_batch(
+    batch: Any,
+    key: Key,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+) -> list[DetectionResult]:
+    """Test many token sequences; always a list of results, one per text, equal to :func:`detect` on each.
+
+    ``batch`` is a 2-D numpy array or torch tensor (every row scored whole,
+    so strip padding first; scored in one vectorised pass) or an iterable of
+    sequences of any lengths (lists, arrays, tensors). The other arguments
+    are those of :func:`detect`. One text (a flat sequence of ids) is an
+    error naming :func:`detect`.
+    """
+    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    if isinstance(batch, (str, bytes)):
+        raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
+    ndim = getattr(batch, "ndim", None)
+    if isinstance(ndim, int):  # a numpy array or torch tensor
+        if ndim != 2:
+            raise ValueError(f"batch must be 2-D (one row per text), got shape {tuple(batch.shape)}"
+                             + ("; score one text with detect" if ndim == 1 else ""))
+        ids = as_token_array(batch, vocab_size, ndim=2)
+        if not distinct_pairs:
+            return _detect_matrix(ids, key, topo, alpha, vocab_size)
+        return [_detect_one(row, key, topo, alpha, True, vocab_size) for row in ids]
+    try:
+        rows = list(batch)
+    except TypeError:
+        raise TypeError(f"batch must be a 2-D array or an iterable of token-id sequences, "
+                        f"got {type(batch).__name__}") from None
+    for i, row in enumerate(rows):
+        if not _is_sequence(row):
+            raise TypeError(f"batch must hold sequences of token ids (one per text), got "
+                            f"{type(row).__name__} at position {i}; score one text with detect")
+    return [_detect_one(row, key, topo, alpha, bool(distinct_pairs), vocab_size) for row in rows]
 
 
 def detect_text(
@@ -640,7 +693,7 @@ def lr_detect(
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
     if isinstance(n_null, bool) or not isinstance(n_null, (int, np.integer)) or n_null < 100:
         raise ValueError(f"n_null must be an integer >= 100, got {n_null!r}")
-    ids = as_token_array(_as_numpy(token_ids), vocab_size)
+    ids = as_token_array(token_ids, vocab_size)
     n = int(ids.size)
     q = np.asarray(gate_probs, dtype=float).ravel()
     if q.size != max(n - 1, 0):
@@ -685,7 +738,7 @@ def lm_detect(
     (the prompt if it was logged, a bare chat header otherwise). See
     :func:`gate_probabilities` for ``width`` and ``eps``.
     """
-    ids = as_token_array(_as_numpy(token_ids))
+    ids = as_token_array(token_ids)
     signal = teacher_forced_signal(model, ids.tolist(), gate.kind, prefix_ids)
     q = gate_probabilities(signal[1:], gate, width, eps)
     return lr_detect(ids, key, q, S, topology, alpha, n_null, seed)

@@ -147,46 +147,80 @@ def state_table(key: Key, vocab_size: int, S: int) -> np.ndarray:
     return _state_table(key_bytes(key), int(vocab_size), S)
 
 
-def as_token_array(token_ids: object, vocab_size: int | None = None) -> np.ndarray:
-    """Validate a 1-D sequence of token ids; return an int64 (or, above 2**63, uint64) array.
+def _host_array(token_ids: object) -> object:
+    """A torch tensor (on any device) as a numpy array; anything else unchanged.
 
-    Negative ids, ids above 2**64 - 1 and (when ``vocab_size`` is given) ids
-    outside the vocabulary raise a ``ValueError`` that names ``token_ids``.
+    Duck-typed so that this module does not import torch.
     """
-    if isinstance(token_ids, (str, bytes)):
-        raise TypeError("token_ids must be a sequence of integers, not text; tokenize it first")
-    arr = np.asarray(token_ids)
+    if hasattr(token_ids, "detach") and hasattr(token_ids, "cpu") and not isinstance(token_ids, np.ndarray):
+        return token_ids.detach().cpu().numpy()  # type: ignore[attr-defined]
+    return token_ids
+
+
+def _exact_ids(token_ids: object, arr: np.ndarray) -> np.ndarray:
+    """The ids as an object array when numpy rounded a Python int list to float64.
+
+    numpy turns a list mixing small ints and ints above 2**63 into float64,
+    which silently rounds ids: keep the Python ints so they are checked exactly.
+    """
     if arr.dtype.kind == "f" and not isinstance(token_ids, np.ndarray):
-        # numpy turns a list mixing small ints and ints above 2**63 into
-        # float64, which silently rounds ids: validate the Python ints instead
         exact = np.asarray(token_ids, dtype=object)
         if all(isinstance(t, (int, np.integer)) for t in exact.ravel().tolist()):
-            arr = exact
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.uint64)
-    if arr.ndim != 1:
-        raise ValueError(f"token_ids must be one-dimensional, got shape {arr.shape}")
+            return exact
+    return arr
+
+
+def as_token_array(token_ids: object, vocab_size: int | None = None, *, ndim: int = 1) -> np.ndarray:
+    """Validate token ids; return an int64 array (uint64 for uint64 input or ids above 2**63 - 1).
+
+    The package's one normaliser of token ids: lists, tuples, numpy arrays,
+    numpy or torch scalars and torch tensors on any device are accepted.
+    ``ndim=1`` (the default) asks for one text, ``ndim=2`` for a rectangular
+    batch of them. Negative ids, ids above 2**64 - 1, (when ``vocab_size`` is
+    given) ids outside the vocabulary and a wrong number of dimensions raise
+    a ``ValueError``; text and non-integer ids a ``TypeError``. Every message
+    names ``token_ids``.
+    """
+    if ndim not in (1, 2):
+        raise ValueError(f"ndim must be 1 (one text) or 2 (a batch), got {ndim!r}")
+    if isinstance(token_ids, (str, bytes)):
+        raise TypeError("token_ids must be a sequence of integers, not text; tokenize it first")
+    token_ids = _host_array(token_ids)
+    try:
+        arr = np.asarray(token_ids)
+    except ValueError as exc:  # rows of different lengths, or scalars mixed with sequences
+        raise ValueError(f"token_ids must be a {'flat' if ndim == 1 else 'rectangular'} "
+                         f"sequence of integers: {exc}") from None
+    arr = _exact_ids(token_ids, arr)
+    if arr.size == 0 and ndim == 1:
+        return np.zeros(0, dtype=np.int64)
+    if arr.ndim != ndim:
+        raise ValueError(f"token_ids must be {'one' if ndim == 1 else 'two'}-dimensional, got shape {arr.shape}")
+    flat = _checked_ids(arr.ravel())
+    if vocab_size is not None and flat.size and int(flat.max()) >= vocab_size:
+        raise ValueError(
+            f"token_ids must lie in [0, {vocab_size - 1}] for a vocabulary of "
+            f"{vocab_size} tokens, got {int(flat.max())} (outside the vocabulary)"
+        )
+    return flat.reshape(arr.shape)
+
+
+def _checked_ids(arr: np.ndarray) -> np.ndarray:
+    """A flat array of ids checked for type and sign, as int64 (uint64 where int64 cannot hold them)."""
     if arr.dtype == object:
         try:
             values = [_check_token_id(t) for t in arr.tolist()]
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"token_ids: {exc}") from None
-        big = max(values) > np.iinfo(np.int64).max
-        arr = np.array(values, dtype=np.uint64 if big else np.int64)
-    elif arr.dtype.kind == "i":
-        if int(arr.min()) < 0:
+        big = bool(values) and max(values) > np.iinfo(np.int64).max
+        return np.array(values, dtype=np.uint64 if big else np.int64)
+    if arr.dtype.kind == "i":
+        if arr.size and int(arr.min()) < 0:
             raise ValueError(f"token_ids must be non-negative, got {int(arr.min())}")
-        arr = arr.astype(np.int64, copy=False)
-    elif arr.dtype.kind == "u":
-        arr = arr.astype(np.uint64, copy=False)
-    else:
-        raise TypeError(f"token_ids must be integers, got dtype {arr.dtype}")
-    if vocab_size is not None and arr.size and int(arr.max()) >= vocab_size:
-        raise ValueError(
-            f"token_ids must lie in [0, {vocab_size - 1}] for a vocabulary of "
-            f"{vocab_size} tokens, got {int(arr.max())}"
-        )
-    return arr
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "u":  # only uint64 can hold ids above 2**63 - 1
+        return arr if arr.dtype == np.uint64 else arr.astype(np.int64)
+    raise TypeError(f"token_ids must be integers, got dtype {arr.dtype}")
 
 
 def states_of(token_ids: object, key: Key, S: int, vocab_size: int | None = None) -> np.ndarray:

@@ -19,6 +19,7 @@ from chainmark.detect import (
     DetectionResult,
     check_alpha,
     detect,
+    detect_batch,
     detect_text,
     first_occurrences,
     gate_probabilities,
@@ -239,8 +240,9 @@ def test_torch_inputs():
     b = detect(ids.tolist(), b"k", 5)
     assert a.to_dict() == b.to_dict()
     assert detect(torch.tensor([3]), b"k", 5).n_transitions == 0
-    rows = detect(torch.tensor(rng.integers(0, VOCAB, (3, 20))), b"k", 5)
-    assert len(rows) == 3
+    matrix = rng.integers(0, VOCAB, (3, 20))
+    rows = detect_batch(torch.tensor(matrix), b"k", 5)
+    assert [r.to_dict() for r in rows] == [detect(r, b"k", 5).to_dict() for r in matrix]
 
 
 def test_vocab_size_checks_range_and_agrees():
@@ -321,35 +323,100 @@ def test_batches_equal_per_row_results():
     rng = np.random.default_rng(11)
     matrix = rng.integers(0, VOCAB, (6, 40))
     matrix[2] = walk_ids(b"k", 5, 40, rng)
-    rows = detect(matrix, b"k", 5)
+    rows = detect_batch(matrix, b"k", 5)
     assert isinstance(rows, list) and len(rows) == 6
     for r, res in zip(matrix, rows):
         _same(res, detect(r, b"k", 5))
     assert rows[2].is_watermarked and rows[2].phi == 1.0
     # the same rows as a list of lists, and with distinct_pairs (the per-row path)
-    for res, r in zip(detect(matrix.tolist(), b"k", 5), matrix):
+    for res, r in zip(detect_batch(matrix.tolist(), b"k", 5), matrix):
         _same(res, detect(r.tolist(), b"k", 5))
-    for res, r in zip(detect(matrix, b"k", 5, distinct_pairs=True), matrix):
+    for res, r in zip(detect_batch(matrix, b"k", 5, distinct_pairs=True), matrix):
         _same(res, detect(r, b"k", 5, distinct_pairs=True))
 
 
 def test_ragged_batches():
     rng = np.random.default_rng(12)
     rows = [rng.integers(0, VOCAB, n).tolist() for n in (0, 1, 2, 30, 7)]
-    out = detect(rows, b"k", 5, topology="soft_cycle")
+    out = detect_batch(rows, b"k", 5, topology="soft_cycle")
     assert len(out) == 5
     for res, r in zip(out, rows):
         _same(res, detect(r, b"k", 5, topology="soft_cycle"))
     assert out[0].n_transitions == 0 and out[1].n_transitions == 0 and out[2].n_transitions == 1
-    mixed = detect((np.array(rows[3]), rows[4]), b"k", 5)  # a tuple of an array and a list
+    mixed = detect_batch((np.array(rows[3]), rows[4]), b"k", 5)  # a tuple of an array and a list
     _same(mixed[0], detect(rows[3], b"k", 5))
     _same(mixed[1], detect(rows[4], b"k", 5))
 
 
 def test_degenerate_matrix_batches():
-    assert detect(np.zeros((0, 5), dtype=int), b"k", 5) == []
-    res = detect(np.array([[3], [4]]), b"k", 5)
+    assert detect_batch(np.zeros((0, 5), dtype=int), b"k", 5) == [] == detect_batch([], b"k", 5)
+    res = detect_batch(np.array([[3], [4]]), b"k", 5)
     assert [r.n_transitions for r in res] == [0, 0]
+
+
+@pytest.mark.parametrize("batch", [
+    np.arange(40).reshape(2, 20), [[1, 2, 3], [4, 5, 6]], ([1, 2, 3], np.arange(5)), [[]], [np.arange(9)],
+], ids=["2-D array", "list of lists", "tuple of a list and an array", "one empty row", "list of one array"])
+def test_detect_refuses_a_batch_and_names_detect_batch(batch):
+    with pytest.raises(ValueError, match="detect_batch"):
+        detect(batch, b"k", 5)
+
+
+def test_detect_refuses_a_tensor_batch():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="detect_batch"):
+        detect(torch.zeros((3, 4), dtype=torch.long), b"k", 5)
+    with pytest.raises(ValueError, match="detect_batch"):
+        detect([torch.arange(4), torch.arange(4)], b"k", 5)
+
+
+@pytest.mark.parametrize("one_text,exc", [
+    (np.arange(20), ValueError), ([1, 2, 3], TypeError), ((1, 2, 3), TypeError), ("some text", TypeError),
+    (7, TypeError), (np.zeros((2, 2, 2), dtype=int), ValueError),
+])
+def test_detect_batch_refuses_one_text(one_text, exc):
+    with pytest.raises(exc, match="batch"):
+        detect_batch(one_text, b"k", 5)
+
+
+def test_detect_batch_is_exported_beside_detect():
+    import chainmark
+
+    assert {"detect", "detect_batch"} <= set(chainmark.__all__)
+    assert chainmark.detect_batch is detect_batch
+
+
+def test_detect_batch_checks_its_arguments_before_the_rows():
+    with pytest.raises(ValueError, match="alpha"):
+        detect_batch([], b"k", 5, alpha=1.5)
+    with pytest.raises(TypeError, match="key"):
+        detect_batch([], 12345, 5)
+    with pytest.raises(ValueError, match="token_ids"):
+        detect_batch([[1, 2], [3, -4]], b"k", 5)
+    with pytest.raises(ValueError, match="token_ids"):
+        detect_batch(np.array([[1, 2], [3, 1000]]), b"k", 5, vocab_size=1000)
+
+
+def test_the_return_type_does_not_depend_on_the_shape():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(13)
+    matrix = rng.integers(0, VOCAB, (4, 25))
+    ragged = [matrix[0, :3].tolist(), matrix[1].tolist(), matrix[2, :1], torch.tensor(matrix[3])]
+    singles = [np.array([], dtype=int), [5], matrix[0], matrix[0].tolist(), torch.tensor(matrix[0]),
+               list(matrix[0]), tuple(torch.tensor(matrix[0]))]
+    for one in singles:  # one text: always one result
+        assert isinstance(detect(one, b"k", 5), DetectionResult)
+    batches = [matrix, matrix.tolist(), ragged, torch.tensor(matrix), matrix[:1], matrix[:0], [], [[]]]
+    for batch in batches:  # a batch: always a list, equal to per-row detect
+        for distinct in (False, True):
+            out = detect_batch(batch, b"k", 5, distinct_pairs=distinct)
+            assert isinstance(out, list) and len(out) == len(batch)
+            for res, row in zip(out, batch):
+                assert isinstance(res, DetectionResult)
+                _same(res, detect(row, b"k", 5, distinct_pairs=distinct))
+    from_generator = detect_batch((row for row in matrix), b"k", 5)  # any iterable of rows
+    for res, row in zip(from_generator, matrix, strict=True):
+        _same(res, detect(row, b"k", 5))
 
 
 # ---------------------------------------------------------------- distinct pairs
@@ -396,7 +463,7 @@ def test_null_false_positive_rate_on_random_tokens():
     # iid random tokens are the null of the paper's lemma: the FPR must be the z-test's own
     rng = np.random.default_rng(2024)
     trials, n, alpha = 4000, 200, 0.01
-    rows = detect(rng.integers(0, VOCAB, (trials, n)), b"null key", 5, alpha=alpha)
+    rows = detect_batch(rng.integers(0, VOCAB, (trials, n)), b"null key", 5, alpha=alpha)
     hits = sum(r.is_watermarked for r in rows)
     expected = _z_test_fpr(n - 1, 0.2, alpha)
     lo, hi = binom.interval(0.999, trials, expected)
@@ -412,9 +479,9 @@ def test_distinct_pairs_restores_the_null_on_repetitive_text():
     for _ in range(trials):
         block = rng.choice(VOCAB, 20, replace=False)
         texts.append(np.tile(block, 10))
-    plain = sum(r.is_watermarked for r in detect(np.array(texts), b"k", 5, alpha=alpha))
-    distinct = sum(r.is_watermarked for r in detect(np.array(texts), b"k", 5, alpha=alpha,
-                                                    distinct_pairs=True))
+    plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha))
+    distinct = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha,
+                                                          distinct_pairs=True))
     exp_distinct = _z_test_fpr(20, 0.2, alpha)  # 19 in-phrase pairs + the wrap-around pair
     lo, hi = binom.interval(0.999, trials, exp_distinct)
     assert lo <= distinct <= hi, (distinct, exp_distinct * trials)

@@ -22,7 +22,7 @@ import pytest
 
 from chainmark import cli
 from chainmark import records as R
-from chainmark.detect import _circulant_offsets, detect, lr_detect
+from chainmark.detect import _circulant_offsets, detect, detect_batch, lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, book_key, key_fingerprint, read_key_file, write_key_file
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
@@ -187,8 +187,10 @@ def test_3_sequences_of_scalars_are_one_text():
         res = detect(ids, KEY)
         assert not isinstance(res, list) and res.n_tokens == 50
         assert (res.z, res.n_valid) == (ref.z, ref.n_valid)
-    batch = detect((np.arange(50), torch.arange(50)), KEY)  # sequences of sequences are still a batch
+    batch = detect_batch((np.arange(50), torch.arange(50)), KEY)  # sequences of sequences are a batch
     assert isinstance(batch, list) and [r.z for r in batch] == [ref.z, ref.z]
+    with pytest.raises(ValueError, match="detect_batch"):  # which detect refuses, naming detect_batch
+        detect((np.arange(50), torch.arange(50)), KEY)
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chainmark.detect import DetectionResult, detect, detect_text, reference_detect
+from chainmark.detect import DetectionResult, detect, detect_batch, detect_text, reference_detect
 from chainmark.partition import state_of, states_of
 
 VOCAB = 49152
@@ -100,7 +100,7 @@ def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     rng = np.random.default_rng(seed)
     high = data.draw(st.sampled_from([3, VOCAB]))
     matrix = rng.integers(0, high, size=(rows, width))
-    batch = detect(matrix, key, S=S, topology=topology, distinct_pairs=distinct)
+    batch = detect_batch(matrix, key, S=S, topology=topology, distinct_pairs=distinct)
     assert isinstance(batch, list) and len(batch) == rows
     for row, res in zip(matrix, batch):
         one = detect(row, key, S=S, topology=topology, distinct_pairs=distinct)
@@ -110,7 +110,7 @@ def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     # ragged lists of lists: every row scored alone
     ragged = [matrix[i, : rng.integers(0, width + 1)].tolist() for i in range(rows)]
     assume(len(ragged) > 0)
-    for row, res in zip(ragged, detect(ragged, key, S=S, topology=topology, distinct_pairs=distinct)):
+    for row, res in zip(ragged, detect_batch(ragged, key, S=S, topology=topology, distinct_pairs=distinct)):
         one = detect(row, key, S=S, topology=topology, distinct_pairs=distinct)
         assert (res.z, res.n_valid, res.n_transitions) == (one.z, one.n_valid, one.n_transitions)
 

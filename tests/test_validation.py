@@ -16,10 +16,11 @@ import pytest
 import torch
 
 from chainmark import attacks, baselines
-from chainmark.detect import check_alpha, detect, detect_text, log_p_value, p_value, score_states, z_score
+from chainmark.detect import (check_alpha, detect, detect_batch, detect_text, log_p_value, lr_detect, p_value,
+                              score_states, z_score)
 from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from chainmark.gates import Gate, check_rho
-from chainmark.partition import state_of, state_table, states_of
+from chainmark.partition import as_token_array, state_of, state_table, states_of
 from chainmark.topology import Topology, resolve_topology
 
 KEY = b"validation-key"
@@ -104,6 +105,41 @@ CASES = [
     ("detect key on empty input", lambda: detect([], None), TypeError, ["key", "bytes"]),
     ("detect distinct_pairs str", lambda: detect([1, 2], KEY, distinct_pairs="yes"), TypeError, ["distinct_pairs"]),
     ("detect 3-D", lambda: detect(np.zeros((2, 2, 2), dtype=int), KEY), ValueError, ["token_ids"]),
+    ("detect 2-D", lambda: detect(np.zeros((2, 3), dtype=int), KEY), ValueError, ["token_ids", "detect_batch"]),
+    ("detect list of lists", lambda: detect([[1, 2], [3, 4]], KEY), ValueError, ["token_ids", "detect_batch"]),
+    ("detect 2-D tensor", lambda: detect(torch.zeros((2, 3), dtype=torch.long), KEY), ValueError,
+     ["token_ids", "detect_batch"]),
+    ("detect scalars and rows mixed", lambda: detect([1, [2, 3]], KEY), ValueError, ["token_ids", "flat"]),
+    # ---- detect_batch --------------------------------------------------------
+    ("detect_batch 1-D", lambda: detect_batch(np.arange(5), KEY), ValueError, ["batch", "2-D", "detect"]),
+    ("detect_batch list of ids", lambda: detect_batch([1, 2, 3], KEY), TypeError, ["batch", "detect"]),
+    ("detect_batch not iterable", lambda: detect_batch(5, KEY), TypeError, ["batch"]),
+    ("detect_batch text", lambda: detect_batch("some text", KEY), TypeError, ["batch", "tokenize"]),
+    ("detect_batch negative id", lambda: detect_batch([[1, 2], [-3]], KEY), ValueError, ["token_ids", "non-negative"]),
+    ("detect_batch id >= vocab", lambda: detect_batch(np.array([[1, 50000]]), KEY, vocab_size=49152), ValueError,
+     ["token_ids", "[0, 49151]"]),
+    ("detect_batch floats", lambda: detect_batch(np.ones((2, 3)), KEY), TypeError, ["token_ids", "integers"]),
+    ("detect_batch alpha", lambda: detect_batch([], KEY, alpha=0.0), ValueError, ["alpha", "(0, 1)"]),
+    # ---- the one id normaliser, at every call site ----------------------------
+    ("lr_detect 2-D", lambda: lr_detect([[1, 2]], KEY, []), ValueError, ["token_ids", "one-dimensional"]),
+    ("lr_detect negative id", lambda: lr_detect([1, -2], KEY, [0.5]), ValueError, ["token_ids", "non-negative"]),
+    ("substitute 2-D", lambda: attacks.substitute([[1, 2]], 0.5, 10), ValueError, ["token_ids", "one-dimensional"]),
+    ("substitute floats", lambda: attacks.substitute([1.5, 2.0], 0.5, 10), TypeError, ["token_ids", "integers"]),
+    ("delete negative id", lambda: attacks.delete([1, -2], 0.5), ValueError, ["token_ids", "non-negative"]),
+    ("keyed_scrub id >= vocab", lambda: attacks.keyed_scrub([1, 100], KEY, 100), ValueError,
+     ["token_ids", "[0, 99]"]),
+    ("kgw_detect negative id", lambda: baselines.kgw_detect([1, -2], baselines.KGWConfig(KEY), 100), ValueError,
+     ["token_ids", "non-negative"]),
+    ("kgw_detect id >= vocab", lambda: baselines.kgw_detect([1, 100], baselines.KGWConfig(KEY), 100), ValueError,
+     ["token_ids", "[0, 99]", "outside the vocabulary"]),
+    ("kgw_detect floats", lambda: baselines.kgw_detect([1.5, 2.7], baselines.KGWConfig(KEY), 100), TypeError,
+     ["token_ids", "integers"]),
+    ("kgw_detect 2-D", lambda: baselines.kgw_detect([[1, 2], [3, 4]], baselines.KGWConfig(KEY), 100), ValueError,
+     ["token_ids", "one-dimensional"]),
+    ("green_mask bools", lambda: baselines.green_mask([True, False], baselines.KGWConfig(KEY), 100), TypeError,
+     ["token_ids", "integers"]),
+    ("sweet_detect text", lambda: baselines.sweet_detect("abc", baselines.SweetConfig(KEY), 100, [0.0] * 3),
+     TypeError, ["token_ids", "tokenize"]),
     ("detect_text bytes", lambda: detect_text(b"bytes", ByteTokenizer(), KEY), TypeError, ["text", "str"]),
     ("detect_text id >= vocab", lambda: detect_text("\u00e9t\u00e9", ByteTokenizer(), KEY, vocab_size=100),
      ValueError, ["token_ids", "[0, 99]"]),
@@ -188,6 +224,56 @@ def test_python_int_list_across_2_to_the_63():
     states = states_of(ids, KEY, 7)
     assert [int(st) for st in states] == [state_of(t, KEY, 7) for t in ids]
     assert detect(ids, KEY, S=7).n_transitions == 3
+
+
+def test_every_id_call_site_takes_tensors_and_numpy_scalars():
+    """Lists, numpy arrays, lists of numpy or torch scalars and tensors give the same answer everywhere."""
+    ids = [3, 17, 42, 5, 99, 0, 64, 8]
+    forms = [ids, np.array(ids), list(np.array(ids)), [torch.tensor(t) for t in ids], torch.tensor(ids),
+             tuple(np.array(ids, dtype=np.uint16))]
+    kgw = baselines.KGWConfig(KEY)
+    ref = (detect(ids, KEY).to_dict(), attacks.substitute(ids, 0.5, 100), attacks.delete(ids, 0.5),
+           attacks.keyed_scrub(ids, KEY, 100), baselines.kgw_detect(ids, kgw, 100).z,
+           lr_detect(ids, KEY, [0.5] * 7).llr)
+    for form in forms:
+        got = (detect(form, KEY).to_dict(), attacks.substitute(form, 0.5, 100), attacks.delete(form, 0.5),
+               attacks.keyed_scrub(form, KEY, 100), baselines.kgw_detect(form, kgw, 100).z,
+               lr_detect(form, KEY, [0.5] * 7).llr)
+        assert got == ref, type(form)
+        assert attacks.edit_fraction(form, ids) == 0.0
+    assert detect_batch([forms[3], forms[4]], KEY)[1].to_dict() == ref[0]
+
+
+def test_as_token_array_is_the_one_normaliser_for_texts_and_batches():
+    """One text or (ndim=2) a rectangular batch, from any container; the dtype says what the ids need."""
+    assert as_token_array([]).dtype == np.int64 and as_token_array(torch.tensor([], dtype=torch.long)).size == 0
+    assert as_token_array(np.array([1, 2], dtype=np.uint16)).dtype == np.int64
+    assert as_token_array(np.array([1, 2**64 - 1], dtype=np.uint64)).dtype == np.uint64
+    assert as_token_array([torch.tensor(4), np.int32(5), 6]).tolist() == [4, 5, 6]
+    matrix = as_token_array(torch.arange(6).reshape(2, 3), 6, ndim=2)
+    assert matrix.dtype == np.int64 and matrix.tolist() == [[0, 1, 2], [3, 4, 5]]
+    big = as_token_array([[1, 2**64 - 1], [2**63, 5]], ndim=2)
+    assert big.dtype == np.uint64 and big.tolist() == [[1, 2**64 - 1], [2**63, 5]]
+    assert as_token_array(np.zeros((0, 4), dtype=int), ndim=2).shape == (0, 4)
+    for bad, exc, words in [
+        (lambda: as_token_array(np.arange(3), ndim=2), ValueError, ["token_ids", "two-dimensional"]),
+        (lambda: as_token_array([[1, 2], [3]], ndim=2), ValueError, ["token_ids", "rectangular"]),
+        (lambda: as_token_array([[1, -2]], ndim=2), ValueError, ["token_ids", "non-negative"]),
+        (lambda: as_token_array([[1, 9]], 9, ndim=2), ValueError, ["token_ids", "[0, 8]"]),
+        (lambda: as_token_array([[1.5]], ndim=2), TypeError, ["token_ids", "integers"]),
+        (lambda: as_token_array([1], ndim=3), ValueError, ["ndim"]),
+    ]:
+        with pytest.raises(exc) as err:
+            bad()
+        assert all(w in str(err.value) for w in words), str(err.value)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_tensors_on_the_gpu_are_read_back():
+    ids = torch.tensor([3, 17, 42, 5, 99], device="cuda")
+    assert detect(ids, KEY).to_dict() == detect(ids.tolist(), KEY).to_dict()
+    assert attacks.delete(ids, 0.4) == attacks.delete(ids.tolist(), 0.4)
+    assert [r.z for r in detect_batch(ids[None, :], KEY)] == [detect(ids, KEY).z]
 
 
 # ---- calibration (chainmark.calibrate) --------------------------------------
