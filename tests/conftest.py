@@ -1,4 +1,4 @@
-"""Shared fixtures: the repository root and, for slow tests, the embedded model."""
+"""Shared fixtures: the repository root and, for slow tests, the embedded model and a browser."""
 from __future__ import annotations
 
 import os
@@ -20,3 +20,22 @@ def model_and_tokenizer():
     from chainmark.models import load_model
 
     return load_model()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's Chromium under Playwright, launched once for the session (a fresh temporary
+    profile; no browser download). Skips when no Chromium is installed."""
+    from browser_support import chromium_path, launch
+
+    binary = chromium_path()
+    if binary is None:
+        pytest.skip("Chromium is not installed: `apt-get install -y chromium` (make test does)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("Playwright is not installed: `pip install -c constraints.txt -e '.[test]'` (make install does)")
+    with sync_playwright() as playwright:
+        browser = launch(playwright, binary)
+        yield browser
+        browser.close()

@@ -2,33 +2,30 @@
 
 Fast tests check what Python packs (tokenizer, state table, samples, the
 block). The browser tests (``slow``) open a standalone playground page in
-headless Chromium with every non-loopback request sent to a dead proxy, and
-check that the JavaScript tokenizer gives the Python tokenizer's ids on more
-than a thousand texts, that the shipped state table is
+headless Chromium (driven by Playwright) with every non-loopback request sent
+to a dead proxy, and check that the JavaScript tokenizer gives the Python
+tokenizer's ids on more than a thousand texts, that the shipped state table is
 ``chainmark.state_table``, and that typing edits into the box shows the n,
 phi, z, p-value, verdict and edit fraction that ``chainmark.detect`` and
-``chainmark.attacks.edit_fraction`` give for the same text. The last test
-does the same on the built site (``_build/html``), when it exists.
+``chainmark.attacks.edit_fraction`` give for the same text. The last test does
+the same on the built site (``_build/html``), when it exists.
 """
 from __future__ import annotations
 
 import base64
-import functools
-import http.server
 import json
 import math
 import random
 import re
 import statistics
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import urlparse
 
 import numpy as np
 import pytest
 
+from browser_support import GuardedPage, non_local, serve
 from chainmark.playground import (
     CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, bytes_to_unicode,
     distinct_share, pick_samples, state_payload, tokenizer_payload,
@@ -38,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 PAGE = "book/10_explorers.html"
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -197,42 +193,10 @@ def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> 
 # --------------------------------------------------------------------------- browser helpers
 
 
-def _browser():
-    from test_site import Browser, _chromium
-
-    binary = _chromium()
-    if binary is None:
-        pytest.skip("Chromium is not installed: `apt-get install -y chromium` (make test does)")
-    return Browser(binary)
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
-
-
-def _serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-def _left_the_machine(urls: list[str]) -> list[str]:
-    """Requests to anything but this machine (file:, data:, loopback http)."""
-    bad = []
-    for url in urls:
-        u = urlparse(url)
-        if u.scheme in ("file", "data", "blob", "about"):
-            continue
-        if u.hostname not in LOCAL_HOSTS:
-            bad.append(url)
-    return bad
-
-
 class Page:
     """One playground on an open page, driven as a reader would: menu, caret, keys."""
 
-    def __init__(self, browser: Any, index: int = 0):
+    def __init__(self, browser: GuardedPage, index: int = 0):
         self.b = browser
         self.root = f"document.querySelectorAll('.cm-playground')[{index}]"
         assert self.b.js(f"{self.root}.getAttribute('data-mounted')") == "1", "the playground did not start"
@@ -261,17 +225,15 @@ class Page:
                 f"{start if end is None else end}); }})()")
 
     def type(self, text: str) -> None:
-        self.b.call("Input.insertText", {"text": text})
+        self.b.insert_text(text)
 
-    def key(self, name: str, code: int, times: int = 1) -> None:
+    def key(self, name: str, times: int = 1) -> None:
         for _ in range(times):
-            self.b.key(name, code)
+            self.b.key(name)
 
     def press_chars(self, text: str) -> None:
-        """Real key events, one character at a time (keyDown carrying the text, then keyUp)."""
-        for ch in text:
-            self.b.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": ch, "text": ch})
-            self.b.call("Input.dispatchKeyEvent", {"type": "keyUp", "key": ch})
+        """Real key events, one character at a time (key down carrying the text, then key up)."""
+        self.b.type_keys(text)
 
     def set_text(self, text: str) -> None:
         self.js(f"(() => {{ const t = {self.inst}.textarea; t.value = {json.dumps(text)};"
@@ -326,7 +288,7 @@ def _edit_session(page: Page, tokenizer, key: bytes, sample: int, n_edits: int, 
         elif kind == 1 and spans:  # delete a few characters with Backspace
             _, b = rng.choice(spans)
             page.caret(b)
-            page.key("Backspace", 8, rng.randint(1, 4))
+            page.key("Backspace", rng.randint(1, 4))
         elif kind == 2:  # type a few characters, key by key
             page.caret(rng.randint(0, len(text.encode("utf-16-le")) // 2))
             page.press_chars(rng.choice([" yes", "ok ", "x", " then"]))
@@ -439,23 +401,20 @@ def tokenizer_corpus() -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory, tokenizer) -> Iterator[tuple[Any, str, Path]]:
+def standalone(tmp_path_factory, tokenizer, chromium) -> Iterator[tuple[GuardedPage, str, Path]]:
     """The book's playground as a standalone page in a temp folder, served on 127.0.0.1, and a browser."""
     from chainmark.playground import attack_playground
 
     folder = tmp_path_factory.mktemp("playground")
     path = folder / "playground.html"
     path.write_text(attack_playground(tokenizer).page(), encoding="utf-8")
-    server, url = _serve(folder)
-    browser = _browser()
-    browser.requests = []
-    browser.open(url + "playground.html")
-    try:
-        yield browser, url, path
-    finally:
-        browser.close()
-        server.shutdown()
-        server.server_close()
+    with serve(folder) as url:
+        browser = GuardedPage(chromium)
+        try:
+            browser.open(url + "playground.html")
+            yield browser, url, path
+        finally:
+            browser.close()
 
 
 @pytest.mark.slow
@@ -466,7 +425,7 @@ def test_browser_tokenizer_equals_python(standalone, tokenizer) -> None:
     texts = [t for group in corpus.values() for t in group]
     assert len(texts) >= 1000
     start = time.perf_counter()
-    got = page.js(f"(() => {{ const T = {page.inst}.tokenizer; return {json.dumps(texts)}.map(t => T.encode(t)); }})()")
+    got = page.b.js_json(f"(() => {{ const T = {page.inst}.tokenizer; return {json.dumps(texts)}.map(t => T.encode(t)); }})()")
     js_s = time.perf_counter() - start
     want = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
     kinds = [kind for kind, group in corpus.items() for _ in group]
@@ -489,7 +448,7 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
 
     browser, _, _ = standalone
     page = Page(browser)
-    table = page.js(f"Array.from({page.inst}.table)")
+    table = page.b.js_json(f"Array.from({page.inst}.table)")
     assert np.array_equal(np.asarray(table), state_table(reference_key, 49152, PLAYGROUND_S))
     zs = [float(z) for z in np.linspace(-39, 39, 1561)] + [0.0, 2.3263478740408408, 3.535, 3.536]
     sf = page.js(f"{json.dumps(zs)}.map(z => ChainMarkPlayground.math.normSf(z))")
@@ -524,7 +483,7 @@ def test_typed_edits_show_what_the_detector_says(standalone, tokenizer, referenc
     for k in sorted({0, len(samples) - 1}):
         checked += _edit_session(page, tokenizer, reference_key, k, 12, seed=k)
     assert checked >= 20
-    assert not _left_the_machine(browser.requests), browser.requests
+    assert not non_local(browser.requests), browser.requests
 
 
 #: A targeted attack written with the page's own tokenizer and state table: replace whole-word
@@ -636,14 +595,14 @@ def test_works_from_file_url(standalone, tokenizer) -> None:
     page.caret(0)
     page.type("Hello! ")
     assert page.text().startswith("Hello! ")
-    assert not _left_the_machine(browser.requests), browser.requests
+    assert not non_local(browser.requests), browser.requests
 
 
 # --------------------------------------------------------------------------- the built site
 
 
 @pytest.mark.slow
-def test_playground_on_the_built_site(tokenizer, reference_key) -> None:
+def test_playground_on_the_built_site(tokenizer, reference_key, chromium) -> None:
     """Type edits into the box on the rendered explorers page (http and file://), network blocked."""
     if not (SITE / PAGE).exists():
         pytest.skip(f"no built site at {SITE / PAGE}: run `make book` first (make test does)")
@@ -652,23 +611,19 @@ def test_playground_on_the_built_site(tokenizer, reference_key) -> None:
     assert block, "the explorers page has no playground"
     print(f"\npage weight: {PAGE} is {len(raw) / 1e6:.2f} MB, of which the playground {len(block.group(0)) / 1e6:.2f} MB")
     assert len(block.group(0)) < 3_000_000
-    server, url = _serve(SITE)
-    browser = _browser()
-    try:
-        browser.requests = []
-        browser.open(url + PAGE)
-        page = Page(browser)
-        samples = page.samples()
-        checked = sum(_edit_session(page, tokenizer, reference_key, k, 8, seed=10 + k)
-                      for k in sorted({0, len(samples) // 2, len(samples) - 1}))
-        assert checked >= 20
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        browser.screenshot(SHOTS / "playground_edited.png", ".cm-playground")
-        browser.open((SITE / PAGE).as_uri())
-        page = Page(browser)
-        _edit_session(page, tokenizer, reference_key, 0, 4, seed=99)
-        assert not _left_the_machine(browser.requests), _left_the_machine(browser.requests)
-    finally:
-        browser.close()
-        server.shutdown()
-        server.server_close()
+    with serve(SITE) as url:
+        browser = GuardedPage(chromium)
+        try:
+            browser.open(url + PAGE)
+            page = Page(browser)
+            samples = page.samples()
+            checked = sum(_edit_session(page, tokenizer, reference_key, k, 8, seed=10 + k)
+                          for k in sorted({0, len(samples) // 2, len(samples) - 1}))
+            assert checked >= 20
+            browser.screenshot(SHOTS / "playground_edited.png", ".cm-playground")
+            browser.open((SITE / PAGE).as_uri())
+            page = Page(browser)
+            _edit_session(page, tokenizer, reference_key, 0, 4, seed=99)
+            assert not non_local(browser.requests), non_local(browser.requests)
+        finally:
+            browser.close()

@@ -1,288 +1,54 @@
 """Browser tests of the built site: the explorers work with no kernel and no network.
 
-The built site (``_build/html``, made by ``make book``) is served on
-127.0.0.1 from a thread; headless Chromium (Debian's ``chromium``) opens each
-explorer page with every request that is not to the loopback address sent to
-a dead proxy, moves every slider with the keyboard, and checks that the
-numbers shown are the ones the Python closed forms (``chainmark.calibrate``)
-and the detector (``chainmark.detect``) give. It records every request the
-page makes and asserts that none left localhost, and saves a screenshot of
-each explorer to ``_build/screenshots/``.
-
-Chromium is driven through the Chrome DevTools Protocol over a pipe
-(``--remote-debugging-pipe``), so no driver binary and no Python package
-beyond the standard library are needed.
+The built site (``_build/html``, made by ``make book``) is served on 127.0.0.1
+from a thread; headless Chromium (Debian's ``chromium``, driven by Playwright)
+opens each explorer page with every request that is not to the loopback
+address sent to a dead proxy, moves every slider with the keyboard, and checks
+that the numbers shown are the ones the Python closed forms
+(``chainmark.calibrate``) and the detector (``chainmark.detect``) give. It
+records every request the page makes and asserts that none left localhost, and
+saves a screenshot of each explorer to ``_build/screenshots/``.
 """
 from __future__ import annotations
 
-import base64
-import fcntl
-import functools
-import http.server
 import json
 import math
-import os
 import re
-import select
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
-from pathlib import Path
 import urllib.parse
-from urllib.parse import urlparse
+from pathlib import Path
 
 import pytest
+
+from browser_support import PROXY_FAILURE, GuardedPage, non_local, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 EXPLORER_PAGES = ["book/10_explorers.html"]
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
 
 pytestmark = pytest.mark.slow
 
 
-def _chromium() -> str | None:
-    # Debian's /usr/bin/chromium is a shell wrapper; the real binary keeps our fds 3 and 4
-    if os.access("/usr/lib/chromium/chromium", os.X_OK):
-        return "/usr/lib/chromium/chromium"
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-# --------------------------------------------------------------------------- a small CDP client
-
-
-class CDPError(RuntimeError):
-    pass
-
-
-class Browser:
-    """Headless Chromium driven over the DevTools pipe (fd 3 in, fd 4 out)."""
-
-    def __init__(self, binary: str, timeout: float = 60.0):
-        self.timeout = timeout
-        self.profile = tempfile.mkdtemp(prefix="cm-chromium-")
-        to_child_r, self._w = os.pipe()
-        self._r, from_child_w = os.pipe()
-
-        def wire() -> None:  # in the child: our pipe ends become fds 3 and 4
-            a = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 100)
-            b = fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 100)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        args = [
-            binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-            "--disable-default-apps", "--disable-domain-reliability", "--no-default-browser-check",
-            "--metrics-recording-only", "--disable-features=Translate,OptimizationHints,MediaRouter",
-            "--hide-scrollbars", "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
-            # every request that is not to the loopback address goes to a dead proxy and fails
-            "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>;127.0.0.1;localhost",
-            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1",
-            "about:blank",
-        ]
-        # Chromium's log goes to a file: a pipe nobody reads would fill up and stall the browser
-        self.log = open(os.path.join(self.profile, "chromium.log"), "wb")
-        self.proc = subprocess.Popen(args, preexec_fn=wire, pass_fds=(3, 4), stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=self.log)
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self._buf = b""
-        self._id = 0
-        self.events: list[dict] = []
-        self.requests: list[str] = []  # every URL any page asked for
-        self.session: str | None = None
-        try:
-            target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
-            self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                     browser=True)["sessionId"]
-            for domain in ("Page", "Network", "Runtime"):
-                self.call(f"{domain}.enable")
-            self.call("Emulation.setDeviceMetricsOverride",
-                      {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
-        except Exception:
-            self.close()
-            raise
-
-    # -- transport
-    def _read_message(self, deadline: float) -> dict:
-        while b"\0" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CDPError("timed out waiting for Chromium")
-            ready, _, _ = select.select([self._r], [], [], left)
-            if ready:
-                chunk = os.read(self._r, 1 << 20)
-                if not chunk:
-                    self.log.flush()
-                    err = Path(self.log.name).read_text(errors="replace")
-                    raise CDPError(f"Chromium closed the DevTools pipe: {err[-2000:]}")
-                self._buf += chunk
-        raw, self._buf = self._buf.split(b"\0", 1)
-        msg = json.loads(raw)
-        if msg.get("method") == "Network.requestWillBeSent":
-            self.requests.append(msg["params"]["request"]["url"])
-        return msg
-
-    def call(self, method: str, params: dict | None = None, browser: bool = False) -> dict:
-        self._id += 1
-        msg = {"id": self._id, "method": method, "params": params or {}}
-        if self.session and not browser:
-            msg["sessionId"] = self.session
-        os.write(self._w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + self.timeout
-        while True:
-            reply = self._read_message(deadline)
-            if reply.get("id") == self._id:
-                if "error" in reply:
-                    raise CDPError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-            if reply.get("method") in self.WANTED:
-                self.events.append(reply)
-
-    def wait_for(self, method: str, timeout: float | None = None) -> dict:
-        deadline = time.monotonic() + (timeout or self.timeout)
-        for i, ev in enumerate(self.events):
-            if ev["method"] == method:
-                return self.events.pop(i)
-        while True:
-            ev = self._read_message(deadline)
-            if ev.get("method") == method:
-                return ev
-            if ev.get("method") in self.WANTED:
-                self.events.append(ev)
-
-    WANTED = ("Page.loadEventFired",)
-
-    # -- page helpers
-    def open(self, url: str, lands_on: str | None = None) -> None:
-        """Navigate and return once the page at `lands_on` (default: `url`) has fully loaded.
-
-        A load event alone is not enough: a page that redirects (the site's index.html does,
-        by a meta refresh) fires one for itself and then navigates again, and a script run
-        in between dies with the old document or waits on it forever.
-        """
-        self.events.clear()
-        self.call("Page.navigate", {"url": url})
-        self.wait_for("Page.loadEventFired")
-        want = lands_on or url
-        deadline = time.monotonic() + self.timeout
-        state = None
-        while time.monotonic() < deadline:
-            try:
-                state = self.call("Runtime.evaluate", {"expression": "[location.href, document.readyState]",
-                                                       "returnByValue": True})["result"].get("value")
-            except CDPError as err:  # the document went away under us: a navigation is under way
-                if "navigated" not in str(err) and "context" not in str(err).lower():
-                    raise
-                state = None
-            if state == [want, "complete"]:
-                return
-            time.sleep(0.1)
-        raise CDPError(f"{url} did not settle on {want} (last seen: {state})")
-
-    def js(self, expression: str):
-        res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                             "awaitPromise": True})
-        if "exceptionDetails" in res:
-            raise CDPError(f"JavaScript error: {res['exceptionDetails']}")
-        return res["result"].get("value")
-
-    def key(self, key: str, code: int) -> None:
-        for kind in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", {"type": kind, "key": key, "code": key,
-                                                 "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code})
-
-    def screenshot(self, path: Path, selector: str | None = None) -> None:
-        """PNG of the viewport, or of one element: the viewport is made tall enough to hold it
-        and scrolled to it, so the capture never has to resize the page (which moves the layout)."""
-        params: dict = {"format": "png"}
-        if selector:
-            q = json.dumps(selector)
-            height = self.js(f"document.querySelector({q}).getBoundingClientRect().height")
-            self.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": max(1000, int(height) + 60),
-                                                             "deviceScaleFactor": 1, "mobile": False})
-            self.js(f"document.querySelector({q}).scrollIntoView({{block: 'start'}})")
-            time.sleep(0.3)
-            box = self.js(f"(() => {{ const r = document.querySelector({q}).getBoundingClientRect();"
-                          "return {x: r.left + window.scrollX, y: r.top + window.scrollY,"
-                          " width: r.width, height: r.height}; })()")
-            params["clip"] = {**box, "scale": 1}
-        data = self.call("Page.captureScreenshot", params)["data"]
-        if selector:
-            self.call("Emulation.setDeviceMetricsOverride",
-                      {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-
-    def close(self) -> None:
-        try:
-            self.call("Browser.close", browser=True)
-        except Exception:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        for fd in (self._r, self._w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.log.close()
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-
 # --------------------------------------------------------------------------- fixtures
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # keep pytest's output clean
-        pass
 
 
 @pytest.fixture(scope="module")
 def site_url():
     if not (SITE / "index.html").exists():
         pytest.skip(f"no built site at {SITE}: run `make book` first (make test does)")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_QuietHandler, directory=str(SITE)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with serve(SITE) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
-def browser():
-    binary = _chromium()
-    if binary is None:
-        pytest.skip("Chromium is not installed: `apt-get install -y chromium` (make test does)")
-    b = Browser(binary)
-    yield b
-    b.close()
+def browser(chromium):
+    page = GuardedPage(chromium)
+    yield page
+    page.close()
 
 
-def _non_local(urls: list[str]) -> list[str]:
-    bad = []
-    for url in urls:
-        parsed = urlparse(url)
-        if parsed.scheme in ("data", "blob", "about"):
-            continue
-        if parsed.hostname not in LOCAL_HOSTS:
-            bad.append(url)
-    return bad
-
-
-def _explorer(browser: Browser, kind: str) -> str:
+def _explorer(browser: GuardedPage, kind: str) -> str:
     sel = f".cm-explorer[data-kind='{kind}']"
     assert browser.js(f"document.querySelectorAll({json.dumps(sel)}).length") >= 1, f"no {kind} explorer on the page"
     assert browser.js(f"document.querySelector({json.dumps(sel)}).getAttribute('data-mounted')") == "1", \
@@ -290,43 +56,43 @@ def _explorer(browser: Browser, kind: str) -> str:
     return sel
 
 
-def _values(browser: Browser, sel: str) -> dict[str, float]:
+def _values(browser: GuardedPage, sel: str) -> dict[str, float]:
     return browser.js(f"""(() => {{ const out = {{}};
         document.querySelector({json.dumps(sel)}).querySelectorAll('[data-field][data-value]')
           .forEach(e => out[e.getAttribute('data-field')] = parseFloat(e.getAttribute('data-value')));
         return out; }})()""")
 
 
-def _texts(browser: Browser, sel: str) -> dict[str, str]:
+def _texts(browser: GuardedPage, sel: str) -> dict[str, str]:
     return browser.js(f"""(() => {{ const out = {{}};
         document.querySelector({json.dumps(sel)}).querySelectorAll('[data-field][data-value]')
           .forEach(e => out[e.getAttribute('data-field')] = e.textContent);
         return out; }})()""")
 
 
-def _params(browser: Browser, sel: str) -> list[str]:
+def _params(browser: GuardedPage, sel: str) -> list[str]:
     return browser.js(f"""Array.from(document.querySelector({json.dumps(sel)})
         .querySelectorAll('input[type=range]')).map(e => e.getAttribute('data-param'))""")
 
 
-def _slider_value(browser: Browser, sel: str, param: str):
+def _slider_value(browser: GuardedPage, sel: str, param: str):
     return browser.js(f"""(() => {{ const e = document.querySelector({json.dumps(sel)})
         .querySelector("input[data-param='{param}']");
         return {{index: parseInt(e.value), max: parseInt(e.max)}}; }})()""")
 
 
-def _move(browser: Browser, sel: str, param: str, steps: int) -> None:
+def _move(browser: GuardedPage, sel: str, param: str, steps: int) -> None:
     """Focus a slider and press the arrow keys, as a reader would."""
     browser.js(f"""document.querySelector({json.dumps(sel)})
         .querySelector("input[data-param='{param}']").focus()""")
     for _ in range(abs(steps)):
         if steps > 0:
-            browser.key("ArrowRight", 39)
+            browser.key("ArrowRight")
         else:
-            browser.key("ArrowLeft", 37)
+            browser.key("ArrowLeft")
 
 
-def _data(browser: Browser, sel: str) -> dict:
+def _data(browser: GuardedPage, sel: str) -> dict:
     return json.loads(browser.js(f"document.querySelector({json.dumps(sel)})"
                                  ".querySelector('script.cm-data').textContent"))
 
@@ -346,7 +112,7 @@ def _redirect_target(page: str) -> str | None:
     return urllib.parse.urljoin(page, m.group(1).strip()) if m else None
 
 
-def _open(browser: Browser, site_url: str, page: str, settle_s: float = 30.0) -> None:
+def _open(browser: GuardedPage, site_url: str, page: str, settle_s: float = 30.0) -> None:
     if not (SITE / page).exists():
         pytest.fail(f"{page} is missing from the built site")
     target = _redirect_target(page)
@@ -363,10 +129,10 @@ def _open(browser: Browser, site_url: str, page: str, settle_s: float = 30.0) ->
         " return await Promise.race([work, late]); })()")
     if settled != "settled":
         pytest.fail(f"{page}: MathJax or the fonts did not settle within {settle_s:.0f} s")
-    time.sleep(0.3)
+    browser.wait(0.3)
 
 
-def test_calibration_explorer(browser: Browser, site_url: str) -> None:
+def test_calibration_explorer(browser: GuardedPage, site_url: str) -> None:
     from chainmark import calibrate as cal
 
     _open(browser, site_url, EXPLORER_PAGES[0])
@@ -400,7 +166,7 @@ def test_calibration_explorer(browser: Browser, site_url: str) -> None:
     browser.screenshot(SHOTS / "calibration_moved.png", sel)
 
 
-def test_embedding_explorer(browser: Browser, site_url: str) -> None:
+def test_embedding_explorer(browser: GuardedPage, site_url: str) -> None:
     from chainmark.calibrate import predicted_z
     from chainmark.detect import detect
     from chainmark.keys import book_key
@@ -440,7 +206,7 @@ def test_embedding_explorer(browser: Browser, site_url: str) -> None:
     browser.screenshot(SHOTS / "embedding_moved.png", sel)
 
 
-def test_robustness_explorer(browser: Browser, site_url: str) -> None:
+def test_robustness_explorer(browser: GuardedPage, site_url: str) -> None:
     _open(browser, site_url, EXPLORER_PAGES[0])
     sel = _explorer(browser, "robustness")
     data = _data(browser, sel)
@@ -465,7 +231,7 @@ def test_robustness_explorer(browser: Browser, site_url: str) -> None:
     browser.screenshot(SHOTS / "robustness_moved.png", sel)
 
 
-def test_no_request_left_localhost(browser: Browser, site_url: str) -> None:
+def test_no_request_left_localhost(browser: GuardedPage, site_url: str) -> None:
     """Every page of the site loads with nothing but localhost; explorer pages included."""
     pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
                    if not p.name.startswith(("genindex", "search")))
@@ -474,22 +240,22 @@ def test_no_request_left_localhost(browser: Browser, site_url: str) -> None:
     for page in pages:
         _open(browser, site_url, page)
     assert browser.requests, "the browser recorded no request at all"
-    assert not _non_local(browser.requests), f"requests left localhost: {_non_local(browser.requests)}"
+    assert not non_local(browser.requests), f"requests left localhost: {non_local(browser.requests)}"
 
 
-def test_math_renders_offline(browser: Browser, site_url: str) -> None:
+def test_math_renders_offline(browser: GuardedPage, site_url: str) -> None:
     """MathJax is served by the site itself and typesets the explorer page's formulas."""
     _open(browser, site_url, EXPLORER_PAGES[0])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if browser.js("document.querySelectorAll('mjx-container').length") > 0:
             break
-        time.sleep(0.5)
+        browser.wait(0.5)
     assert browser.js("document.querySelectorAll('mjx-container').length") > 0, "MathJax typeset nothing"
     assert browser.js("Array.from(document.scripts).some(s => /mathjax/.test(s.src) && s.src.startsWith(location.origin))")
 
 
-def test_javascript_closed_forms_equal_python(browser: Browser, tmp_path_factory) -> None:
+def test_javascript_closed_forms_equal_python(browser: GuardedPage, tmp_path_factory) -> None:
     """The explorer script's closed forms against chainmark.calibrate on a grid (no built site needed)."""
     import itertools
 
@@ -498,11 +264,8 @@ def test_javascript_closed_forms_equal_python(browser: Browser, tmp_path_factory
 
     folder = tmp_path_factory.mktemp("explorer")
     (folder / "calibration.html").write_text(calibration_explorer().page(), encoding="utf-8")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_QuietHandler, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        browser.open(f"http://127.0.0.1:{server.server_address[1]}/calibration.html")
+    with serve(folder) as url:
+        browser.open(url + "calibration.html")
         alphas = [1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 0.01, 0.05, 0.2, 0.4999, 0.5, 0.7]
         js_z = browser.js(f"{json.dumps(alphas)}.map(a => ChainMarkExplorers.forms.zAlpha(a))")
         for a, z in zip(alphas, js_z):
@@ -523,38 +286,36 @@ def test_javascript_closed_forms_equal_python(browser: Browser, tmp_path_factory
         assert browser.js(f"{json.dumps(deltas)}.map(d => ChainMarkExplorers.forms.zRatio(d))") == \
             pytest.approx([(1 - d) ** 2 for d in deltas], rel=1e-15)
         assert _close(browser.js("ChainMarkExplorers.forms.deltaStar()"), 1 - 1 / math.sqrt(2))
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
-def test_the_request_guard_records_and_blocks(browser: Browser, tmp_path_factory) -> None:
+def test_the_request_guard_records_and_blocks(browser: GuardedPage, tmp_path_factory) -> None:
     """The checks above are not vacuous: a page that asks another host is recorded and gets nothing.
 
     The remote names end in '.invalid' (reserved, never resolvable), and the browser sends every
-    non-loopback request to a dead local proxy, so nothing leaves this machine.
+    non-loopback request (an image, a script, a fetch) to a dead local proxy, so nothing leaves this
+    machine; that the proxy, not a failed name lookup, stopped each one shows in its error.
     """
+    remote = ["https://cdn.example.invalid/x.png", "https://cdn.example.invalid/lib.js",
+              "https://api.example.invalid/data.json"]
     folder = tmp_path_factory.mktemp("guard")
     (folder / "remote.html").write_text(
-        "<!DOCTYPE html><html><body><img id='i' src='https://cdn.example.invalid/x.png'>"
-        "<script src='https://cdn.example.invalid/lib.js'></script></body></html>", encoding="utf-8")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(_QuietHandler, directory=str(folder)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        browser.requests = []
-        browser.open(f"http://127.0.0.1:{server.server_address[1]}/remote.html")
-        time.sleep(0.5)
-        assert browser.js("document.getElementById('i').naturalWidth") == 0
-        bad = _non_local(browser.requests)
-        assert "https://cdn.example.invalid/x.png" in bad and "https://cdn.example.invalid/lib.js" in bad
-    finally:
-        browser.requests = []
-        server.shutdown()
-        server.server_close()
+        f"<!DOCTYPE html><html><body><img id='i' src='{remote[0]}'>"
+        f"<script src='{remote[1]}'></script></body></html>", encoding="utf-8")
+    with serve(folder) as url:
+        try:
+            browser.requests, browser.failures = [], {}
+            browser.open(url + "remote.html")
+            assert browser.js("document.getElementById('i').naturalWidth") == 0
+            assert browser.js(f"fetch('{remote[2]}').then(() => 'answered', () => 'refused')") == "refused"
+            bad = non_local(browser.requests)
+            assert all(u in bad for u in remote), f"not recorded: {set(remote) - set(bad)}"
+            assert {u: browser.failures.get(u) for u in remote} == {u: PROXY_FAILURE for u in remote}
+            assert url + "remote.html" in browser.requests and not browser.failures.get(url + "remote.html")
+        finally:
+            browser.requests, browser.failures = [], {}
 
 
-def test_index_redirects_to_first_chapter(browser: Browser, site_url: str) -> None:
+def test_index_redirects_to_first_chapter(browser: GuardedPage, site_url: str) -> None:
     """The site root sends readers to the introduction, and opening it repeatedly never wedges the browser."""
     target = _redirect_target("index.html")
     assert target == "book/intro.html"
@@ -565,7 +326,7 @@ def test_index_redirects_to_first_chapter(browser: Browser, site_url: str) -> No
         assert browser.js("document.title")
 
 
-def test_site_opens_on_the_intro_and_shows_the_first_generation(browser: Browser, site_url: str) -> None:
+def test_site_opens_on_the_intro_and_shows_the_first_generation(browser: GuardedPage, site_url: str) -> None:
     """What a reader sees first: the intro from the site root, and chapter 0's generated text,
     rendered from the output the build produced on the embedded model."""
     _open(browser, site_url, "index.html")
@@ -622,7 +383,7 @@ def test_glued_numbers_reach_the_prose() -> None:
     assert pasted > 0, "no page shows a glued number: the check would prove nothing"
 
 
-def test_no_page_overflows_at_1280_px(browser: Browser, site_url: str) -> None:
+def test_no_page_overflows_at_1280_px(browser: GuardedPage, site_url: str) -> None:
     """At a 1280-px window no page scrolls sideways: long outputs and code wrap, wide tables
     scroll inside their own box (_static/chainmark.css)."""
     pages = sorted((SITE / "book").glob("*.html"))
