@@ -14,7 +14,9 @@ choices keep it cheap:
   of token ids (``L`` ~ k V / S), so the masked argmax reads only the
   candidate logits instead of masking the whole ``batch x V`` matrix;
 * the gate signal (entropy, and the top-2 gap when asked for) is computed
-  once per step and shared with the trace recorder, sharing one softmax;
+  once per step and shared with the trace recorder, sharing one softmax
+  (:func:`chainmark.gates.entropy_signals` with ``fused=True``, or
+  :func:`chainmark.gates.row_signals` row by row);
 * scratch memory is reused from step to step (fresh vocabulary-sized
   temporaries cost more than the arithmetic on them);
 * on the CPU each row is handled while it sits in the cache (signal, masked
@@ -25,13 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .gates import Gate, check_gate_kind, check_rho
+from .gates import Gate, Workspace, check_gate_kind, check_rho, entropy_signals, row_maxima, row_signals
 from .keys import key_fingerprint
 from .partition import Key, check_num_states, key_bytes, state_table
 from .settings import GENERATION_SEED
@@ -87,94 +89,6 @@ class ChainMarkConfig:
         )
 
 
-class StepSignals(NamedTuple):
-    """Gate signals of one decoding step, one value per batch row."""
-
-    entropy: torch.Tensor
-    gap: torch.Tensor | None
-
-
-class Workspace:
-    """Reusable scratch tensors, one per name, re-allocated only when the shape changes.
-
-    Fresh ``batch x V`` temporaries at every decoding step cost more than the
-    arithmetic on them (the allocator hands the pages back and the kernel
-    faults them in again), so the per-step work writes into these instead.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[str, torch.Tensor] = {}
-
-    def get(self, name: str, like: torch.Tensor, shape: tuple[int, ...] | None = None,
-            dtype: torch.dtype | None = None) -> torch.Tensor:
-        shape = tuple(like.shape) if shape is None else shape
-        dtype = dtype or like.dtype
-        buf = self._buffers.get(name)
-        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != like.device:
-            buf = torch.empty(shape, dtype=dtype, device=like.device)
-            self._buffers[name] = buf
-        return buf
-
-
-def _chunk_rows(x: torch.Tensor) -> int:
-    """Rows per chunk: on the CPU about 256 kB of logits, so that the passes
-    over a chunk stay in the core's cache; on a GPU the whole batch at once."""
-    if x.device.type != "cpu":
-        return max(1, x.shape[0])
-    return max(1, (1 << 16) // max(1, x.shape[-1]))
-
-
-def _signals_into(x: torch.Tensor, ws: Workspace, z: torch.Tensor, dot: torch.Tensor,
-                  second: torch.Tensor | None) -> None:
-    """The passes of :func:`step_signals` over a chunk of rows, written into slices.
-
-    ``z = sum exp(x - max)``, ``dot = sum exp(x - max) (x - max)`` and, when
-    asked, ``second`` = the runner-up's ``exp(x - max)``.
-    """
-    rows = x.shape[0]
-    shifted = ws.get("shifted", x, (rows, x.shape[1]))
-    e = ws.get("exp", x, (rows, x.shape[1]))
-    if second is not None:
-        top, top_idx = x.max(dim=-1, keepdim=True)
-    else:
-        top, top_idx = x.amax(dim=-1, keepdim=True), None
-    torch.sub(x, top, out=shifted)
-    torch.exp(shifted, out=e)
-    torch.sum(e, dim=-1, out=z)
-    torch.nansum(torch.mul(e, shifted, out=shifted), dim=-1, out=dot)
-    if second is not None:
-        # the top token has e = 1; knock one copy out to find the runner-up
-        torch.amax(e.scatter_(-1, top_idx, 0.0), dim=-1, out=second)
-
-
-def step_signals(scores: torch.Tensor, gap: bool = True, workspace: Workspace | None = None) -> StepSignals:
-    """Entropy (nats) and top-2 probability gap of ``softmax(scores)`` over the last axis.
-
-    Equal (to float32 rounding) to :func:`chainmark.gates.entropy` and
-    :func:`chainmark.gates.top2_gap`, but it shares the softmax between the
-    two: with ``x = logits - max`` and ``e = exp(x)``, ``Z = sum e``,
-    ``H = log Z - sum(e x) / Z`` and ``gap = (1 - e_second) / Z``. Tokens
-    with logit ``-inf`` have ``e = 0`` and add nothing (``nansum`` drops the
-    ``0 * -inf``). A row whose logits are all ``-inf`` gets NaN. On the CPU
-    the rows are processed in cache-sized chunks. Pass a :class:`Workspace`
-    to reuse scratch memory between calls.
-    """
-    x = scores if scores.dtype == torch.float32 else scores.float()
-    lead = x.shape[:-1]
-    x = x.reshape(-1, x.shape[-1])
-    ws = workspace or Workspace()
-    n = x.shape[0]
-    z, dot = torch.empty(n, device=x.device), torch.empty(n, device=x.device)
-    second = torch.empty(n, device=x.device) if gap else None
-    step = _chunk_rows(x)
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        _signals_into(x[a:b], ws, z[a:b], dot[a:b], second[a:b] if second is not None else None)
-    h = torch.log(z) - dot / z
-    g = (1.0 - second) / z if second is not None else None
-    return StepSignals(h.reshape(lead), g.reshape(lead) if g is not None else None)
-
-
 class SignalRecorder(LogitsProcessor):
     """Records the gate signal (entropy and top-2 gap) at every step; changes nothing.
 
@@ -190,7 +104,7 @@ class SignalRecorder(LogitsProcessor):
         self._workspace = Workspace()
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        signals = step_signals(scores, gap=True, workspace=self._workspace)
+        signals = entropy_signals(scores, gap=True, fused=True, workspace=self._workspace)
         self.entropy.append(signals.entropy)
         self.gap.append(signals.gap)  # type: ignore[arg-type]
         return scores
@@ -341,11 +255,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         last = input_ids[:, -1].tolist()
         out = scores.clone()  # one copy of the batch; forced rows are overwritten below
         if want_signals:  # the rows' maxima (and where, for the top-2 gap) in one batched pass
-            if want_gap:
-                top_v, top_i = x.max(dim=-1)
-                tops, top_idx = top_v.tolist(), top_i.tolist()
-            else:
-                tops = x.amax(dim=-1).tolist()
+            tops, top_idx = row_maxima(x, want_gap)
         entropy: list[float] = []
         gap: list[float] = []
         gated: list[bool] = []
@@ -354,19 +264,9 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
             row = x[r]
             g_open, force = True, False
             if want_signals:
-                top = tops[r]
-                torch.sub(row, top, out=shifted)
-                torch.exp(shifted, out=e)
-                z = float(e.sum())
-                dot = float(torch.dot(e, shifted))
-                if math.isnan(dot):  # -inf logits: 0 * -inf; drop those terms
-                    dot = float(torch.nansum(torch.mul(e, shifted, out=shifted)))
-                h = math.log(z) - dot / z if z > 0 else math.nan
+                h, g = row_signals(row, tops[r], shifted, e, top_idx[r] if top_idx is not None else None)
                 entropy.append(h)
-                g = math.nan
                 if want_gap:
-                    e[top_idx[r]] = 0.0
-                    g = (1.0 - float(e.amax())) / z if z > 0 else math.nan
                     gap.append(g)
                 if kind != "all":
                     g_open = bool(self.gate.flags_from_signal(g if kind == "top2_gap" else h))
@@ -414,7 +314,8 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         # batched path (GPU, or a vocabulary too large for candidate lists)
         prev_state = table[input_ids[:, -1]]
         x = scores if scores.dtype == torch.float32 else scores.float()
-        signals = step_signals(x, gap=want_gap, workspace=self._workspace) if want_signals else None
+        signals = (entropy_signals(x, gap=want_gap, fused=True, workspace=self._workspace)
+                   if want_signals else None)
         choice, best = self._masked_argmax(x, prev_state)
         if self.record_signals:
             assert signals is not None

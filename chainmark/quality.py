@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from .gates import check_rho
+from .gates import check_rho, entropy_signals
 from .partition import check_num_states, state_table
 
 
@@ -143,11 +143,11 @@ def score_tokens(
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                       logits_to_keep=keep).logits[:, -keep:-1].float()  # (b, keep-1, V)
-        logp = torch.log_softmax(logits, dim=-1)
+                       logits_to_keep=keep).logits[:, -keep:-1]  # (b, keep-1, V)
+        signals = entropy_signals(logits, log_probs=True)
         del logits
-        p = logp.exp()
-        entropy = -(p * torch.nan_to_num(logp, neginf=0.0)).sum(-1)
+        logp, p = signals.log_probs, signals.probs
+        assert logp is not None and p is not None
         targets = ids[:, width - keep + 1:]  # the tokens those logits predicted
         nll = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         mass = None
@@ -156,7 +156,7 @@ def score_tokens(
             prev_ids = ids[:, width - keep:-1]  # token before each predicted one
             prev_states = table[prev_ids]
             mass = (state_mass * successors[prev_states]).sum(-1).clamp(max=1.0)
-        nll, entropy = nll.cpu().numpy(), entropy.cpu().numpy()
+        nll, entropy = nll.cpu().numpy(), signals.entropy.cpu().numpy()
         mass_np = mass.cpu().numpy() if mass is not None else None
         for r, j in enumerate(rows):
             n = n_new[r]

@@ -9,14 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chainmark.embed import (
-    ChainMarkConfig,
-    ChainMarkLogitsProcessor,
-    Workspace,
-    candidate_table,
-    step_signals,
-)
-from chainmark.gates import Gate, entropy, top2_gap
+from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, SignalRecorder, candidate_table
+from chainmark.gates import Gate, entropy, entropy_signals, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -87,26 +81,29 @@ def test_default_gate_needs_calibration_between_0_and_1():
 
 
 # ---- step signals ------------------------------------------------------
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_step_signals_match_gates(dtype):
-    _, scores = random_case(1, batch=5, V=300)
-    scores[0, :250] = float("-inf")  # a row with removed tokens
-    scores[1, 3] = scores[1, 7] = scores[1].max() + 1.0  # a tie at the top: gap 0
-    scores = scores.to(dtype)
-    ws = Workspace()
-    for _ in range(2):  # the workspace is reused on the second call
-        signals = step_signals(scores, gap=True, workspace=ws)
-        torch.testing.assert_close(signals.entropy, entropy(scores), atol=2e-5, rtol=1e-5)
-        torch.testing.assert_close(signals.gap, top2_gap(scores), atol=2e-6, rtol=1e-5)
-    assert float(signals.gap[1]) == 0.0
-    assert step_signals(scores, gap=False).gap is None
-
-
-def test_step_signals_does_not_modify_logits():
-    _, scores = random_case(2)
-    before = scores.clone()
-    step_signals(scores)
-    assert torch.equal(scores, before)
+@pytest.mark.parametrize("row_path", [True, False])
+def test_recorded_signals_are_the_gates_fused_signals(row_path):
+    """Both processor paths and the recorder take their signals from chainmark.gates, bit for bit."""
+    ids, scores = random_case(13, batch=4, V=300)
+    scores[0, ::2] = float("-inf")
+    cfg = ChainMarkConfig(KEY, S=5, rho=0.5, gate="top2_gap")
+    proc = ChainMarkLogitsProcessor(cfg, Gate("top2_gap", 0.2), record_signals=True)
+    proc.row_path = row_path
+    proc(ids, scores)
+    if row_path:  # one row at a time: Python floats (the gate compares those), stored as float32
+        tops, where = row_maxima(scores, with_index=True)
+        shifted, e = torch.empty(300), torch.empty(300)
+        rows = [row_signals(scores[r], tops[r], shifted, e, where[r]) for r in range(4)]
+        h, gap = torch.tensor([h for h, _ in rows]), torch.tensor([g for _, g in rows])
+        opened = torch.tensor([g < 0.2 for _, g in rows])
+    else:
+        h, gap = entropy_signals(scores, gap=True, fused=True)[:2]
+        opened = gap < 0.2
+    assert torch.equal(proc.entropy[0], h) and torch.equal(proc.gap[0], gap)
+    assert torch.equal(proc.gated[0], opened) and 0 < int(opened.sum()) < 4
+    recorder = SignalRecorder()
+    recorder(ids, scores)
+    assert torch.equal(recorder.entropy[0], entropy_signals(scores, fused=True).entropy)
 
 
 # ---- candidate table ---------------------------------------------------

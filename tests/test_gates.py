@@ -9,7 +9,16 @@ import torch
 from scipy import stats
 
 from chainmark import GATE_KINDS, Gate
-from chainmark.gates import check_rho, entropy, gate_signal, top2_gap
+from chainmark.gates import (
+    Workspace,
+    check_rho,
+    entropy,
+    entropy_signals,
+    gate_signal,
+    row_maxima,
+    row_signals,
+    top2_gap,
+)
 
 
 # ---- signals ------------------------------------------------------------------------
@@ -32,6 +41,76 @@ def test_entropy_matches_scipy_on_random_logits():
 def test_entropy_is_float32_for_half_input():
     out = entropy(torch.randn(2, 50).half())
     assert out.dtype == torch.float32
+
+
+def awkward_logits(V: int, batch: int = 5) -> torch.Tensor:
+    """Random logits with removed tokens (-inf) in row 0 and a tie at the top of row 1."""
+    scores = torch.randn(batch, V, generator=torch.Generator().manual_seed(1)) * 3
+    scores[0, : V - 50] = float("-inf")
+    scores[1, 3] = scores[1, 7] = scores[1].max() + 1.0  # gap 0
+    return scores
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("V", [300, 70_000])  # several rows per CPU chunk; one row per chunk
+def test_fused_and_row_signals_agree_with_the_definition(V, dtype):
+    scores = awkward_logits(V).to(dtype)
+    reference = entropy_signals(scores, gap=True)
+    assert torch.equal(reference.entropy, entropy(scores)) and torch.equal(reference.gap, top2_gap(scores))
+    ws = Workspace()
+    for _ in range(2):  # the workspace is reused on the second call
+        fused = entropy_signals(scores, gap=True, fused=True, workspace=ws)
+        torch.testing.assert_close(fused.entropy, reference.entropy, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(fused.gap, reference.gap, atol=2e-6, rtol=1e-5)
+    x = scores.float()
+    tops, where = row_maxima(x, with_index=True)
+    shifted, e = torch.empty(V), torch.empty(V)
+    rows = torch.tensor([row_signals(x[r], tops[r], shifted, e, where[r]) for r in range(len(x))])
+    torch.testing.assert_close(rows, torch.stack([fused.entropy, fused.gap], dim=1))
+    assert float(fused.gap[1]) == 0.0 and float(rows[1, 1]) == 0.0
+    assert entropy_signals(scores, fused=True).gap is None
+    assert row_maxima(x, with_index=False) == (tops, None)
+    assert math.isnan(row_signals(x[0], tops[0], shifted, e)[1])  # no top position, no gap
+
+
+def test_signals_keep_leading_axes_and_leave_the_logits_alone():
+    scores = awkward_logits(40, batch=6).reshape(2, 3, 40)
+    before = scores.clone()
+    for fused in (False, True):
+        signals = entropy_signals(scores, gap=True, fused=fused)
+        assert signals.entropy.shape == signals.gap.shape == (2, 3)
+        assert signals.entropy.dtype == torch.float32
+    assert torch.equal(scores, before)
+
+
+def test_a_row_without_finite_logits_has_nan_signals():
+    scores = torch.full((2, 30), float("-inf"))
+    scores[1] = torch.arange(30.0)
+    for fused in (False, True):
+        signals = entropy_signals(scores, gap=True, fused=fused)
+        assert math.isnan(signals.entropy[0]) and math.isnan(signals.gap[0])
+        assert math.isfinite(signals.entropy[1]) and math.isfinite(signals.gap[1])
+    tops, where = row_maxima(scores, with_index=True)
+    h, g = row_signals(scores[0], tops[0], torch.empty(30), torch.empty(30), where[0])
+    assert math.isnan(h) and math.isnan(g)
+
+
+def test_log_probs_come_with_the_definition():
+    scores = awkward_logits(50)
+    signals = entropy_signals(scores, log_probs=True)
+    assert torch.equal(signals.log_probs, torch.log_softmax(scores, dim=-1))
+    assert torch.equal(signals.probs, signals.log_probs.exp())
+    assert torch.equal(signals.entropy, entropy(scores))
+    assert entropy_signals(scores).log_probs is None and entropy_signals(scores).gap is None
+
+
+def test_entropy_signals_rejects_bad_input():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        entropy_signals([0.0, 1.0])
+    with pytest.raises(TypeError, match="vocabulary axis"):
+        entropy_signals(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="log-probabilities"):
+        entropy_signals(torch.zeros(2, 3), fused=True, log_probs=True)
 
 
 def test_top2_gap():
