@@ -448,7 +448,8 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict
     """Three p-values for the same green count: the chapter's tail comparison.
 
     ``transformers``: what ``WatermarkDetector`` computes from z (its own
-    ``_compute_pval``, ``0.5 * erfc(z / sqrt 2)`` in torch); ``norm_sf``: ``scipy.stats.norm.sf(z)``
+    ``_compute_pval``: ``0.5 * erfc(z / sqrt 2)`` in recent releases, the
+    stand-in ``0.5 * exp(-2 z**2 / pi)`` in older ones such as 5.17); ``norm_sf``: ``scipy.stats.norm.sf(z)``
     (what we report); ``binomial``: the exact tail of the green count under
     the null, ``P(Bin(m, gamma) >= g)``; ``confidence``: the detector's
     ``1 - p``, which rounds to exactly 1 long before the p-value underflows.
