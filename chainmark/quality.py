@@ -39,6 +39,25 @@ def kl_bound(rho: float, S: int, k: int = 1) -> float:
     return rho * math.log(S / k)
 
 
+def repeated_ngram_share(token_ids: Sequence[int], n: int = 4) -> float:
+    """Share of a text's token n-grams that repeat an n-gram seen earlier in the same text.
+
+    Self-perplexity rewards a text that loops (a repeated phrase is easy to
+    predict), so the book reports this beside it. 0.0 for a text shorter
+    than ``n`` tokens.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    ids = [int(t) for t in token_ids]
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for gram in grams:
+        repeats += gram in seen
+        seen.add(gram)
+    return repeats / len(grams) if grams else 0.0
+
+
 @dataclass
 class TokenScores:
     """Teacher-forced scores of one generation; entry ``i`` belongs to generated token ``i``.

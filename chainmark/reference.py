@@ -777,11 +777,93 @@ def load_frame(name: str, root: str | os.PathLike | None = None, protocol: Proto
     return frame
 
 
+def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL,
+                  example: tuple[str, int] = ("writing", 0), alpha: float | None = None) -> dict[str, Any]:
+    """The reference explorer grid in the shape of :func:`chainmark.experiments.embedding_grid`.
+
+    Every (S, rho) cell summarises its texts (mean z, phi, self-perplexity,
+    realised rho, the share detected at ``alpha``, default the protocol's) and
+    keeps the text of one prompt, ``example`` = (domain, prompt index), token
+    by token (strings need ``tokenizer``; without it the tiles show ids); each
+    cell's ``texts`` keep every text's ids, forced flags and scores. The
+    unwatermarked cell gives the baseline perplexity and ``baseline_texts``. Raises ``ValueError``
+    while a cell of the grid is missing (see ``chainmark reference status``).
+    """
+    import numpy as np
+
+    from .experiments import _token_strings
+    from .partition import states_of
+
+    root = Path(root) if root is not None else reference_dir()
+    alpha = protocol.alpha if alpha is None else float(alpha)
+    by_cell: dict[str, tuple[Cell, list[dict[str, Any]]]] = {}
+    for cell, r in _iter_records(root, "explorer", protocol):
+        by_cell.setdefault(cell.name, (cell, []))[1].append(r)
+    wanted = cells(protocol, ("explorer",))
+    missing = [c.name for c in wanted if len(by_cell.get(c.name, (c, []))[1]) < c.n_texts]
+    if missing:
+        raise ValueError(f"the reference explorer grid is incomplete ({len(missing)} of {len(wanted)} cells "
+                         f"missing or partial, e.g. {missing[0]}); run `chainmark reference run --experiments "
+                         f"explorer` or check `chainmark reference status`")
+    key, out_cells = reference_key(), []
+    baseline = by_cell["none"][1]
+    for cell in wanted[1:]:
+        S, rho = int(cell.spec["S"]), float(cell.spec["rho"])
+        recs = sorted(by_cell[cell.name][1], key=lambda r: (protocol.domains.index(r["domain"]), r["prompt_index"]))
+        dets = [r["detection"][cell.name] for r in recs]
+        ex = next((r for r in recs if (r["domain"], r["prompt_index"]) == tuple(example)), None)
+        if ex is None:
+            raise ValueError(f"no explorer prompt {example!r}; choose a (domain, index) with domain in "
+                             f"{protocol.domains} and index below {protocol.explorer_per_domain}")
+        d0 = ex["detection"][cell.name]
+        ids = [int(t) for t in ex["token_ids"]]
+        out_cells.append({
+            "S": S, "rho": rho, "n_prompts": len(recs),
+            "mean_z": float(np.mean([d["z"] for d in dets])),
+            "sd_z": float(np.std([d["z"] for d in dets], ddof=1)),
+            "mean_phi": float(np.mean([d["phi"] for d in dets])),
+            "mean_ppl": float(np.mean([r["self_ppl"] for r in recs])),
+            "mean_rho_realised": float(np.mean([r["rho_realised"] for r in recs])),
+            "detected": int(sum(d["p_value"] < alpha for d in dets)),
+            "tpr": float(np.mean([d["p_value"] < alpha for d in dets])),
+            "texts": [{"token_ids": r["token_ids"], "forced": [int(f) for f in r["gated"]], "z": d["z"],
+                       "phi": d["phi"], "p_value": d["p_value"], "self_ppl": r["self_ppl"], "domain": r["domain"],
+                       "prompt_index": r["prompt_index"]} for r, d in zip(recs, dets)],
+            "example": {
+                "prompt": ex["prompt"], "domain": ex["domain"], "token_ids": ids,
+                "tokens": _token_strings(tokenizer, ids) if tokenizer is not None else [str(t) for t in ids],
+                "states": states_of(ids, key, S).tolist(), "forced": [int(f) for f in ex["gated"]],
+                "n_tokens": ex["n_tokens"], "phi": d0["phi"], "z": d0["z"], "p_value": d0["p_value"],
+                "rho_realised": ex["rho_realised"], "self_ppl": ex["self_ppl"],
+            },
+        })
+    from .gates import Gate
+
+    stored = {float(r): float(t) for r, t in json.loads((root / "gates.json").read_text("utf-8"))["tau"].items()}
+    taus = {str(float(r)): stored[float(r)] if float(r) in stored else Gate.calibrate("high_entropy", r, []).tau
+            for r in protocol.explorer_rho}
+    manifest = json.loads((root / MANIFEST).read_text("utf-8")) if (root / MANIFEST).exists() else {}
+    model = manifest.get("model", root.name)
+    return {
+        "S_values": list(protocol.explorer_S), "rho_values": [float(r) for r in protocol.explorer_rho],
+        "gate": "high_entropy", "alpha": alpha, "taus": taus, "max_new_tokens": protocol.explorer_tokens,
+        "prompts": [r["prompt"] for r in sorted(baseline, key=lambda r: (protocol.domains.index(r["domain"]),
+                                                                         r["prompt_index"]))],
+        "baseline_ppl": float(np.mean([r["self_ppl"] for r in baseline])),
+        "baseline_texts": [{"token_ids": r["token_ids"], "self_ppl": r["self_ppl"], "domain": r["domain"],
+                            "prompt_index": r["prompt_index"]} for r in baseline],
+        "model": model, "cells": out_cells,
+        "caption": (f"From the committed reference run ({model}): {len(baseline)} prompts, "
+                    f"{protocol.explorer_per_domain} per domain, x {protocol.explorer_tokens} new tokens per cell, "
+                    f"gate 'high_entropy', seed {protocol.seed}, the published reference key."),
+    }
+
+
 def load_texts(name: str, root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL) -> list[dict[str, Any]]:
     """The stored records of experiment ``name`` (prompts, texts, token ids, traces), with their cell."""
     root = Path(root) if root is not None else reference_dir()
     return [{"cell": cell.name, **r} for cell, r in _iter_records(root, name, protocol)]
 
 
-__all__ = ["EXPERIMENTS", "MIN_REWRITE_TOKENS", "PROTOCOL", "Protocol", "REFERENCE_LABEL", "cells", "load_frame",
-           "load_texts", "pending", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]
+__all__ = ["EXPERIMENTS", "MIN_REWRITE_TOKENS", "PROTOCOL", "Protocol", "REFERENCE_LABEL", "cells", "explorer_grid",
+           "load_frame", "load_texts", "pending", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]

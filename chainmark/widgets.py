@@ -255,6 +255,9 @@ def embedding_explorer(grid: dict[str, Any], S: int = 5, rho: float = 0.5, live:
                        model: Any = None, tokenizer: Any = None, key: Any = None) -> Any:
     """Sliders over an (S, rho) grid of :func:`chainmark.experiments.embedding_grid`: a coloured text, phi, z, PPL.
 
+    The grid may also come from :func:`chainmark.reference.explorer_grid` (the
+    committed reference run); its ``caption`` then says so under the explorer.
+
     ``live=True`` gives the ipywidgets twin; with ``model``, ``tokenizer`` and
     ``key`` it also has a button that generates a fresh text at the chosen
     (S, rho) with the model.
@@ -265,10 +268,10 @@ def embedding_explorer(grid: dict[str, Any], S: int = 5, rho: float = 0.5, live:
     cells = [{k: v for k, v in c.items() if k != "texts"} for c in grid["cells"]]
     data = {"S_values": grid["S_values"], "rho_values": grid["rho_values"], "cells": cells,
             "baseline_ppl": grid["baseline_ppl"], "colours": STATE_COLOURS, "start": start}
-    return StaticExplorer(
-        "embedding", data, "Embedding explorer: what S and ρ do to a generation",
+    caption = grid.get("caption") or (
         f"Precomputed when this page was built: {grid['model']}, {len(grid['prompts'])} prompts × "
         f"{grid['max_new_tokens']} new tokens per cell, gate '{grid['gate']}', seed 42.")
+    return StaticExplorer("embedding", data, "Embedding explorer: what S and ρ do to a generation", caption)
 
 
 def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, tokenizer: Any,

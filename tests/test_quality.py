@@ -9,7 +9,7 @@ import torch
 
 from chainmark.embed import ChainMarkConfig
 from chainmark.partition import state_table
-from chainmark.quality import KLCost, TokenScores, kl_bound, kl_cost, score_tokens
+from chainmark.quality import KLCost, TokenScores, kl_bound, kl_cost, repeated_ngram_share, score_tokens
 
 KEY = b"test-key-for-quality-0123456789"
 V = 96
@@ -139,3 +139,13 @@ def test_kl_on_unwatermarked_text_respects_the_jensen_bound():
     cost = kl_cost(score_generations(model, gens, cfg), cfg, all_positions=True)
     assert cost.n_gated >= 100
     assert cost.mean_gated >= cost.bound_gated - 3 * cost.se_gated
+
+
+def test_repeated_ngram_share_counts_later_copies_only():
+    assert repeated_ngram_share([1, 2, 3, 4, 5, 6]) == 0.0
+    # 1 2 1 2 1 2: bigrams (1,2) (2,1) (1,2) (2,1) (1,2) -> 3 of 5 repeat an earlier one
+    assert repeated_ngram_share([1, 2, 1, 2, 1, 2], n=2) == pytest.approx(3 / 5)
+    assert repeated_ngram_share([7, 7, 7]) == 0.0  # shorter than n: no 4-grams at all
+    assert repeated_ngram_share(np.array([5] * 10), n=1) == pytest.approx(9 / 10)
+    with pytest.raises(ValueError, match="positive integer"):
+        repeated_ngram_share([1, 2, 3], n=0)

@@ -115,6 +115,35 @@ def test_frames_have_one_row_per_scored_text(tiny_run):
 
 
 @pytest.mark.slow
+def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_token(tiny_run, model_and_tokenizer):
+    from chainmark.detect import detect
+    from chainmark.partition import states_of
+
+    root, tok = tiny_run[0], model_and_tokenizer[1]
+    grid = ref.explorer_grid(tok, root, TINY, example=("wiki", 0))
+    frame = ref.load_frame("explorer", root, TINY)
+    assert grid["S_values"] == [2] and grid["rho_values"] == [0.5, 1.0] and len(grid["cells"]) == 2
+    baseline = [r["self_ppl"] for r in ref.load_texts("explorer", root, TINY) if r["cell"] == "none"]
+    assert len(baseline) == 2 and grid["baseline_ppl"] == pytest.approx(sum(baseline) / 2)
+    assert set(grid["taus"]) == {"0.5", "1.0"} and grid["taus"]["1.0"] == float("-inf")
+    for c in grid["cells"]:
+        mine = frame[(frame.method == "chainmark") & (frame.rho == c["rho"])]
+        assert c["n_prompts"] == len(mine) == 2
+        assert c["mean_z"] == pytest.approx(mine.z.mean()) and c["detected"] == int(mine.decision.sum())
+        ex = c["example"]
+        assert ex["domain"] == "wiki" and len(ex["tokens"]) == len(ex["states"]) == len(ex["forced"]) == ex["n_tokens"]
+        assert ex["states"] == states_of(ex["token_ids"], ref.reference_key(), c["S"]).tolist()
+        assert ex["z"] == pytest.approx(detect(ex["token_ids"], ref.reference_key(), c["S"]).z)
+    with pytest.raises(ValueError, match="no explorer prompt"):
+        ref.explorer_grid(tok, root, TINY, example=("code", 0))
+
+
+def test_an_incomplete_explorer_grid_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="explorer grid is incomplete"):
+        ref.explorer_grid(root=tmp_path, protocol=TINY)
+
+
+@pytest.mark.slow
 def test_verify_regenerates_identically_and_catches_changes(tiny_run, model_and_tokenizer):
     model, tok = model_and_tokenizer
     root = tiny_run[0]

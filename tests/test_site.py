@@ -169,12 +169,12 @@ def test_calibration_explorer(browser: GuardedPage, site_url: str) -> None:
 def test_embedding_explorer(browser: GuardedPage, site_url: str) -> None:
     from chainmark.calibrate import predicted_z
     from chainmark.detect import detect
-    from chainmark.keys import book_key
+    from chainmark.reference import reference_key
 
     _open(browser, site_url, EXPLORER_PAGES[0])
     sel = _explorer(browser, "embedding")
     data = _data(browser, sel)
-    key = book_key()
+    key = reference_key()  # the explorer shows the reference run's grid (chainmark.reference.explorer_grid)
 
     def check() -> dict:
         S = data["S_values"][_slider_value(browser, sel, "S")["index"]]

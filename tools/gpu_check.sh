@@ -12,6 +12,8 @@
 #                                                   command: bash tools/gpu_check.sh receive && bash tools/gpu_check.sh run
 # `run` writes under $OUT: gpu_check.log (everything), timings.json (per step), bench_generation.json,
 # and the executed chapters' cell times; it stops each step at its own timeout and goes on.
+# `smoke` instead of `run` executes the chapters named in GPU_CHAPTERS at the default scale, each to its end
+# (GPU_CHAPTER_LIMIT seconds each, default 150).
 # Rehearse on the CPU with:  OUT=/tmp/gpu_out GPU_CHECK_REHEARSAL=1 bash tools/gpu_check.sh run
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,7 +67,7 @@ run_step() {  # name, timeout seconds, command...
   printf '{"step": "%s", "exit": %d, "seconds": %d}\n' "$name" "$rc" "$((SECONDS - t0))" >> "$OUT/timings.jsonl"
 }
 
-run() {
+setup() {  # the embedded model and the wheels on the device (or the local venv in a rehearsal)
   : "${OUT:?set OUT (the device tool sets it)}"
   exec > >(tee "$OUT/gpu_check.log") 2>&1
   nvidia-smi || echo "no nvidia-smi (rehearsal?)"
@@ -81,8 +83,13 @@ run() {
   else
     PY=.venv/bin/python
   fi
-  export HF_HUB_OFFLINE=1 CHAINMARK_SCALE=full PYTHONUNBUFFERED=1 CHAINMARK_RUNS=/tmp/chainmark-runs
+  export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 CHAINMARK_RUNS=/tmp/chainmark-runs
   $PY -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), "transformers", transformers.__version__)'
+}
+
+run() {  # full scale: CUDA tests, three chapters until their limits, the generation benchmark
+  setup
+  export CHAINMARK_SCALE=full
   # The call is given 480 s; the steps below add up to 450 s at most, each stopped at its own limit.
   run_step cuda-tests 60 $PY -m pytest -q -x -p no:cacheprovider tests/test_embed.py tests/test_models.py -k "cuda or device"
   run_step chapter-04 110 $PY tools/run_notebook.py book/04_embedding.ipynb --timeout 110
@@ -92,9 +99,20 @@ run() {
   cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
 }
 
+smoke() {  # chapters at the default (smoke) scale, each to its end: GPU_CHAPTERS names them (book/ file stems)
+  setup
+  export CHAINMARK_SCALE=smoke
+  local limit=${GPU_CHAPTER_LIMIT:-150} stem
+  for stem in ${GPU_CHAPTERS:?name the chapters, e.g. GPU_CHAPTERS="10_explorers 06_calibration"}; do
+    run_step "$stem" "$limit" $PY tools/run_notebook.py "book/$stem.ipynb" --timeout "$limit"
+  done
+  cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   receive) receive ;;
   run) run ;;
-  *) echo "usage: tools/gpu_check.sh prepare|receive|run" >&2; exit 2 ;;
+  smoke) smoke ;;
+  *) echo "usage: tools/gpu_check.sh prepare|receive|run|smoke" >&2; exit 2 ;;
 esac
