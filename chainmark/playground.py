@@ -83,17 +83,34 @@ def _tokenizer_json(tokenizer: Any) -> dict[str, Any]:
     return json.loads(backend.to_str())
 
 
+def _is_noop_normalizer(normalizer: Mapping[str, Any] | None) -> bool:
+    """``None``, or a ``Sequence`` of no-op normalizers (some transformers releases save ``Sequence([])``)."""
+    if normalizer is None:
+        return True
+    return normalizer.get("type") == "Sequence" and all(_is_noop_normalizer(n) for n in normalizer.get("normalizers", []))
+
+
 def _check_supported(spec: Mapping[str, Any]) -> None:
-    """Only what the JavaScript re-implements: no normalizer, GPT-2 byte-level split, plain BPE."""
+    """Only what the JavaScript re-implements: no normalizer, GPT-2 byte-level split, plain BPE.
+
+    Settings that cannot change a byte-level BPE's output are accepted: an
+    empty ``Sequence`` normalizer, and ``byte_fallback``/``unk_token`` when
+    every byte of the byte-level alphabet is in the vocabulary (neither can
+    then fire). transformers 5.17 saves the embedded model's tokenizer that way.
+    """
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
     problems = []
-    if spec.get("normalizer") is not None:
+    if not _is_noop_normalizer(spec.get("normalizer")):
         problems.append(f"a normalizer ({spec['normalizer'].get('type')})")
     if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
         problems.append(f"the pre-tokenizer {json.dumps(pre)} (need ByteLevel, use_regex, no prefix space)")
-    if model.get("type") != "BPE" or model.get("dropout") or model.get("byte_fallback") \
-            or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix") or model.get("ignore_merges"):
-        problems.append("a BPE model with dropout, byte fallback, affixes or ignore_merges")
+    vocab = model.get("vocab") or {}
+    every_byte = all(ch in vocab for ch in bytes_to_unicode().values())
+    if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
+            or model.get("end_of_word_suffix") or model.get("ignore_merges"):
+        problems.append("a BPE model with dropout, affixes or ignore_merges")
+    if (model.get("byte_fallback") or model.get("unk_token") is not None) and not every_byte:
+        problems.append("byte fallback or an unknown token with bytes missing from the vocabulary")
     for token in spec.get("added_tokens", []):
         if token.get("normalized") or token.get("lstrip") or token.get("rstrip") or token.get("single_word"):
             problems.append(f"the added token {token['content']!r} with normalisation or stripping")

@@ -1,15 +1,49 @@
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from chainmark.models import ModelLoadError, chat_prompt, embedded_gguf_path, load_model
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def test_embedded_gguf_ships_in_the_package():
     path = embedded_gguf_path()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.stat().st_size > 50_000_000
+
+
+def test_the_shipped_tokenizer_is_the_gguf_s_under_the_pinned_transformers():
+    """The copy in chainmark/data/tokenizer equals what the pinned release builds from the GGUF file.
+
+    Other releases build it differently (5.17: byte fallback with an unknown token, <|im_start|> as the
+    end-of-sequence token), which is why the package ships this copy and reads it everywhere.
+    """
+    import json
+
+    import transformers
+    from transformers import AutoTokenizer
+
+    from chainmark.models import EMBEDDED_TOKENIZER, load_tokenizer
+
+    pinned = next(line.split("==")[1].strip() for line in open(ROOT / "constraints.txt")
+                  if line.lower().startswith("transformers=="))
+    if transformers.__version__ != pinned:
+        pytest.skip(f"transformers {transformers.__version__} is not the pinned {pinned}")
+    gguf = embedded_gguf_path()
+    built = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    shipped = load_tokenizer()
+    assert json.loads(shipped.backend_tokenizer.to_str()) == json.loads(built.backend_tokenizer.to_str())
+    for attr in ("eos_token", "bos_token", "unk_token", "pad_token", "chat_template"):
+        assert getattr(shipped, attr) == getattr(built, attr), attr
+    assert sorted(p.name for p in EMBEDDED_TOKENIZER.iterdir()) == ["chat_template.jinja", "tokenizer.json",
+                                                                    "tokenizer_config.json"]
+    # what differs between releases, pinned here: a control character is dropped, not turned into <|endoftext|>
+    ids = shipped("a\x04b", add_special_tokens=False)["input_ids"]
+    assert shipped.unk_token_id not in ids and shipped.decode(ids) == "ab"
+    assert shipped.eos_token == "<|im_end|>"
 
 
 @pytest.mark.slow

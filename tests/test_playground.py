@@ -109,6 +109,37 @@ def test_unsupported_tokenizers_are_refused(tokenizer) -> None:
         tokenizer_payload(object())
 
 
+def test_settings_of_other_releases_are_judged_by_what_they_change(tokenizer) -> None:
+    """transformers 5.17 builds the embedded tokenizer with Sequence([]), byte fallback and an unknown token.
+
+    The empty normalizer changes nothing and is accepted. Byte fallback with an unknown token does change
+    the output, because this vocabulary lacks a few bytes (control characters among them): the Rust
+    tokenizer then emits <|endoftext|> where the pinned one drops the byte, so that variant is refused.
+    """
+    from tokenizers import Tokenizer
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+
+    class Fake:
+        def __init__(self, changed: dict[str, Any]):
+            self.backend_tokenizer = type("B", (), {"to_str": lambda _self: json.dumps(changed)})()
+
+    empty = {**spec, "normalizer": {"type": "Sequence", "normalizers": []}}
+    assert tokenizer_payload(Fake(empty)) == tokenizer_payload(tokenizer)
+    rust = Tokenizer.from_str(json.dumps(empty))
+    for text in [_varied_text(k) for k in range(3)] + ["Hello,   world!\n\tdef f(x):\n    return x", "naïve 東京 🙂"]:
+        assert rust.encode(text, add_special_tokens=False).ids == tokenizer.encode(text, add_special_tokens=False)
+    with pytest.raises(PlaygroundError, match="normalizer"):
+        tokenizer_payload(Fake({**spec, "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}}))
+    fallback = {**empty, "model": {**spec["model"], "byte_fallback": True, "fuse_unk": True,
+                                   "unk_token": "<|endoftext|>"}}
+    with pytest.raises(PlaygroundError, match="byte fallback"):
+        tokenizer_payload(Fake(fallback))
+    # why: a control byte the vocabulary lacks becomes <|endoftext|> (id 0) instead of being dropped
+    assert 0 in Tokenizer.from_str(json.dumps(fallback)).encode("a\x04b", add_special_tokens=False).ids
+    assert 0 not in tokenizer.encode("a\x04b", add_special_tokens=False)
+
+
 def test_shipped_states_are_the_state_table(reference_key) -> None:
     from chainmark.partition import state_table
 
