@@ -96,7 +96,10 @@ def _check_supported(spec: Mapping[str, Any]) -> None:
     Settings that cannot change a byte-level BPE's output are accepted: an
     empty ``Sequence`` normalizer, and ``byte_fallback``/``unk_token`` when
     every byte of the byte-level alphabet is in the vocabulary (neither can
-    then fire). transformers 5.17 saves the embedded model's tokenizer that way.
+    then fire). transformers 5.17 builds the embedded model's tokenizer with
+    both, and this vocabulary lacks some bytes, so that build is refused: it
+    would turn them into ``<|endoftext|>`` where the page drops them (the
+    package therefore ships its own copy, :data:`chainmark.models.EMBEDDED_TOKENIZER`).
     """
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
     problems = []
