@@ -26,7 +26,8 @@ prepare() {
   local gguf
   gguf=$(.venv/bin/python -c 'from chainmark.models import embedded_gguf_path; print(embedded_gguf_path())') || exit 1
   sha256sum "$gguf" | awk '{print $1}' > "$CARRY/SHA256"
-  split -b 50000000 -a 1 --numeric-suffixes=1 "$gguf" "$CARRY/model.part"   # model.part1, model.part2
+  # model.part1, model.part2: 54 MB + 44 MB, so that each call (part, wheels, ~12.5 MB working tree) stays under 64 MiB
+  split -b 54000000 -a 1 --numeric-suffixes=1 "$gguf" "$CARRY/model.part"
   # What the device image lacks (its torch, transformers, numpy, pandas, scipy, matplotlib stay): the
   # GGUF reader, the notebook runner (nbclient, ipykernel and their pure-Python needs) and ipywidgets.
   # Dependencies are resolved here, then every package the image already holds is dropped (a second
