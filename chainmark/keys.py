@@ -224,25 +224,35 @@ def load_key(path: str | os.PathLike | None = None) -> bytes:
     raise LookupError(f"no key: pass a key file, or set {KEY_FILE_ENV} or {KEY_ENV}")
 
 
+#: The published label the book's teaching key is derived from (HKDF-SHA-256). It is public by
+#: design: every reader who runs a chapter with the defaults uses the same key, so a CPU run shows
+#: the numbers the site shows. It protects nothing and must never be deployed.
+TEACHING_LABEL = "chainmark-book/teaching-key/v1"
+
+
+def teaching_key() -> bytes:
+    """The book's public teaching key: HKDF of :data:`TEACHING_LABEL` (anyone can derive it)."""
+    return hkdf(TEACHING_LABEL.encode("utf-8"), b"chainmark/v1/teaching-key")
+
+
+def book_key_source() -> str:
+    """Where :func:`book_key` takes its key from: ``"key file"``, ``"environment"`` or ``"teaching"``."""
+    if os.environ.get(KEY_FILE_ENV):
+        return "key file"
+    if os.environ.get(KEY_ENV, "").strip():
+        return "environment"
+    return "teaching"
+
+
 def book_key() -> bytes:
     """The key the book's chapters use, never written in a notebook.
 
-    ``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY`` if set; otherwise a random
-    key created once per machine in the cache folder (permissions 0600) and
-    reused, so results are stable across builds on one machine while the key
-    itself never appears in a page. Concurrent first calls agree on one key:
-    the file appears only once it is complete.
+    ``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY`` when set (the reader's own
+    key); otherwise the public :func:`teaching_key`, so that a run with the
+    defaults reproduces the page. Only the chapters use this: the command
+    line, the regime and every deployment path require a key of their own
+    (:func:`load_key`) and never fall back to the teaching key.
     """
-    try:
-        return load_key()
-    except LookupError:
-        pass
-    from .models import cache_dir
-
-    path = cache_dir() / "book.key"
-    if not path.exists():
-        try:
-            write_key_file(path)
-        except FileExistsError:  # created concurrently by another process
-            pass
-    return read_key_file(path)
+    if book_key_source() == "teaching":
+        return teaching_key()
+    return load_key()

@@ -28,9 +28,12 @@ from .partition import check_num_states, state_table
 
 
 def kl_bound(rho: float, S: int, k: int = 1) -> float:
-    """The quality theorem's lower bound on the mean KL per token: ``rho log(S / k)`` nats.
+    """A lower bound on the mean KL per token of forcing into k of S states: ``rho log(S / k)`` nats.
 
-    With ``rho = 1`` it is the bound per gated position, ``log(S / k)``.
+    The paper states its quality theorem, with the bound ``rho log S``, for the
+    clockwork (k = 1) only; ``log(S / k)`` is our extension of the same Jensen
+    argument to a k-regular topology, where the allowed states hold on average
+    k/S of the probability. With ``rho = 1`` it is the bound per gated position.
     """
     rho = check_rho(rho)
     S = check_num_states(S)

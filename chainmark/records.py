@@ -882,12 +882,13 @@ def load_reference(name: str, model_name: str | None = None) -> Any:
 
     ``name`` is one of ``"head_to_head"``, ``"null"``, ``"calibration"``,
     ``"kregular"``, ``"explorer"``; see :func:`chainmark.reference.load_frame`
-    for the columns. ``model_name`` picks another model's run (default: the
-    settings' model; the embedded model's run ships with the package).
+    for the columns. By default it is the embedded model's run, which ships
+    with the package, whatever model ``CHAINMARK_MODEL`` names; ``model_name``
+    asks for another model's run (one made with ``chainmark reference run``).
     """
-    from .reference import load_frame, reference_dir
+    from .reference import load_frame, read_dir
 
-    return load_frame(name, reference_dir(model_name))
+    return load_frame(name, read_dir(model_name))
 
 
 # --------------------------------------------------------------------------- resumable plain generation

@@ -142,6 +142,16 @@ def reference_dir(model_name: str | None = None) -> Path:
     return default_runs_dir() / "reference" / model_slug(model_name)
 
 
+def read_dir(model_name: str | None = None) -> Path:
+    """The folder the reading functions use: the embedded model's committed reference by default.
+
+    The chapters' reference sections always read the reference run of the
+    embedded model, whatever ``CHAINMARK_MODEL`` the live run uses; a reader's
+    own run (another model) is read only when its name is given.
+    """
+    return reference_dir(model_name or DEFAULT_MODEL)
+
+
 # --------------------------------------------------------------------------- the cells
 
 
@@ -452,7 +462,7 @@ def _manifest(root: Path, protocol: Protocol, model_name: str) -> dict[str, Any]
             "key_label": REFERENCE_LABEL, "key_fingerprint": key_fingerprint(reference_key()),
             "protocol": protocol.describe(), "seeds": {"generation": protocol.seed, "attack": protocol.attack_seed,
                                                       "batch": "generation seed + batch index"},
-            "created": _now(), "parts": {}}
+            "created": _now(), "parts": {}, "verify_tolerance": dict(VERIFY_TOLERANCE)}
 
 
 def _now() -> str:
@@ -608,19 +618,93 @@ class Check:
     differences: list[str] = field(default_factory=list)
 
 
-def _compare(stored: Any, fresh: Any, where: str, out: list[str]) -> None:
+#: How far a regenerated float may lie from the stored one: PyTorch's CPU kernels (Intel or AMD,
+#: AVX2 or AVX-512) sum in different orders, so entropies and perplexities move in the last bits, and
+#: a gate signal stored to 4 decimals can cross a rounding boundary (seen: 1e-4 on an AMD EPYC against
+#: the Intel Xeon that made the run; self-perplexity 1e-8). Token ids, gate decisions, counts and
+#: verdicts are integers and booleans, compared exactly. Recorded in the manifest.
+VERIFY_TOLERANCE = {"rel": 1e-5, "abs": 5e-4}
+
+
+def _is_float(x: Any) -> bool:
+    return isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _compare(stored: Any, fresh: Any, where: str, out: list[str],
+             tolerance: Mapping[str, float] = VERIFY_TOLERANCE) -> None:
+    """Append to ``out`` every place where ``fresh`` differs from ``stored``: exactly for ids, flags,
+    counts and strings, within ``tolerance`` for floats."""
     if isinstance(stored, dict) and isinstance(fresh, dict):
         for k in sorted(set(stored) | set(fresh)):
             if k == "seconds":
                 continue
-            _compare(stored.get(k), fresh.get(k), f"{where}.{k}", out)
+            _compare(stored.get(k), fresh.get(k), f"{where}.{k}", out, tolerance)
     elif isinstance(stored, list) and isinstance(fresh, list) and len(stored) == len(fresh):
         for i, (a, b) in enumerate(zip(stored, fresh)):
-            _compare(a, b, f"{where}[{i}]", out)
+            _compare(a, b, f"{where}[{i}]", out, tolerance)
             if len(out) > 20:
                 return
-    elif stored != fresh:
+    elif (isinstance(stored, float) or isinstance(fresh, float)) and _is_float(stored) and _is_float(fresh):
+        if not math.isclose(stored, fresh, rel_tol=tolerance["rel"], abs_tol=tolerance["abs"]):
+            out.append(f"{where}: stored {stored!r}, regenerated {fresh!r} (beyond the tolerance "
+                       f"rel {tolerance['rel']:g}, abs {tolerance['abs']:g})")
+    elif stored != fresh or type(stored) is not type(fresh):
         out.append(f"{where}: stored {str(stored)[:80]!r}, regenerated {str(fresh)[:80]!r}")
+
+
+def divergence(stored: Mapping[str, Any], fresh: Mapping[str, Any], tau: float | None) -> str | None:
+    """Where a regenerated text's tokens first leave the stored ones, with the gate's margin there.
+
+    None when the token ids agree. The margin is the stored gate signal minus
+    the threshold tau at that position: a margin near zero means the gate
+    decision sat on a rounding boundary of this CPU's arithmetic.
+    """
+    a, b = list(stored.get("token_ids") or []), list(fresh.get("token_ids") or [])
+    if a == b:
+        return None
+    pos = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    where = (f"tokens diverge at position {pos} of {len(a)} (stored id {a[pos] if pos < len(a) else None}, "
+             f"regenerated {b[pos] if pos < len(b) else None})")
+    signals, fresh_signals = stored.get("gate_signal") or [], fresh.get("gate_signal") or []
+    gated, fresh_gated = stored.get("gated") or [], fresh.get("gated") or []
+    if pos < len(signals) and signals[pos] is not None:
+        where += f"; gate signal there {signals[pos]:.4f} stored"
+        if pos < len(fresh_signals) and fresh_signals[pos] is not None:
+            where += f", {fresh_signals[pos]:.4f} regenerated"
+        if tau is not None and math.isfinite(tau):
+            where += f" (tau {tau:.4f}, margin {signals[pos] - tau:+.4f})"
+    if pos < len(gated) and pos < len(fresh_gated):
+        where += f"; gated {bool(gated[pos])} stored, {bool(fresh_gated[pos])} regenerated"
+    return where
+
+
+def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping[str, Any]],
+                    tau: float | None = None, tolerance: Mapping[str, float] = VERIFY_TOLERANCE) -> list[str]:
+    """The differences between a stored batch and its regeneration (empty when they match).
+
+    A text whose tokens diverge is reported once, by :func:`divergence`, and
+    its other fields (which follow from the tokens) are not compared.
+    """
+    if len(stored) != len(fresh):
+        return [f"stored {len(stored)} records, regenerated {len(fresh)}"]
+    out: list[str] = []
+    for i, (a, b) in enumerate(zip(stored, fresh)):
+        split = divergence(a, b, tau)
+        if split is not None:
+            out.append(f"[{i}] {a.get('id', '')}: {split}")
+        else:
+            _compare(a, b, f"[{i}]", out, tolerance)
+        if len(out) > 20:
+            break
+    return out
+
+
+def _cell_tau(ctx: "_Context", cell: Cell) -> float | None:
+    """The gate threshold a cell's texts were generated with (None for methods without a gate)."""
+    spec = cell.spec
+    rho = spec.get("rho", ctx.protocol.rho if spec.get("method") == "sweet" else None)
+    gate = ctx.gates.get(float(rho)) if rho is not None else None
+    return None if gate is None else float(gate.tau)
 
 
 def choose_shards(root: Path, samples: int, seed: str, protocol: Protocol = PROTOCOL) -> list[tuple[Cell, Batch]]:
@@ -633,7 +717,12 @@ def choose_shards(root: Path, samples: int, seed: str, protocol: Protocol = PROT
 def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str | os.PathLike | None = None,
            protocol: Protocol = PROTOCOL, seed: str | None = None,
            log: Callable[[str], None] = print) -> list[Check]:
-    """Regenerate ``samples`` stored batches with the current code; compare tokens and scores exactly.
+    """Regenerate ``samples`` stored batches with the current code and compare them with the stored ones.
+
+    Token ids, gate decisions, counts and verdicts must be identical; floats
+    agree within the manifest's ``verify_tolerance`` (:data:`VERIFY_TOLERANCE`),
+    because another CPU rounds differently. A text whose tokens diverge is
+    reported with the first differing position and the gate's margin there.
 
     The draw is seeded by the current git commit (``seed`` overrides it), so
     every commit checks different batches. The whole batch a record was
@@ -652,6 +741,7 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     if diff:
         return [Check("protocol", 0, False, [f"protocol field {k}: stored {manifest['protocol'].get(k)!r}, "
                                              f"code {protocol.describe().get(k)!r}" for k in diff])]
+    tolerance = {**VERIFY_TOLERANCE, **manifest.get("verify_tolerance", {})}
     seed = seed if seed is not None else _git_commit().replace("+dirty", "")
     chosen = choose_shards(root, samples, seed, protocol)
     if not chosen:
@@ -674,8 +764,7 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
             fresh = _roundtrip(ctx.run_batch(cell, batch))
         finally:
             torch.set_num_threads(threads)
-        differences: list[str] = []
-        _compare(stored, fresh, "", differences)
+        differences = compare_records(stored, fresh, _cell_tau(ctx, cell), tolerance)
         name = str(path.relative_to(root))
         checks.append(Check(name, len(stored), not differences, differences[:10]))
         log(f"verify {name}: {len(stored)} records, {'identical' if not differences else 'DIFFERENT'} "
@@ -756,7 +845,7 @@ def load_frame(name: str, root: str | os.PathLike | None = None, protocol: Proto
 
     if name not in EXPERIMENTS:
         raise ValueError(f"unknown reference experiment {name!r}; choose from {EXPERIMENTS}")
-    root = Path(root) if root is not None else reference_dir()
+    root = Path(root) if root is not None else read_dir()
     if name == "null":
         rows = [row for e in ("head_to_head", "null") for cell, r in _iter_records(root, e, protocol)
                 if cell.spec["method"] == "none" for row in _rows(cell, r)]
@@ -794,7 +883,7 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
     from .experiments import _token_strings
     from .partition import states_of
 
-    root = Path(root) if root is not None else reference_dir()
+    root = Path(root) if root is not None else read_dir()
     alpha = protocol.alpha if alpha is None else float(alpha)
     by_cell: dict[str, tuple[Cell, list[dict[str, Any]]]] = {}
     for cell, r in _iter_records(root, "explorer", protocol):
@@ -861,9 +950,9 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
 
 def load_texts(name: str, root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL) -> list[dict[str, Any]]:
     """The stored records of experiment ``name`` (prompts, texts, token ids, traces), with their cell."""
-    root = Path(root) if root is not None else reference_dir()
+    root = Path(root) if root is not None else read_dir()
     return [{"cell": cell.name, **r} for cell, r in _iter_records(root, name, protocol)]
 
 
 __all__ = ["EXPERIMENTS", "MIN_REWRITE_TOKENS", "PROTOCOL", "Protocol", "REFERENCE_LABEL", "cells", "explorer_grid",
-           "load_frame", "load_texts", "pending", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]
+           "load_frame", "load_texts", "pending", "read_dir", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]

@@ -107,7 +107,7 @@ def glue(name: str, value: Any) -> Any:
 
 
 def banner(model_name: str | None = None, model: Any = None) -> Any:
-    """A one-line summary of the run: model, device, dtype, scale, seeds.
+    """A one-line summary of the run: model, device, dtype, scale, seeds, the key (fingerprint) and the claims mode.
 
     The device and dtype are those of the loaded model: ``model`` when given,
     else the last model :func:`chainmark.models.load_model` returned. Before
@@ -115,6 +115,7 @@ def banner(model_name: str | None = None, model: Any = None) -> Any:
     """
     from IPython.display import HTML
 
+    from .claims import claims_mode
     from .models import last_loaded
     from .settings import get_settings
 
@@ -144,10 +145,23 @@ def banner(model_name: str | None = None, model: Any = None) -> Any:
         "scale": s.scale,
         "seeds": f"generation {s.generation_seed}, attacks {s.attack_seed}",
         "torch": torch.__version__,
+        "key": key_line(),
+        "claims": claims_mode(),
     }
     cells = " · ".join(f"<b>{k}</b>: {html.escape(str(v))}" for k, v in items.items())
     return HTML(f'<div style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1;'
                 f'font-size:0.9em">{cells}</div>')
+
+
+def key_line() -> str:
+    """What the banner says of the chapters' key: its fingerprint and where it comes from, never the key."""
+    from .keys import book_key, book_key_source, key_fingerprint
+
+    source = book_key_source()
+    fingerprint = key_fingerprint(book_key())
+    if source == "teaching":
+        return f"{fingerprint} (the public teaching key: anyone can derive it, never deploy it)"
+    return f"{fingerprint} (your own key, from the {source})"
 
 
 def tokens_html(

@@ -29,6 +29,7 @@ LABEL_CALLS = {
     "set_title", "set_xlabel", "set_ylabel", "suptitle", "text", "annotate", "legend", "set",
     "figtext", "set_caption", "IntSlider", "FloatSlider", "Dropdown", "SelectionSlider", "ToggleButtons",
     "ValueError", "TypeError", "RuntimeError", "AssertionError", "Checkbox", "Label", "chat_prompt",
+    "claim",  # a claim names the sentence of the prose it checks, like an assert message
 }
 MAGIC = re.compile(r"^\s*[%!]")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,9 +100,9 @@ def _mini_book(tmp_path: Path, cell_source: str) -> Path:
     return book
 
 
-def _build(book: Path) -> subprocess.CompletedProcess:
+def _build(book: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "tools" / "build_book.py"), str(book)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **env})
 
 
 @pytest.mark.slow
@@ -126,6 +127,28 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
     changed = _build(book)
     assert "every chapter executes again" in changed.stdout
     assert changed.returncode == 0 and "(1 chapters executed" in changed.stdout, changed.stdout[-1500:]
+
+
+def test_the_execution_fingerprint_follows_the_key_and_the_device(monkeypatch):
+    """Outputs made under one key (or device, or claims mode) are never reused under another."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import build_book
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    for var in ("CHAINMARK_KEY", "CHAINMARK_KEY_FILE", "ATEN_CPU_CAPABILITY", "CHAINMARK_CLAIMS"):
+        monkeypatch.delenv(var, raising=False)
+    teaching = build_book.execution_fingerprint(ROOT)
+    assert build_book.execution_fingerprint(ROOT) == teaching
+    monkeypatch.setenv("CHAINMARK_KEY", bytes(range(32)).hex())
+    own_key = build_book.execution_fingerprint(ROOT)
+    monkeypatch.delenv("CHAINMARK_KEY")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    other_kernels = build_book.execution_fingerprint(ROOT)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    soft = build_book.execution_fingerprint(ROOT)
+    assert len({teaching, own_key, other_kernels, soft}) == 4
 
 
 def _python_blocks(markdown: str) -> list[str]:

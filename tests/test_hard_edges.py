@@ -23,7 +23,7 @@ import pytest
 from chainmark import cli
 from chainmark import records as R
 from chainmark.detect import _circulant_offsets, detect, detect_batch, lr_detect
-from chainmark.keys import KEY_ENV, KEY_FILE_ENV, book_key, key_fingerprint, read_key_file, write_key_file
+from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
 from chainmark.topology import Topology
@@ -241,7 +241,7 @@ def test_4_a_second_writer_of_a_run_folder_stops_at_once(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# 5. book_key: concurrent first calls agree on one complete key
+# 5. key files: concurrent writers never hand out a half-written key
 # ---------------------------------------------------------------------------
 class _SlowFile:
     """A file object whose writes take a while, to widen any window in which a key file is incomplete."""
@@ -263,8 +263,10 @@ class _SlowFile:
         return getattr(self._fh, name)
 
 
-def test_5_book_key_never_hands_out_a_half_written_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("CHAINMARK_CACHE", str(tmp_path / "cache"))
+def test_5_concurrent_key_files_never_hand_out_a_half_written_key(tmp_path, monkeypatch):
+    """Two writers race for one key file (what the book's per-machine key once did): one wins whole,
+    the other is refused, and a reader never sees a partial key."""
+    path = tmp_path / "cache" / "shared.key"
     real_fdopen = os.fdopen
     monkeypatch.setattr(os, "fdopen", lambda fd, mode="r", *a, **k: (
         _SlowFile(real_fdopen(fd, mode, *a, **k)) if "w" in mode else real_fdopen(fd, mode, *a, **k)))
@@ -272,21 +274,22 @@ def test_5_book_key_never_hands_out_a_half_written_key(tmp_path, monkeypatch):
 
     def call(slot: int) -> None:
         try:
-            results[slot] = book_key()
-        except Exception as exc:  # what the second caller used to get: "key file ... is empty"
+            results[slot] = write_key_file(path)
+        except FileExistsError as exc:
             results[slot] = exc
 
     first = threading.Thread(target=call, args=(0,))
     second = threading.Thread(target=call, args=(1,))
     first.start()
-    time.sleep(0.1)  # the first caller is writing its key now
+    time.sleep(0.1)  # the first writer is writing its key now
+    assert not path.exists()  # the name appears only once the key is complete
     second.start()
     first.join(10)
     second.join(10)
-    assert all(isinstance(r, bytes) for r in results), results
-    assert results[0] == results[1] == (tmp_path / "cache" / "book.key").read_bytes()
-    assert len(results[0]) == 32
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["book.key"]  # no temporary file left
+    winners = [r for r in results if isinstance(r, bytes)]
+    assert len(winners) == 1 and sum(isinstance(r, FileExistsError) for r in results) == 1, results
+    assert read_key_file(path) == winners[0] and len(winners[0]) == 32
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["shared.key"]  # no temporary file left
 
 
 # ---------------------------------------------------------------------------
@@ -486,8 +489,7 @@ def open_umask():
 
 
 def test_12_key_folders_are_private_under_umask_000(capsys, tmp_path, monkeypatch, open_umask):
-    monkeypatch.setenv("CHAINMARK_CACHE", str(tmp_path / "cache"))
-    book_key()
+    write_key_file(tmp_path / "cache" / "book.key")
     assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "cache" / "book.key").stat().st_mode) == 0o600
     assert run(capsys, "keygen", "--out", tmp_path / "keys" / "a.key")[0] == 0

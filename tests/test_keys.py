@@ -206,13 +206,31 @@ def test_load_key_bad_hex_does_not_echo_the_value(monkeypatch):
     assert secret not in str(err.value) and "hexadecimal" in str(err.value)
 
 
-def test_book_key_is_stable_and_private(tmp_path, monkeypatch):
+def test_book_key_is_the_public_teaching_key_unless_the_reader_names_one(tmp_path, monkeypatch):
+    from chainmark.keys import book_key_source, teaching_key, TEACHING_LABEL, hkdf
+
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.setenv("CHAINMARK_CACHE", str(tmp_path))
     key = book_key()
-    assert key == book_key() and len(key) == 32
-    assert key_file_is_private(tmp_path / "book.key")
+    # derived from the published label, so anyone can re-derive it; nothing written to disk
+    assert key == teaching_key() == hkdf(TEACHING_LABEL.encode(), b"chainmark/v1/teaching-key")
+    assert len(key) == 32 and book_key_source() == "teaching" and not list(tmp_path.iterdir())
+    assert key_fingerprint(key) == "7bed3cf33e6cb5cb"  # the fingerprint the book's banner shows
+    own = bytes(range(40, 72))
+    monkeypatch.setenv(KEY_ENV, own.hex())
+    assert book_key() == own and book_key_source() == "environment"
+    path = tmp_path / "reader.key"
+    write_key_file(path, bytes(range(1, 33)))
+    monkeypatch.setenv(KEY_FILE_ENV, str(path))
+    assert book_key() == bytes(range(1, 33)) and book_key_source() == "key file"
+
+
+def test_deployment_paths_never_fall_back_to_the_teaching_key(monkeypatch):
+    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(LookupError):
+        load_key()
 
 
 def test_config_repr_and_description_hide_the_key():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -206,3 +207,76 @@ def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):
     assert [b for _, b in first_h2h] == [0, 0, 0, 0]          # every method of batch 0 before batch 1
     default = pending(tmp_path, PROTOCOL)
     assert [c.experiment for c, _ in default][0] == "head_to_head"
+
+
+# ---- verify across CPUs: exact where it must be, a stated tolerance for floats ----------------------
+def _record(**over):
+    base = {"id": "chainmark/wiki/0000", "token_ids": [5, 6, 7, 8], "gate_signal": [1.2345, 0.5, 2.0, 0.1],
+            "gated": [1, 0, 1, 0], "self_ppl": 3.1737226796180176,
+            "detection": {"chainmark": {"z": 4.2, "p_value": 1.3e-5, "decision": True, "n_scored": 3}}}
+    return {**base, **over}
+
+
+def test_verify_accepts_float_rounding_within_the_stated_tolerance():
+    stored = [_record()]
+    # what another CPU did: a gate signal stored to 4 decimals crossed a rounding boundary, the
+    # perplexity moved at 1e-8 (AMD EPYC against the Intel Xeon that made the run)
+    fresh = [_record(gate_signal=[1.2346, 0.5, 2.0, 0.1], self_ppl=3.1737226896180176)]
+    assert ref.compare_records(stored, fresh) == []
+    assert ref.VERIFY_TOLERANCE["abs"] >= 1e-4
+
+
+def test_verify_is_exact_for_tokens_gates_counts_and_verdicts():
+    stored = [_record()]
+    gate_flip = [_record(gated=[1, 1, 1, 0])]
+    assert any("gated[1]" in d for d in ref.compare_records(stored, gate_flip))
+    verdict = [_record(detection={"chainmark": {"z": 4.2, "p_value": 1.3e-5, "decision": False, "n_scored": 3}})]
+    assert any("decision" in d for d in ref.compare_records(stored, verdict))
+    count = [_record(detection={"chainmark": {"z": 4.2, "p_value": 1.3e-5, "decision": True, "n_scored": 4}})]
+    assert any("n_scored" in d for d in ref.compare_records(stored, count))
+    drift = [_record(self_ppl=3.2)]
+    assert any("self_ppl" in d and "tolerance" in d for d in ref.compare_records(stored, drift))
+    assert ref.compare_records(stored, []) == ["stored 1 records, regenerated 0"]
+
+
+def test_a_token_divergence_names_the_position_and_the_gate_margin():
+    stored = [_record()]
+    fresh = [_record(token_ids=[5, 6, 9, 8], gate_signal=[1.2345, 0.5, 1.9999, 0.1], gated=[1, 0, 0, 0])]
+    out = ref.compare_records(stored, fresh, tau=2.0)
+    assert len(out) == 1, out  # reported once, not once per field that follows from the tokens
+    assert "position 2" in out[0] and "stored id 7" in out[0] and "regenerated 9" in out[0]
+    assert "margin +0.0000" in out[0] and "gated True stored, False regenerated" in out[0]
+
+
+def test_the_committed_manifest_states_the_verify_tolerance():
+    import json
+
+    manifest = json.loads((ref.reference_dir("smollm2-135m-instruct-gguf") / ref.MANIFEST).read_text())
+    assert manifest["verify_tolerance"] == ref.VERIFY_TOLERANCE
+
+
+@pytest.mark.slow
+def test_the_committed_reference_verifies_with_other_cpu_kernels():
+    """Another CPU, simulated: PyTorch's AVX2 kernels instead of this machine's best (README: other CPUs)."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "1"],
+                         capture_output=True, text=True, timeout=1800, env=env)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "verified 1 stored batches" in out.stdout
+
+
+def test_reading_the_reference_ignores_the_live_model(monkeypatch):
+    """Reference sections read the embedded model's committed run whatever CHAINMARK_MODEL is."""
+    from chainmark.settings import get_settings
+
+    monkeypatch.setenv("CHAINMARK_MODEL", "/some/other/model")
+    get_settings.cache_clear()
+    try:
+        assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
+        assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
+        from chainmark.records import load_reference
+
+        assert len(load_reference("kregular")) > 0
+    finally:
+        get_settings.cache_clear()

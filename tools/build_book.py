@@ -14,9 +14,15 @@ since the last successful build is not executed again, its outputs come from
 ``_build/.jupyter_cache``. The cache only knows the notebooks, so this script
 keeps a fingerprint of everything else a chapter's outputs depend on (the
 package's code and data, including the reference run, pyproject.toml,
-constraints.txt, _config.yml, ``CHAINMARK_MODEL`` and ``CHAINMARK_SCALE``) and
+constraints.txt, _config.yml, ``CHAINMARK_MODEL``, ``CHAINMARK_SCALE``, the
+claims mode, the fingerprint of the key the chapters use and the device) and
 empties the cache when it changes: then every chapter executes again. A fresh
 clone has no cache, so CI always executes every chapter.
+
+Claims. The build runs strict (``CHAINMARK_CLAIMS=strict`` unless set): a
+sentence of the book that its run does not bear out fails the build, so the
+site never prints one. Set ``CHAINMARK_CLAIMS=soft`` to build with your own
+key or model and see the notes instead.
 
 Chapters that keep resumable run records (8 and 8b) write them to
 ``_build/runs``, emptied at the start of every build: a build shows what this
@@ -38,7 +44,7 @@ from pathlib import Path
 
 #: What a chapter's outputs depend on besides its own cells (globs relative to the book's root).
 FINGERPRINT_INPUTS = ("chainmark/**/*", "pyproject.toml", "constraints.txt", "_config.yml")
-FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE")
+FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE", "CHAINMARK_CLAIMS")
 FINGERPRINT_FILE = ".execution_fingerprint"
 
 ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
@@ -54,7 +60,27 @@ def execution_fingerprint(book_dir: Path) -> str:
                 digest.update(path.relative_to(book_dir).as_posix().encode() + b"\0" + path.read_bytes())
     for var in FINGERPRINT_ENV:
         digest.update(f"{var}={os.environ.get(var, '')}".encode())
+    digest.update(f"key={run_key_fingerprint()};device={run_device()}".encode())
     return digest.hexdigest()
+
+
+def run_key_fingerprint() -> str:
+    """The fingerprint of the key the chapters will use (the reader's own, or the public teaching key)."""
+    from chainmark.keys import book_key, key_fingerprint
+
+    return key_fingerprint(book_key())
+
+
+def run_device() -> str:
+    """The device the chapters will run on: ``cuda`` with its name, or ``cpu`` with the ATen kernels asked for."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda:" + torch.cuda.get_device_name(0)
+    except ImportError:  # pragma: no cover - the book's install has torch
+        pass
+    return "cpu:" + os.environ.get("ATEN_CPU_CAPABILITY", "")
 
 
 def drop_stale_cache(build_dir: Path, fingerprint: str) -> bool:
@@ -70,6 +96,7 @@ def drop_stale_cache(build_dir: Path, fingerprint: str) -> bool:
 
 
 def build(book_dir: Path) -> int:
+    os.environ.setdefault("CHAINMARK_CLAIMS", "strict")
     book_dir = book_dir.resolve()
     build_dir = book_dir / "_build"
     runs = build_dir / "runs"
@@ -81,6 +108,7 @@ def build(book_dir: Path) -> int:
         shutil.rmtree(stale, ignore_errors=True)
     jb = Path(sys.executable).with_name("jupyter-book")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.setdefault("CHAINMARK_CLAIMS", "strict")
     env.setdefault("CHAINMARK_RUNS", str(runs))
     log_path = book_dir / "_build.log"
     start = time.perf_counter()

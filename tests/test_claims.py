@@ -1,0 +1,112 @@
+"""The claim mechanism: strict in the book's configuration, a note and the chapter goes on anywhere else."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chainmark import claims
+from chainmark.claims import ClaimFailed, book_configuration, claim, claim_outcomes, claims_mode, claims_report
+from chainmark.settings import get_settings
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    for var in ("CHAINMARK_CLAIMS", "CHAINMARK_CLAIMS_LOG", "CHAINMARK_KEY", "CHAINMARK_KEY_FILE",
+                "CHAINMARK_MODEL", "CHAINMARK_SCALE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(claims, "_outcomes", [])
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def _book_config_on_cpu(monkeypatch):
+    monkeypatch.setattr("chainmark.settings._cuda_available", lambda: False)
+    get_settings.cache_clear()
+
+
+def test_strict_exactly_in_the_books_configuration(monkeypatch):
+    _book_config_on_cpu(monkeypatch)
+    assert all(book_configuration().values()) and claims_mode() == "strict"
+    for var, value in (("CHAINMARK_KEY", bytes(range(32)).hex()), ("CHAINMARK_MODEL", "some/other-model"),
+                       ("CHAINMARK_SCALE", "full")):
+        monkeypatch.setenv(var, value)
+        get_settings.cache_clear()
+        assert claims_mode() == "soft", var
+        monkeypatch.delenv(var)
+        get_settings.cache_clear()
+    monkeypatch.setattr("chainmark.settings._cuda_available", lambda: True)
+    monkeypatch.setenv("CHAINMARK_SCALE", "smoke")
+    get_settings.cache_clear()
+    assert not book_configuration()["CPU"] and claims_mode() == "soft"
+
+
+def test_the_environment_forces_either_mode_and_refuses_others(monkeypatch):
+    _book_config_on_cpu(monkeypatch)
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    assert claims_mode() == "soft"
+    monkeypatch.setenv("CHAINMARK_KEY", bytes(range(32)).hex())
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "STRICT")
+    assert claims_mode() == "strict"
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "lenient")
+    with pytest.raises(ValueError, match="strict"):
+        claims_mode()
+
+
+def test_strict_mode_fails_with_the_sentence_and_what_the_run_shows(monkeypatch):
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "strict")
+    measured = 0.95
+    with pytest.raises(ClaimFailed, match="the SD is larger") as err:
+        with claim("the SD is larger with every transition scored"):
+            assert measured > 0.97, (measured, 0.97)
+    assert "0.95" in str(err.value) and isinstance(err.value, AssertionError)
+    assert [o.held for o in claim_outcomes()] == [False]
+
+
+def test_soft_mode_shows_a_note_skips_the_rest_of_the_block_and_goes_on(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("CHAINMARK_CLAIMS_LOG", str(log))
+    reached = []
+    with claim("two is less than one"):
+        assert 2 < 1, "two is not less than one"
+        reached.append("after")  # skipped: a claim's block holds checks only
+    with claim("the reference run's texts are all flagged", tier="reference"):
+        assert True
+    assert reached == []
+    out = capsys.readouterr().out
+    assert "this run differs from the text" in out and "two is less than one" in out
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["held"], r["tier"], r["mode"]) for r in rows] == [(False, "live", "soft"), (True, "reference", "soft")]
+    assert "two is not less than one" in rows[0]["shows"]
+    differed = claims_report()
+    assert list(differed["says"]) == ["two is less than one"]
+
+
+def test_other_exceptions_are_never_swallowed(monkeypatch):
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    with pytest.raises(KeyError):
+        with claim("a lookup works"):
+            {}["missing"]
+
+
+def test_a_claim_needs_a_sentence_and_a_known_tier():
+    with pytest.raises(ValueError, match="sentence"):
+        with claim("  "):
+            pass
+    with pytest.raises(ValueError, match="tier"):
+        with claim("fine", tier="rumour"):
+            pass
+
+
+def test_the_key_never_reaches_the_log(monkeypatch, tmp_path):
+    key = bytes(range(50, 82))
+    monkeypatch.setenv("CHAINMARK_KEY", key.hex())
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    log = tmp_path / "claims.jsonl"
+    monkeypatch.setenv("CHAINMARK_CLAIMS_LOG", str(log))
+    with claim("a claim"):
+        assert False, "no"
+    text = log.read_text()
+    assert key.hex() not in text and key.hex().upper() not in text
