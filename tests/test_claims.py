@@ -110,3 +110,36 @@ def test_the_key_never_reaches_the_log(monkeypatch, tmp_path):
         assert False, "no"
     text = log.read_text()
     assert key.hex() not in text and key.hex().upper() not in text
+
+
+def test_the_robustness_tool_keeps_its_keys_private_and_resumes(tmp_path):
+    import stat
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import claims_robustness as tool
+
+    first = tool.keys_in(tmp_path, 3, fresh=False)
+    contents = [p.read_bytes() for p in first]
+    assert len(set(contents)) == 3 and all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in first)
+    assert [p.read_bytes() for p in tool.keys_in(tmp_path, 3, fresh=False)] == contents  # resuming: same keys
+    assert [p.read_bytes() for p in tool.keys_in(tmp_path, 3, fresh=True)] != contents
+
+
+def test_the_robustness_summary_names_every_live_claim_that_failed_under_some_key():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import claims_robustness as tool
+
+    def run(fp, failed):
+        return {"key_fingerprint": fp, "chapter": "book/x.ipynb", "completed": True, "error": None, "seconds": 1.0,
+                "live_checked": 3, "live_held": 3 - len(failed), "reference_checked": 1, "reference_held": 1,
+                "failed": [{"says": s, "tier": "live", "shows": "no"} for s in failed]}
+
+    summary = tool.summarise([run("a", []), run("b", ["the SD is larger"])], ["book/x.ipynb"], 2)
+    chapter = summary["chapters"]["book/x.ipynb"]
+    assert chapter["keys"] == 2 and chapter["completed"] == 2 and chapter["live_claims"] == 3
+    assert chapter["live_failed_under_some_key"] == ["the SD is larger"]

@@ -25,12 +25,13 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chainmark.keys import key_fingerprint, read_key_file, write_key_file  # noqa: E402
+from chainmark.keys import key_fingerprint, read_key_file, teaching_key, write_key_file  # noqa: E402
 
 
 def toc_chapters() -> list[str]:
@@ -41,35 +42,34 @@ def toc_chapters() -> list[str]:
     return [f"{e['file']}.ipynb" for e in toc.get("chapters", []) if (ROOT / f"{e['file']}.ipynb").exists()]
 
 
-def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int) -> dict:
-    """Run one chapter under one key in soft mode; return how it ended and the claims it logged."""
+def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None) -> dict:
+    """Run one chapter under one key in soft mode; return how it ended and the claims it logged.
+
+    The kernel gets its settings through its own environment (never this
+    process's), so several chapters can run at once; ``threads`` caps the
+    kernel's CPU threads.
+    """
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     log.unlink(missing_ok=True)
-    env = {"CHAINMARK_KEY_FILE": str(key_file), "CHAINMARK_CLAIMS": "soft", "CHAINMARK_CLAIMS_LOG": str(log),
-           "CHAINMARK_CHAPTER": chapter, "CHAINMARK_RUNS": str(runs), "HF_HUB_OFFLINE": "1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    os.environ.pop("CHAINMARK_KEY", None)
+    env = {k: v for k, v in os.environ.items() if k != "CHAINMARK_KEY"}
+    env.update({"CHAINMARK_KEY_FILE": str(key_file), "CHAINMARK_CLAIMS": "soft", "CHAINMARK_CLAIMS_LOG": str(log),
+                "CHAINMARK_CHAPTER": chapter, "CHAINMARK_RUNS": str(runs), "HF_HUB_OFFLINE": "1"})
+    if threads:
+        env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     path = ROOT / chapter
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     start, error = time.perf_counter(), None
     try:
-        client.execute()
+        client.execute(env=env)
     except CellExecutionError as exc:
         error = str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else type(exc).__name__
     except Exception as exc:  # a timeout or a dead kernel: recorded, the next run goes on
         error = f"{type(exc).__name__}: {exc}"[:500]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     claims = [json.loads(line) for line in log.read_text("utf-8").splitlines()] if log.exists() else []
     return {"completed": error is None, "error": error, "seconds": round(time.perf_counter() - start, 1),
             "live_checked": sum(c["tier"] == "live" for c in claims),
@@ -119,31 +119,55 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "book" / "data" / "claims_robustness.json")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     parser.add_argument("--fresh", action="store_true", help="new keys, forget the finished runs")
+    parser.add_argument("--teaching", action="store_true",
+                        help="also run every chapter under the public teaching key (soft mode: every claim that "
+                             "would stop the strict build is listed in one pass)")
+    parser.add_argument("--jobs", type=int, default=1, help="chapters run at once (each in its own kernel)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads per kernel (default: torch's own)")
     args = parser.parse_args()
-    if args.keys < 1:
-        parser.error("--keys must be at least 1")
+    if args.keys < 1 or args.jobs < 1:
+        parser.error("--keys and --jobs must be at least 1")
     chapters = args.chapters or toc_chapters()
     key_files = keys_in(args.work, args.keys, args.fresh)
+    fresh_fingerprints = [key_fingerprint(read_key_file(k)) for k in key_files]
+    if args.teaching:
+        teaching_file = args.work / "teaching.key"
+        if not teaching_file.exists():
+            write_key_file(teaching_file, teaching_key())
+        key_files = [teaching_file, *key_files]
     done_file = args.work / "runs.jsonl"
     rows = [json.loads(line) for line in done_file.read_text("utf-8").splitlines()] if done_file.exists() else []
-    for key_file in key_files:
-        fingerprint = key_fingerprint(read_key_file(key_file))
-        for chapter in chapters:
-            if any(r["key_fingerprint"] == fingerprint and r["chapter"] == chapter for r in rows):
-                continue
-            result = execute(chapter, key_file, args.work / "claims.jsonl", args.work / "runs" / fingerprint,
-                             args.timeout)
-            row = {"key_fingerprint": fingerprint, "chapter": chapter, **result}
+    todo = []  # chapter-major: every key of a chapter before the next chapter, so results arrive chapter by chapter
+    for chapter in chapters:
+        for key_file in key_files:
+            fingerprint = key_fingerprint(read_key_file(key_file))
+            if not any(r["key_fingerprint"] == fingerprint and r["chapter"] == chapter for r in rows):
+                todo.append((chapter, key_file, fingerprint))
+
+    def one(task: tuple[str, Path, str]) -> dict:
+        chapter, key_file, fingerprint = task
+        tag = f"{fingerprint}-{Path(chapter).stem}"
+        result = execute(chapter, key_file, args.work / f"claims-{tag}.jsonl", args.work / "runs" / tag,
+                         args.timeout, threads=args.threads)
+        return {"key_fingerprint": fingerprint, "chapter": chapter, **result}
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(one, todo):
             rows.append(row)
             with done_file.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            print(f"{fingerprint} {chapter}: {'ran to its end' if result['completed'] else 'STOPPED: ' + str(result['error'])}; "
-                  f"live {result['live_held']}/{result['live_checked']}, reference "
-                  f"{result['reference_held']}/{result['reference_checked']} ({result['seconds']:.0f} s)", flush=True)
-            for f in result["failed"]:
+            print(f"{row['key_fingerprint']} {row['chapter']}: "
+                  f"{'ran to its end' if row['completed'] else 'STOPPED: ' + str(row['error'])}; "
+                  f"live {row['live_held']}/{row['live_checked']}, reference "
+                  f"{row['reference_held']}/{row['reference_checked']} ({row['seconds']:.0f} s)", flush=True)
+            for f in row["failed"]:
                 print(f"    differed ({f['tier']}): {f['says']} -- {f['shows']}", flush=True)
-    fingerprints = [key_fingerprint(read_key_file(k)) for k in key_files]
-    summary = summarise([r for r in rows if r["key_fingerprint"] in fingerprints], chapters, len(key_files))
+    summary = summarise([r for r in rows if r["key_fingerprint"] in fresh_fingerprints], chapters, len(fresh_fingerprints))
+    if args.teaching:
+        teaching_rows = [r for r in rows if r["key_fingerprint"] == key_fingerprint(teaching_key())]
+        failed = [(r["chapter"], f["says"]) for r in teaching_rows for f in r["failed"]]
+        stopped = [(r["chapter"], r["error"]) for r in teaching_rows if not r["completed"]]
+        print(f"teaching key: {len(failed)} claims failed, {len(stopped)} chapters stopped", *failed, *stopped, sep="\n  ")
     if args.chapters is None:  # only a run over the whole book replaces the published file
         args.out.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")
