@@ -173,7 +173,7 @@ def main() -> int:
         print(f"wrote {args.out}")
     bad = {c: v["live_failed_under_some_key"] for c, v in summary["chapters"].items() if v["live_failed_under_some_key"]}
     stopped = [c for c, v in summary["chapters"].items() if v["completed"] < v["keys"]]
-    print(f"{len(chapters)} chapters x {len(key_files)} keys: {len(stopped)} chapters stopped under some key, "
+    print(f"{len(chapters)} chapters x {len(fresh_fingerprints)} fresh keys: {len(stopped)} chapters stopped under some key, "
           f"{sum(map(len, bad.values()))} live claims failed under some key")
     return 1 if bad or stopped else 0
 
