@@ -49,9 +49,8 @@ _EXPORTS: dict[str, str] = {
     "detect": "detect",
     "detect_batch": "detect",
     "detect_text": "detect",
-    "LikelihoodRatioResult": "detect",
-    "lm_detect": "detect",
-    "lr_detect": "detect",
+    "LikelihoodRatioResult": "lrdetect",
+    "lr_detect": "lrdetect",
     "generate": "embed",
     "get_settings": "settings",
     "hoeffding_fpr_bound": "calibrate",
@@ -95,7 +94,8 @@ if TYPE_CHECKING:  # static checkers and IDEs see the eager imports
     from .prompts import load_prompts, prompt_grid
     from .records import read_records, run_grid
     from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
-    from .detect import DetectionResult, detect, detect_batch, detect_text, LikelihoodRatioResult, lm_detect, lr_detect
+    from .detect import DetectionResult, detect, detect_batch, detect_text
+    from .lrdetect import LikelihoodRatioResult, lr_detect
     from .gates import GATE_KINDS, Gate
     from .topology import Topology
     from .calibrate import calibration_table, hoeffding_fpr_bound, lifted_threshold, midpoint_threshold, predicted_z, recalibrate, s_star, z_alpha

@@ -48,6 +48,7 @@ from transformers.generation.logits_process import WatermarkLogitsProcessor
 
 from .detect import check_alpha
 from .gates import Gate
+from .signals import gate_flags
 from .keys import derive_key, key_fingerprint
 from .partition import Key, as_token_array, check_int, key_bytes
 
@@ -211,7 +212,7 @@ class KGWLogitsProcessor(WatermarkLogitsProcessor):
         if self.gate is None:
             flags = torch.ones(scores.shape[0], dtype=torch.bool)
         else:
-            flags = self.gate(scores).cpu()
+            flags = gate_flags(self.gate, scores).cpu()
         self.gated.append(flags)
         rows = torch.nonzero(flags).flatten().tolist()
         if not rows:

@@ -206,9 +206,14 @@ def calibration_table(
     """Lookup table of S*(n, rho, alpha): rows n, columns (alpha, rho).
 
     The defaults are the paper's grid, and the result reproduces its table
-    cell for cell. Returns a pandas DataFrame with a two-level column index.
+    cell for cell. Returns a pandas DataFrame with a two-level column index
+    (pandas comes with the book's install, not the model-free core's).
     """
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("calibration_table returns a pandas DataFrame: pip install pandas "
+                          "(or chainmark[book]); s_star(n, rho, alpha) gives any cell without it") from None
 
     ns, rhos, alphas = list(ns), list(rhos), list(alphas)
     for name, values in (("ns", ns), ("rhos", rhos), ("alphas", alphas)):
@@ -246,8 +251,20 @@ class RateEstimate:
     level: float = 0.95
 
     def __str__(self) -> str:
-        return (f"{100 * self.rate:.1f}% [{100 * self.low:.1f}, {100 * self.high:.1f}] "
-                f"({self.hits}/{self.trials})")
+        return self.format()
+
+    def format(self, digits: int = 1, counts: bool = True) -> str:
+        """The rate and its interval in percent, as a table cell: ``"12.5% [1.6, 38.3] (2/16)"``.
+
+        ``digits`` is the number of decimals of the three percentages (``0``
+        gives ``"12% [2, 38] (2/16)"``); ``counts=False`` leaves out the
+        ``(hits/trials)`` count. ``str()`` is ``format()`` with the defaults.
+        """
+        if isinstance(digits, bool) or not isinstance(digits, (int, np.integer)) or digits < 0:
+            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
+        d = int(digits)
+        text = f"{100 * self.rate:.{d}f}% [{100 * self.low:.{d}f}, {100 * self.high:.{d}f}]"
+        return f"{text} ({self.hits}/{self.trials})" if counts else text
 
     def to_dict(self) -> dict[str, float]:
         return {"hits": self.hits, "trials": self.trials, "rate": self.rate,

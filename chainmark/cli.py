@@ -33,6 +33,11 @@ otherwise. Regime files are checked field by field.
 The key is read from a file (``--key-file``) or the environment
 (``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
 output, JSON records and error messages carry its fingerprint only.
+
+Longer than 600 lines because it is one argparse program: the commands share
+the input checks, the exit-code discipline and the output formats written
+here, and a reader follows one command from its options to its output in one
+file. The logic each command runs lives in the core modules it calls.
 """
 from __future__ import annotations
 
@@ -551,18 +556,19 @@ def _warn_if_not_private(path: str) -> None:
 
 
 def _load_tokenizer(name: str | None, revision: str | None = None) -> Any:
-    from .models import ModelLoadError, load_tokenizer
+    """The auditor's tokenizer (:mod:`chainmark.tokenizer`): the same code in the model-free install and the full one."""
+    from .tokenizer import TokenizerLoadError, load_tokenizer
 
     try:
         return load_tokenizer(name, revision=revision)
-    except ModelLoadError as exc:
+    except TokenizerLoadError as exc:
         raise UsageError(f"the tokenizer cannot be loaded.\n{exc}") from None
 
 
 def _tokenizer_label(name: str | None) -> str:
-    from .settings import get_settings
+    from .tokenizer import default_model_name
 
-    return name or get_settings().model
+    return name or default_model_name()
 
 
 # ---------------------------------------------------------------------------

@@ -15,8 +15,8 @@ choices keep it cheap:
   candidate logits instead of masking the whole ``batch x V`` matrix;
 * the gate signal (entropy, and the top-2 gap when asked for) is computed
   once per step and shared with the trace recorder, sharing one softmax
-  (:func:`chainmark.gates.entropy_signals` with ``fused=True``, or
-  :func:`chainmark.gates.row_signals` row by row);
+  (:func:`chainmark.signals.entropy_signals` with ``fused=True``, or
+  :func:`chainmark.signals.row_signals` row by row);
 * scratch memory is reused from step to step (fresh vocabulary-sized
   temporaries cost more than the arithmetic on them);
 * on the CPU each row is handled while it sits in the cache (signal, masked
@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .gates import Gate, Workspace, check_gate_kind, check_rho, entropy_signals, row_maxima, row_signals
+from .gates import Gate, check_gate_kind, check_rho
+from .signals import Workspace, entropy_signals, row_maxima, row_signals
 from .keys import key_fingerprint
 from .partition import Key, check_num_states, key_bytes, state_table
 from .settings import GENERATION_SEED

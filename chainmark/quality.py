@@ -23,7 +23,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from .gates import check_rho, entropy_signals
+from .gates import check_rho
+from .signals import entropy_signals
 from .partition import check_num_states, state_table
 
 

@@ -44,416 +44,26 @@ hashing key derived from it) in any common encoding.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
+import dataclasses
 import json
 import math
 import os
 import time
-from abc import ABC, abstractmethod
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-import numpy as np
-
-from .settings import GENERATION_SEED
-
-RECORDS_FILE = "records.jsonl"
-META_FILE = "run.json"
-#: Lock file of a run folder: held by the one process that writes there.
-LOCK_FILE = ".lock"
-#: ``CHAINMARK_RUNS`` overrides where runs are stored (e.g. a Google Drive folder in Colab).
-RUNS_ENV = "CHAINMARK_RUNS"
-
-
-# --------------------------------------------------------------------------- where runs live
-
-
-def default_runs_dir() -> Path:
-    """``$CHAINMARK_RUNS``, else ``runs/`` at the book's root (found upwards), else ``./runs``.
-
-    The book's root is the first folder upwards from the working directory
-    that holds ``_toc.yml``; ``runs/`` is git-ignored there.
-    """
-    env = os.environ.get(RUNS_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "_toc.yml").is_file():
-            return folder / "runs"
-    return here / "runs"
-
-
-def stored_gate(path: str | os.PathLike, calibrate: Any, name: str = "gate") -> Any:
-    """The gate stored in ``path/<name>.json``, or ``calibrate()``'s result, stored there first.
-
-    A calibrated threshold comes from a sampled pilot run, which need not
-    reproduce bit for bit on another machine (GPU kernels, thread counts);
-    a resumed run must use the *same* tau as the records already written,
-    so the first run stores it and later runs read it back.
-    """
-    from .gates import Gate
-
-    file = Path(path) / f"{name}.json"
-    if file.exists():
-        data = json.loads(file.read_text("utf-8"))
-        return Gate(data["kind"], float(data["tau"]))
-    gate = calibrate()
-    if not isinstance(gate, Gate):
-        raise TypeError(f"calibrate() must return a chainmark.gates.Gate, got {type(gate).__name__}")
-    file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"kind": gate.kind, "tau": float(gate.tau)}) + "\n", "utf-8")
-    os.replace(tmp, file)
-    return gate
-
-
-# --------------------------------------------------------------------------- methods
-
-
-@dataclass
-class Output:
-    """One generation as the runner needs it (prompt tokens kept for teacher forcing)."""
-
-    prompt: str
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    gate_signal: list[float]
-    gated: list[bool]
-
-    @property
-    def rho_realised(self) -> float:
-        return float(np.mean(self.gated)) if self.gated else 0.0
-
-
-class Method(ABC):
-    """A watermarking method as the runner sees it: generate, then detect.
-
-    ``needs_model_to_detect`` says whether the detector needs the language
-    model (SWEET) or only the key and the tokenizer (ChainMark, KGW).
-    """
-
-    name: str = "method"
-    watermarked: bool = True
-    needs_model_to_detect: bool = False
-
-    @abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready settings with the key's fingerprint, never the key."""
-
-    @abstractmethod
-    def generate(self, model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
-                 seed: int, temperature: float, min_new_tokens: int | None) -> list[Output]:
-        """Generate one output per prompt, as one batch sampled with ``seed``."""
-
-    def detect(self, token_ids: Sequence[Sequence[int]], *, vocab_size: int, alpha: float,
-               model: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
-        """Detection results (``phi``, ``z``, ``p_value``, ``decision``, ``n_scored``) per text."""
-        raise NotImplementedError(f"{self.name} has no detector")
-
-    def secrets(self) -> list[Any]:
-        """The secret values this method holds (checked against every record line)."""
-        return []
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r})"
-
-
-def _outputs(gens: Sequence[Any], gated: np.ndarray | None = None) -> list[Output]:
-    out = []
-    for i, g in enumerate(gens):
-        n = len(g.token_ids)
-        flags = (gated[i, :n].astype(bool).tolist() if gated is not None and gated.size
-                 else [bool(f) for f in g.forced])
-        out.append(Output(g.prompt, list(g.prompt_ids), list(g.token_ids), g.text,
-                          [float(h) for h in g.entropy], flags))
-    return out
-
-
-def _generate(model: Any, tokenizer: Any, prompts: Sequence[str], config: Any = None, gate: Any = None,
-              extra: Sequence[Any] = (), **kwargs: Any) -> list[Any]:
-    from .embed import generate
-
-    return generate(model, tokenizer, list(prompts), config=config, gate=gate, batch_size=len(prompts),
-                    extra_processors=list(extra), **kwargs)
-
-
-def _vocab(model: Any) -> int:
-    from .embed import logits_width
-
-    return logits_width(model)
-
-
-class ChainMarkMethod(Method):
-    """ChainMark: forced walk at gated positions, model-free detection."""
-
-    def __init__(self, config: Any, gate: Any = None, name: str = "chainmark"):
-        from .embed import ChainMarkConfig
-
-        if not isinstance(config, ChainMarkConfig):
-            raise TypeError(f"config must be a ChainMarkConfig, got {type(config).__name__}")
-        self.config, self.gate, self.name = config, gate, name
-
-    def describe(self) -> dict[str, Any]:
-        d = {**self.config.describe(), "method": "chainmark"}
-        if self.gate is not None:
-            d["tau"] = float(self.gate.tau)
-        return d
-
-    def generate(self, model, tokenizer, prompts, **kwargs):
-        return _outputs(_generate(model, tokenizer, prompts, self.config, self.gate, **kwargs))
-
-    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        from .detect import detect
-
-        out = []
-        for ids in token_ids:
-            r = detect(list(ids), self.config.key, self.config.S, self.config.topo, alpha,
-                       vocab_size=vocab_size)
-            out.append({"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
-                        "n_scored": r.n_transitions})
-        return out
-
-    def secrets(self):
-        return [self.config.key]
-
-
-class KGWMethod(Method):
-    """KGW from ``transformers``: green-list bias everywhere, model-free detection."""
-
-    def __init__(self, config: Any, name: str = "kgw"):
-        from .baselines import KGWConfig
-
-        if not isinstance(config, KGWConfig):
-            raise TypeError(f"config must be a KGWConfig, got {type(config).__name__}")
-        self.config, self.name = config, name
-
-    def describe(self):
-        return self.config.describe()
-
-    def _processor(self, model):
-        from .baselines import KGWLogitsProcessor
-
-        return KGWLogitsProcessor(self.config, _vocab(model))
-
-    def generate(self, model, tokenizer, prompts, **kwargs):
-        proc = self._processor(model)
-        gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
-        return _outputs(gens, proc.gated_matrix())
-
-    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        from .baselines import kgw_detect
-
-        return [_baseline_dict(kgw_detect(list(ids), self.config, vocab_size, alpha)) for ids in token_ids]
-
-    def secrets(self):
-        return [self.config.key, self.config.hashing_key]
-
-
-class SweetMethod(KGWMethod):
-    """SWEET: KGW bias at high-entropy positions only; detection needs the model."""
-
-    needs_model_to_detect = True
-
-    def __init__(self, config: Any, name: str = "sweet", batch_size: int = 8):
-        from .baselines import SweetConfig
-
-        if not isinstance(config, SweetConfig):
-            raise TypeError(f"config must be a SweetConfig, got {type(config).__name__}")
-        self.config, self.name, self.batch_size = config, name, batch_size
-
-    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        from .baselines import sweet_detect_batch
-
-        if model is None:
-            raise ValueError("SWEET's detector needs the language model (to recompute entropies): pass model=...")
-        res = sweet_detect_batch([list(t) for t in token_ids], self.config, model, vocab_size,
-                                 prompt_ids=prompt_ids, alpha=alpha, batch_size=self.batch_size)
-        return [_baseline_dict(r) for r in res]
-
-    def secrets(self):
-        return [self.config.key, self.config.kgw.hashing_key]
-
-
-class NoWatermark(Method):
-    """Plain sampling: the null texts, scored by every watermark detector of the run."""
-
-    watermarked = False
-
-    def __init__(self, name: str = "none"):
-        self.name = name
-
-    def describe(self):
-        return {"method": "none"}
-
-    def generate(self, model, tokenizer, prompts, **kwargs):
-        gens = _generate(model, tokenizer, prompts, **kwargs)
-        return _outputs(gens, np.zeros((len(gens), max([len(g.token_ids) for g in gens] + [0])), dtype=bool))
-
-
-def _baseline_dict(r: Any) -> dict[str, Any]:
-    return {"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
-            "n_scored": r.n_scored, "n_green": r.n_green, "p_value_binomial": r.p_value_binomial}
-
-
-# --------------------------------------------------------------------------- JSONL storage
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN/inf to None."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _clean(value.tolist())
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    return value
-
-
-def _secret_forms(secrets: Iterable[Any]) -> list[str]:
-    """Text forms a secret could take in a JSON line (hex, base64, decimal, raw)."""
-    forms: list[str] = []
-    for s in secrets:
-        if isinstance(s, int) and not isinstance(s, bool):
-            forms.append(str(s))
-            continue
-        raw = s.encode("utf-8") if isinstance(s, str) else bytes(s)
-        forms += [raw.hex(), raw.hex().upper(), base64.b64encode(raw).decode(), repr(raw)[2:-1]]
-        try:
-            forms.append(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            pass
-    return [f for f in forms if len(f) >= 8]
-
-
-def repair(path: str | os.PathLike) -> int:
-    """Cut a half-written last line (no trailing newline) off a JSONL file; return bytes removed."""
-    path = Path(path)
-    if not path.exists():
-        return 0
-    size = path.stat().st_size
-    if size == 0:
-        return 0
-    with open(path, "rb+") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) == b"\n":
-            return 0
-        # scan back to the last newline
-        pos, chunk = size, 4096
-        cut = 0
-        while pos > 0:
-            start = max(0, pos - chunk)
-            fh.seek(start)
-            block = fh.read(pos - start)
-            idx = block.rfind(b"\n")
-            if idx >= 0:
-                cut = start + idx + 1
-                break
-            pos = start
-        fh.truncate(cut)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return size - cut
-
-
-def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """All complete records of a JSONL file; a half-written last line is ignored.
-
-    A malformed line anywhere else is an error (it cannot come from an
-    interruption, since the writer repairs the file before appending).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / RECORDS_FILE
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # tail is b"" when the file ends with a newline
-    out = []
-    for number, line in enumerate(complete, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {number} is not valid JSON ({exc})") from None
-    del tail  # an unfinished record: ignored (and cut off by the writer)
-    return out
-
-
-class RecordWriter:
-    """Append records to a JSONL file, one durable line at a time (flush + fsync)."""
-
-    def __init__(self, path: str | os.PathLike, secrets: Iterable[Any] = ()):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        repair(self.path)
-        self._forms = _secret_forms(secrets)
-        self._fh = open(self.path, "a", encoding="utf-8")
-
-    def write(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Append ``record`` as one durable line; return it as written (JSON types, NaN as None)."""
-        clean = _clean(dict(record))
-        line = json.dumps(clean, ensure_ascii=False, allow_nan=False)
-        for form in self._forms:
-            if form in line:
-                raise RuntimeError("refusing to write a record that contains a secret key")
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        return clean
-
-    def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
-
-    def __enter__(self) -> "RecordWriter":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-# --------------------------------------------------------------------------- one writer per folder
-
-
-class RunFolderBusy(RuntimeError):
-    """Another process is writing to this run folder (it holds the folder's lock)."""
-
-
-@contextlib.contextmanager
-def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
-    """Hold the run folder's exclusive lock while the block runs; a second writer gets :class:`RunFolderBusy` at once.
-
-    The lock (``filelock``, an OS-level lock on ``path/.lock``) is released
-    when the block ends or the process dies, so a killed run never leaves
-    its folder locked.
-    """
-    from filelock import FileLock, Timeout
-
-    path = Path(path)
-    lock = FileLock(str(path / LOCK_FILE))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        raise RunFolderBusy(f"{path} is being written by another process (it holds {path / LOCK_FILE}); "
-                            "wait for that run to finish, or give this one another folder") from None
-    try:
-        yield path
-    finally:
-        lock.release()
+from .methods import ChainMarkMethod, KGWMethod, Method, NoWatermark, Output, SweetMethod
+from . import __version__
+from .attacks import RECORD_SEEDING, edit_fraction
+from .detect import check_alpha
+from .embed import Generation, generate, logits_width
+from .quality import score_tokens
+from .settings import GENERATION_SEED, get_settings
+from .jsonio import to_jsonable
+from .store import (LOCK_FILE, META_FILE, RECORDS_FILE, RUNS_ENV, RecordWriter, RunFolderBusy,  # noqa: F401
+                    default_runs_dir, lock_run_folder, read_records, records_frame, repair, stored_gate, write_meta)
 
 
 # --------------------------------------------------------------------------- resuming (both runners)
@@ -474,7 +84,7 @@ class _Batch:
 
 @contextlib.contextmanager
 def _open_run(path: Path, meta: dict[str, Any], secrets: Sequence[Any], key_of: Callable[[dict[str, Any]], Any],
-              *, ignore: Sequence[str] = (), write_meta: bool = True) -> Iterator[dict[Any, dict[str, Any]]]:
+              *, ignore: Sequence[str] = (), update_meta: bool = True) -> Iterator[dict[Any, dict[str, Any]]]:
     """Lock ``path``, check ``meta`` against the run already there, and yield its finished records by key.
 
     The lock is held until the block ends, so only one process appends to a
@@ -484,8 +94,8 @@ def _open_run(path: Path, meta: dict[str, Any], secrets: Sequence[Any], key_of: 
     path.mkdir(parents=True, exist_ok=True)
     with lock_run_folder(path):
         merged = _merge_meta(path, meta, ignore)
-        if write_meta:
-            _write_meta(path, merged, secrets)
+        if update_meta:
+            write_meta(path, merged, secrets)
         yield {key_of(rec): rec for rec in read_records(path / RECORDS_FILE)}
 
 
@@ -589,14 +199,10 @@ def _check_methods(methods: Sequence[Method]) -> list[Method]:
 
 
 def _meta(methods, attacks, model_name, settings: dict[str, Any]) -> dict[str, Any]:
-    from . import __version__
-
     meta = {"chainmark_version": __version__, "model": model_name,
             "methods": {m.name: m.describe() for m in methods},
             "attacks": {label: a.describe() for label, a in attacks.items()}, **settings}
     if any(getattr(a, "level", "tokens") == "tokens" for a in attacks.values()):
-        from .attacks import RECORD_SEEDING
-
         meta["attack_seeding"] = RECORD_SEEDING  # how each text's edit stream is derived
     return meta
 
@@ -610,11 +216,11 @@ def _merge_meta(path: Path, new: dict[str, Any], ignore: Sequence[str] = ()) -> 
     for k, v in new.items():
         if k == "methods" or k in ignore:
             continue
-        if old.get(k) != _clean(v):
+        if old.get(k) != to_jsonable(v):
             why = (" (it was made before token-level attacks were seeded per record id)"
                    if k == "attack_seeding" and k not in old else "")
             raise ValueError(
-                f"{path} holds a run made with other settings ({k} = {old.get(k)!r}, not {_clean(v)!r}){why}; "
+                f"{path} holds a run made with other settings ({k} = {old.get(k)!r}, not {to_jsonable(v)!r}){why}; "
                 "records of different settings must not be mixed: choose another run folder or delete this one")
     for name, desc in new.get("methods", {}).items():
         if name in old.get("methods", {}) and old["methods"][name] != desc:
@@ -627,19 +233,7 @@ def _merge_meta(path: Path, new: dict[str, Any], ignore: Sequence[str] = ()) -> 
     return merged
 
 
-def _write_meta(path: Path, meta: dict[str, Any], secrets: Iterable[Any]) -> None:
-    text = json.dumps(_clean(meta), indent=2, sort_keys=True)
-    for form in _secret_forms(secrets):
-        if form in text:
-            raise RuntimeError("refusing to write run metadata that contains a secret key")
-    tmp = path / (META_FILE + ".tmp")
-    tmp.write_text(text + "\n", "utf-8")
-    os.replace(tmp, path / META_FILE)
-
-
 def _self_ppl(model: Any, outputs: Sequence[Output], batch_size: int) -> list[float]:
-    from .quality import score_tokens
-
     todo = [i for i, o in enumerate(outputs) if o.token_ids and o.prompt_ids]
     ppl = [math.nan] * len(outputs)
     if todo:
@@ -710,8 +304,6 @@ def run_grid(
     many new records (to demonstrate resuming). ``model`` may be ``None``
     only for methods that need no model (tests), with ``self_ppl=False``.
     """
-    from .detect import check_alpha
-
     methods = _check_methods(methods)
     items = _check_items(items)
     attacks = dict(attacks or {})
@@ -719,8 +311,6 @@ def run_grid(
     _check_batching(batch_size, stop_after)
     path = Path(path) if path is not None else default_runs_dir() / run_name
     if model_name is None:
-        from .settings import get_settings
-
         model_name = get_settings().model
     secrets = [s for m in methods for s in m.secrets()]
     settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
@@ -730,14 +320,14 @@ def run_grid(
         start = time.perf_counter()
         total = len(items) * len(methods)
         skipped = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) in done)
-        vocab_size = _vocab(model) if model is not None else len(tokenizer)
+        vocab_size = logits_width(model) if model is not None else len(tokenizer)
         detectors = [m for m in methods if m.watermarked]
         gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
         chunks = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
 
         def grid_batch(j: int, chunk: list[tuple[str, int, str]], method: Method) -> _Batch:
             def produce() -> Iterator[tuple[str, dict[str, Any]]]:
-                for record in _run_batch(method, detectors, chunk, j, model, tokenizer, attacks, vocab_size,
+                for record in run_batch(method, detectors, chunk, j, model, tokenizer, attacks, vocab_size,
                                          alpha, seed, self_ppl, gen_kwargs):
                     yield record["id"], record
 
@@ -751,7 +341,7 @@ def run_grid(
                        read_records(path / RECORDS_FILE))
 
 
-def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple[str, int, str]], j: int,
+def run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple[str, int, str]], j: int,
                model: Any, tokenizer: Any, attacks: Mapping[str, Any], vocab_size: int, alpha: float,
                seed: int, self_ppl: bool, gen_kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Generate one batch with ``method``, score and attack it; yield its records in order."""
@@ -770,8 +360,6 @@ def _run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tupl
         det_s[det.name] = (time.perf_counter() - t0) / len(batch)
     attacked: dict[str, tuple[list[list[int]], list[str] | None, list[dict[str, Any]]]] = {}
     if method.watermarked:
-        from .attacks import edit_fraction
-
         for label, attack in attacks.items():
             a_ids, a_texts = _attack_batch(attack, outputs, tokenizer,
                                            [record_id(method.name, d, i) for d, i, _ in batch])
@@ -818,7 +406,7 @@ def score_null_texts(methods: Sequence[Method], token_ids: Sequence[Sequence[int
     if vocab_size is None:
         if model is None:
             raise ValueError("pass vocab_size or model")
-        vocab_size = _vocab(model)
+        vocab_size = logits_width(model)
     rows: list[dict[str, Any]] = []
     ids = [list(map(int, t)) for t in token_ids]
     for m in methods:
@@ -832,29 +420,6 @@ def score_null_texts(methods: Sequence[Method], token_ids: Sequence[Sequence[int
 
 
 # --------------------------------------------------------------------------- analysis
-
-
-def records_frame(records: Sequence[Mapping[str, Any]]) -> Any:
-    """One tidy row per (record, detector, condition): condition ``clean`` or an attack label."""
-    import pandas as pd
-
-    rows = []
-    for r in records:
-        base = {"id": r["id"], "method": r["method"], "watermarked": r["watermarked"], "domain": r["domain"],
-                "prompt_index": r["prompt_index"], "n_tokens": r["n_tokens"], "self_ppl": r["self_ppl"],
-                "rho_realised": r["rho_realised"], "generate_s": r.get("seconds", {}).get("generate")}
-        for det, res in r["detection"].items():
-            rows.append({**base, "detector": det, "condition": "clean", "edit_fraction": 0.0,
-                         "detect_s": r.get("seconds", {}).get(f"detect_{det}"),
-                         **{k: res.get(k) for k in ("phi", "z", "p_value", "decision", "n_scored")}})
-        for label, res in r.get("attacks", {}).items():
-            rows.append({**base, "detector": r["method"], "condition": label,
-                         "edit_fraction": res.get("edit_fraction"), "detect_s": None,
-                         **{k: res.get(k) for k in ("phi", "z", "p_value", "decision", "n_scored")}})
-    frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame["z"] = frame["z"].astype(float)
-    return frame
 
 
 def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] = ("method", "condition")) -> Any:
@@ -871,27 +436,12 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
     return wm.groupby(list(by))["hit"].mean().mul(100.0)
 
 
+#: What a run needs, importable from here: the methods (:mod:`chainmark.methods`), the storage
+#: (:mod:`chainmark.store`) and the runners of this module.
 __all__ = ["ChainMarkMethod", "GridRun", "KGWMethod", "Method", "NoWatermark", "Output", "RecordWriter",
            "RunFolderBusy", "SweetMethod", "default_runs_dir", "stored_gate", "read_records", "record_id",
-           "records_frame", "repair", "generate_resumable", "load_reference", "lock_run_folder", "run_grid",
+           "records_frame", "repair", "generate_resumable", "lock_run_folder", "run_batch", "run_grid",
            "score_null_texts", "tpr"]
-
-
-def load_reference(name: str, model_name: str | None = None) -> Any:
-    """The committed reference run's experiment ``name`` as a DataFrame (one row per scored text).
-
-    ``name`` is one of ``"head_to_head"``, ``"null"``, ``"calibration"``,
-    ``"kregular"``, ``"explorer"``; see :func:`chainmark.reference.load_frame`
-    for the columns. By default it is the embedded model's run, which ships
-    with the package, whatever model ``CHAINMARK_MODEL`` names; ``model_name``
-    asks for another model's run (one made with ``chainmark reference run``).
-    """
-    from .reference import load_frame, read_dir
-
-    return load_frame(name, read_dir(model_name))
-
-
-# --------------------------------------------------------------------------- resumable plain generation
 
 
 def generate_resumable(
@@ -922,9 +472,6 @@ def generate_resumable(
     :class:`~chainmark.embed.Generation` per prompt, in order, or only the
     finished ones when stopped early.
     """
-    from . import __version__
-    from .embed import Generation, generate
-
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
     prompts = list(prompts)
@@ -962,7 +509,7 @@ def generate_resumable(
         return _Batch(tuple(range(lo, lo + len(chunk))), produce, f"batch {b + 1}")
 
     ignore = ("n_prompts", "model") if model is None else ("n_prompts",)
-    with _open_run(path, meta, secrets, key_of, ignore=ignore, write_meta=model is not None) as done:
+    with _open_run(path, meta, secrets, key_of, ignore=ignore, update_meta=model is not None) as done:
         batches = [batch(b) for b in range(math.ceil(len(prompts) / batch_size))]
         todo = [b for b in batches if any(k not in done for k in b.keys)]
         if todo and model is None:

@@ -25,12 +25,18 @@ seconds, tokens). A rerun skips the batches on disk, so an interrupted run
 resumes where it stopped, on this machine or after a ``git pull`` on another.
 Batch ``j`` of a cell is sampled with ``seed + j`` as one ``generate`` call,
 exactly as :func:`chainmark.records.run_grid` does, and its records come from
-the same code (:func:`chainmark.records._run_batch`).
+the same code (:func:`chainmark.records.run_batch`).
 
 The key. The run's key is derived with HKDF from the published label
 :data:`REFERENCE_LABEL`: it is *not* secret, by design, so that anyone can
 re-derive every state, check every score, and regenerate any batch
 (:func:`verify`). Never watermark real text with it.
+
+Longer than 600 lines because the protocol, the runner, the storage format and
+the verification of one committed run must change together (a change in one
+that the others miss is what ``verify`` would report as a divergence); the
+reading functions the chapters use (:func:`load_frame`, :func:`load_texts`,
+:func:`load_reference`) are at the end.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from .jsonio import atomic_write, to_jsonable
 from .settings import ATTACK_SEED, DEFAULT_MODEL, GENERATION_SEED
 
 #: The published label the reference key is derived from (HKDF-SHA-256).
@@ -130,7 +137,7 @@ def reference_dir(model_name: str | None = None) -> Path:
     ships inside the package (``chainmark/data/reference``); other models
     (Colab) go to ``runs/reference/<model>`` beside the book's runs.
     """
-    from .records import default_runs_dir
+    from .store import default_runs_dir
     from .settings import get_settings
 
     model_name = model_name or get_settings().model
@@ -282,7 +289,7 @@ class _Context:
                               batch_size=len(pilot), seed=p.seed + p.pilot_seed_offset,
                               temperature=p.temperature)
         gates = {r: Gate.calibrate("high_entropy", r, signal) for r in p.rhos if r not in exact}
-        _atomic_write(file, json.dumps({"kind": "high_entropy", "pilot_prompts": len(pilot),
+        atomic_write(file, json.dumps({"kind": "high_entropy", "pilot_prompts": len(pilot),
                                         "pilot_tokens": p.pilot_tokens,
                                         "tau": {f"{r:g}": g.tau for r, g in gates.items()}}, indent=1) + "\n")
         return {**exact, **gates}
@@ -290,7 +297,7 @@ class _Context:
     def method(self, cell: Cell) -> Any:
         from .baselines import KGWConfig, SweetConfig
         from .embed import ChainMarkConfig
-        from .records import ChainMarkMethod, KGWMethod, NoWatermark, SweetMethod
+        from .methods import ChainMarkMethod, KGWMethod, NoWatermark, SweetMethod
 
         p, spec, name = self.protocol, cell.spec, cell.name
         kind = spec["method"]
@@ -329,14 +336,14 @@ class _Context:
         """Generate, score and attack one batch, exactly as the runner of the book's grids does."""
         import torch
 
-        from .records import _run_batch
+        from .records import run_batch
 
         method = self.method(cell)
         detectors = self.detectors(cell) if not method.watermarked else [method]
         gen_kwargs = dict(max_new_tokens=cell.max_new_tokens, temperature=self.protocol.temperature,
                           min_new_tokens=cell.max_new_tokens)
         with torch.no_grad():
-            records = list(_run_batch(method, detectors, batch.items, batch.seed - _seed_base(cell, batch),
+            records = list(run_batch(method, detectors, batch.items, batch.seed - _seed_base(cell, batch),
                                       self.model, self.tokenizer, self.attacks(cell), self.vocab_size,
                                       self.protocol.alpha, _seed_base(cell, batch), True, gen_kwargs))
         for r in records:
@@ -346,22 +353,11 @@ class _Context:
 
 
 def _seed_base(cell: Cell, batch: Batch) -> int:
-    """``_run_batch`` samples with ``seed + j``: pass the base so that ``seed + j`` is the batch's seed."""
+    """``records.run_batch`` samples with ``seed + j``: pass the base so that ``seed + j`` is the batch's seed."""
     return batch.seed - batch.index
 
 
 # --------------------------------------------------------------------------- files
-
-
-def _atomic_write(path: Path, text: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def shard_path(root: Path, cell: Cell, batch: Batch) -> Path:
@@ -369,9 +365,7 @@ def shard_path(root: Path, cell: Cell, batch: Batch) -> Path:
 
 
 def _encode(records: Sequence[Mapping[str, Any]]) -> bytes:
-    from .records import _clean
-
-    lines = "".join(json.dumps(_clean(dict(r)), ensure_ascii=False, allow_nan=False) + "\n" for r in records)
+    lines = "".join(json.dumps(to_jsonable(dict(r)), ensure_ascii=False, allow_nan=False) + "\n" for r in records)
     return gzip.compress(lines.encode("utf-8"), compresslevel=9, mtime=0)
 
 
@@ -506,7 +500,7 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
         for name in (MANIFEST, "gates.json"):
             (root / name).unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
-    from .records import lock_run_folder
+    from .store import lock_run_folder
 
     with lock_run_folder(root):  # one writer per reference folder (a second one stops at once)
         return _run_locked(root, model, tokenizer, experiments, protocol, progress, stop_after, model_name)
@@ -544,7 +538,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
         from .models import load_model
 
         model, tokenizer = load_model()
-    _atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     ctx = _Context(root, protocol, model, tokenizer)
     todo = pending(root, protocol, experiments)
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
@@ -558,7 +552,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
         t0 = time.perf_counter()
         records = ctx.run_batch(cell, batch)
         seconds = time.perf_counter() - t0
-        _atomic_write(shard_path(root, cell, batch), _encode(records))
+        atomic_write(shard_path(root, cell, batch), _encode(records))
         tokens = sum(r["n_tokens"] for r in records)
         line = {"batch": batch.index, "texts": len(records), "tokens": tokens, "seconds": round(seconds, 2),
                 "tokens_per_second": round(tokens / seconds, 2) if seconds > 0 else None,
@@ -568,7 +562,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
             fh.flush()
             os.fsync(fh.fileno())
         manifest["parts"] = _parts(root, protocol)
-        _atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         written += 1
         bar.update(len(batch.items))
     bar.close()
@@ -956,3 +950,18 @@ def load_texts(name: str, root: str | os.PathLike | None = None, protocol: Proto
 
 __all__ = ["EXPERIMENTS", "MIN_REWRITE_TOKENS", "PROTOCOL", "Protocol", "REFERENCE_LABEL", "cells", "explorer_grid",
            "load_frame", "load_texts", "pending", "read_dir", "reference_dir", "reference_key", "regenerate_command", "run", "status", "verify"]
+
+
+def load_reference(name: str, model_name: str | None = None) -> Any:
+    """The committed reference run's experiment ``name`` as a DataFrame (one row per scored text).
+
+    ``name`` is one of ``"head_to_head"``, ``"null"``, ``"calibration"``,
+    ``"kregular"``, ``"explorer"``; see :func:`chainmark.reference.load_frame`
+    for the columns. By default it is the embedded model's run, which ships
+    with the package, whatever model ``CHAINMARK_MODEL`` names; ``model_name``
+    asks for another model's run (one made with ``chainmark reference run``).
+    """
+    return load_frame(name, read_dir(model_name))
+
+
+# --------------------------------------------------------------------------- resumable plain generation

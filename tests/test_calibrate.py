@@ -186,6 +186,18 @@ def test_rate_estimate_and_exceedance():
     assert (e.hits, e.trials) == (2, 4)  # strictly above
 
 
+def test_rate_estimate_format():
+    r = rate_estimate([True] * 2 + [False] * 14)  # 12.5% [1.55, 38.35]
+    assert str(r) == r.format() == "12.5% [1.6, 38.3] (2/16)"
+    assert r.format(0) == f"{100 * r.rate:.0f}% [{100 * r.low:.0f}, {100 * r.high:.0f}] (2/16)" == "12% [2, 38] (2/16)"
+    assert r.format(0, counts=False) == "12% [2, 38]"
+    assert r.format(3, counts=False) == f"{100 * r.rate:.3f}% [{100 * r.low:.3f}, {100 * r.high:.3f}]"
+    assert rate_estimate([True] * 4).format(0, counts=False).startswith("100% [")
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="digits"):
+            r.format(bad)
+
+
 # ---------------------------------------------------------------- recalibration
 M_FIT = N_EVAL = 100_000
 ALPHA = 0.01

@@ -7,6 +7,7 @@ also catches a solution that is only prose, or one whose cells never ran).
 """
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def test_private_source_is_only_under_the_hood(chapter):
 import sys  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chapter_lint import MAX_PROSE_SHARE, measure, prose_lines  # noqa: E402
+from chapter_lint import MAGIC, MAX_PROSE_SHARE, measure, prose_lines  # noqa: E402
 
 #: The chapters that build a component of the scheme, and so need a "Build it" section.
 BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology", "03_gates", "04_embedding",
@@ -279,3 +280,45 @@ def test_the_bare_rate_check_can_fail():
     cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html":
                     "<table><tr><th>method</th><th>TPR (%)</th></tr><tr><td>kgw</td><td>96.0 [90.1, 98.9]</td></tr></table>"})]
     assert bare_rates(nb) == []
+
+
+# ---------------------------------------------------------------------------
+# chapters call the package's helpers instead of keeping local copies of them
+# ---------------------------------------------------------------------------
+#: Names of local copies the chapters once kept of package helpers (issue 26, item 5), and what replaced them:
+#: chainmark.records.generate_resumable; chainmark.quality.repeated_ngram_share (n=4, and n=2 for pairs);
+#: chainmark.detect.first_occurrences; chainmark.calibrate.rate_estimate and RateEstimate.format.
+RETIRED_COPIES = frozenset({"generate_with_progress", "repeated_share", "repeated_pair_share", "distinct_pair_share",
+                            "rate_row", "with_ci", "share_ci"})
+
+
+def defined_names(source: str) -> set[str]:
+    """Names a code cell defines as functions (``def``, ``async def``, or a name bound to a lambda)."""
+    code = "\n".join("" if MAGIC.match(line) else line for line in source.splitlines())
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_the_retired_copy_check_can_fail():
+    assert defined_names("def with_ci(flags):\n    return str(flags)\n") == {"with_ci"}
+    assert defined_names("%%time\nshare_ci = lambda flags: str(flags)\n") == {"share_ci"}
+    assert defined_names("with_ci(x)\nrate_estimate(x).format(0)\n") == set()
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_chapter_keeps_a_local_copy_of_a_package_helper(chapter):
+    """A chapter calls the package's helper (rate with interval, repeated-n-gram share, resumable
+    generation) rather than defining its own copy under one of the retired names."""
+    nb = nbformat.read(ROOT / chapter, as_version=4)
+    found = [(index, name) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             for name in sorted(defined_names(cell.source) & RETIRED_COPIES)]
+    assert not found, f"{chapter} defines local copies of package helpers (cell, name): {found}"

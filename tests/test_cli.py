@@ -35,7 +35,7 @@ class OtherTokenizer(ByteTokenizer):
 @pytest.fixture(autouse=True)
 def fake_tokenizer(monkeypatch):
     """Use the byte tokenizer unless a test asks for another; no key from the environment."""
-    import chainmark.models
+    import chainmark.tokenizer
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
@@ -48,10 +48,10 @@ def fake_tokenizer(monkeypatch):
         if name == "other-tokenizer":
             return OtherTokenizer()
         if name == "broken/tokenizer":
-            raise chainmark.models.ModelLoadError(f"Could not load the tokenizer {name!r}: not found")
+            raise chainmark.tokenizer.TokenizerLoadError(f"Could not load the tokenizer {name!r}: not found")
         return ByteTokenizer()
 
-    monkeypatch.setattr(chainmark.models, "load_tokenizer", load)
+    monkeypatch.setattr(chainmark.tokenizer, "load_tokenizer", load)
     return loaded
 
 

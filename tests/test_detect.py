@@ -22,18 +22,14 @@ from chainmark.detect import (
     detect_batch,
     detect_text,
     first_occurrences,
-    gate_probabilities,
-    llr_weights,
     log_p_value,
-    lr_detect,
     p_value,
     reference_detect,
     score_states,
-    simulate_llr_null,
-    teacher_forced_signal,
     valid_transitions,
     z_score,
 )
+from chainmark.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
 from chainmark.gates import Gate
 from chainmark.partition import state_table
 from chainmark.topology import Topology

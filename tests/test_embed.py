@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, SignalRecorder, candidate_table
-from chainmark.gates import Gate, entropy, entropy_signals, row_maxima, row_signals, top2_gap
+from chainmark.gates import Gate
+from chainmark.signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -25,7 +26,7 @@ def reference_process(config: ChainMarkConfig, gate: Gate, input_ids: torch.Tens
     out = scores.clone()
     forced = torch.zeros(scores.shape[0], dtype=torch.bool)
     for r in range(scores.shape[0]):
-        if not bool(gate(scores[r:r + 1])[0]):
+        if not bool(gate_flags(gate, scores[r:r + 1])[0]):
             continue
         prev = table[int(input_ids[r, -1])]
         allowed = torch.tensor([config.topo.matrix[prev, table[t]] for t in range(V)])
@@ -134,7 +135,7 @@ def test_processor_matches_naive_reference(S, topology, kind):
     ref, forced = reference_process(cfg, gate, ids, scores)
     assert torch.equal(out, ref)
     assert torch.equal(proc.forced[0], forced)
-    assert torch.equal(proc.gated[0], gate(scores))
+    assert torch.equal(proc.gated[0], gate_flags(gate, scores))
 
 
 @settings(max_examples=40, deadline=None)
@@ -410,7 +411,7 @@ class _NaiveChainMark:
     reference for the optimised processor: same gate decisions, same forced tokens."""
 
     def __init__(self, config: ChainMarkConfig, gate, vocab_size: int):
-        from chainmark.gates import entropy
+        from chainmark.signals import entropy
 
         self.entropy_of = entropy
         self.gate, self.S = gate, config.S

@@ -9,11 +9,12 @@ import torch
 from scipy import stats
 
 from chainmark import GATE_KINDS, Gate
-from chainmark.gates import (
+from chainmark.gates import check_rho
+from chainmark.signals import (
     Workspace,
-    check_rho,
     entropy,
     entropy_signals,
+    gate_flags,
     gate_signal,
     row_maxima,
     row_signals,
@@ -135,11 +136,11 @@ def test_gate_flags_on_logits():
     peaked = torch.full((100,), -20.0)
     peaked[0] = 20.0                              # H ~ 0, gap ~ 1
     logits = torch.stack([flat, peaked])
-    assert Gate("high_entropy", 1.0)(logits).tolist() == [True, False]
-    assert Gate("low_entropy", 1.0)(logits).tolist() == [False, True]
-    assert Gate("top2_gap", 0.5)(logits).tolist() == [True, False]
-    assert Gate("all")(logits).tolist() == [True, True]
-    assert Gate("high_entropy", 1.0)(logits).dtype == torch.bool
+    assert gate_flags(Gate("high_entropy", 1.0), logits).tolist() == [True, False]
+    assert gate_flags(Gate("low_entropy", 1.0), logits).tolist() == [False, True]
+    assert gate_flags(Gate("top2_gap", 0.5), logits).tolist() == [True, False]
+    assert gate_flags(Gate("all"), logits).tolist() == [True, True]
+    assert gate_flags(Gate("high_entropy", 1.0), logits).dtype == torch.bool
 
 
 def test_flags_from_signal_numpy_torch_and_lists():
@@ -206,7 +207,7 @@ def test_rho_zero_and_one_are_exact(kind):
     assert Gate.calibrate(kind, 0.0, []).rate([1e6, -1e6, 0.0]) == 0.0
     assert Gate.calibrate(kind, 1, []).rate([1e6, -1e6, 0.0]) == 1.0
     logits = torch.randn(5, 30)
-    assert not every(logits).logical_not().any() and not none(logits).any()
+    assert not gate_flags(every, logits).logical_not().any() and not gate_flags(none, logits).any()
 
 
 def test_all_gate():

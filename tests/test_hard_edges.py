@@ -22,7 +22,8 @@ import pytest
 
 from chainmark import cli
 from chainmark import records as R
-from chainmark.detect import _circulant_offsets, detect, detect_batch, lr_detect
+from chainmark.detect import _circulant_offsets, detect, detect_batch
+from chainmark.lrdetect import lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
@@ -36,11 +37,11 @@ HIGH_KEY = bytes(range(0x8F, 0x8F + 32))  # a key whose first byte is not UTF-8
 @pytest.fixture(autouse=True)
 def fake_tokenizer(monkeypatch):
     """The byte tokenizer for every command; no key from the environment."""
-    import chainmark.models
+    import chainmark.tokenizer
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.setattr(chainmark.models, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
+    monkeypatch.setattr(chainmark.tokenizer, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
 
 
 @pytest.fixture

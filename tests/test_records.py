@@ -413,7 +413,7 @@ def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_p
     import chainmark.embed
 
     calls = []
-    monkeypatch.setattr(chainmark.embed, "generate", _fake_generate(calls))
+    monkeypatch.setattr(R, "generate", _fake_generate(calls))
     prompts = [f"prompt {i}" for i in range(5)]
     whole = R.generate_resumable(tmp_path / "ref", _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
     folder = tmp_path / "gen"
@@ -437,7 +437,7 @@ def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_p
 def test_generate_resumable_names_the_setting_that_changed(tmp_path, monkeypatch):
     import chainmark.embed
 
-    monkeypatch.setattr(chainmark.embed, "generate", _fake_generate([]))
+    monkeypatch.setattr(R, "generate", _fake_generate([]))
     R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=10, progress=False)
     with pytest.raises(ValueError, match="other settings .seed = 10, not 11"):
         R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=11, progress=False)

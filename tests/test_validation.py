@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from chainmark import attacks, baselines
-from chainmark.detect import (check_alpha, detect, detect_batch, detect_text, log_p_value, lr_detect, p_value,
+from chainmark.detect import (check_alpha, detect, detect_batch, detect_text, log_p_value, p_value,
                               score_states, z_score)
+from chainmark.lrdetect import lr_detect
 from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
 from chainmark.gates import Gate, check_rho
 from chainmark.partition import as_token_array, state_of, state_table, states_of
