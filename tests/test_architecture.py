@@ -161,3 +161,30 @@ def test_the_auditors_cli_runs_without_torch_and_agrees_with_the_full_install(tm
         res = _core_python(cli, *args)
         assert res.returncode == 0, (args, res.stderr[-3000:])
     assert json.loads((tmp_path / "r.json").read_text("utf-8"))["S"] == 5
+
+
+@pytest.mark.slow
+def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
+    """``pip install .`` in a fresh virtual environment: no torch, transformers or matplotlib, and
+    ``chainmark detect`` there gives the full install's verdict on the same text and key."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "-c", str(ROOT / "constraints.txt"), str(ROOT)]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],
+                            capture_output=True, text=True, check=True)
+    installed = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert {"numpy", "scipy", "tokenizers", "chainmark"} <= installed
+    assert not installed & {"torch", "transformers", "matplotlib", "seaborn", "accelerate", "gguf", "pandas"}
+    key, text = tmp_path / "k.key", tmp_path / "t.txt"
+    text.write_text("The committee met on Tuesday to review the budget and the new library. " * 8, "utf-8")
+    core_cli = str(venv / "bin" / "chainmark")
+    assert subprocess.run([core_cli, "keygen", "--out", str(key)], capture_output=True).returncode == 0
+    args = ["detect", "--key-file", str(key), "--S", "5", "--json", str(text)]
+    core = subprocess.run([core_cli, *args], capture_output=True, text=True, cwd=tmp_path)
+    full = subprocess.run([sys.executable, "-m", "chainmark.cli", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert core.returncode == full.returncode == 0, core.stderr[-2000:] + full.stderr[-2000:]
+    assert json.loads(core.stdout.splitlines()[0]) == json.loads(full.stdout.splitlines()[0])

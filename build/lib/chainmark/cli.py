@@ -1,0 +1,946 @@
+"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | regime | reference``.
+
+ChainMark's promise is that a third party can audit text with nothing but
+the key and the tokenizer. This module is that third party's tool:
+
+- ``keygen`` writes a fresh 32-byte key (mode 0600) or derives a
+  per-deployment key from a master key (HKDF), and prints only the key's
+  fingerprint;
+- ``calibrate`` turns a regulator's targets (n, rho, alpha) into S*;
+- ``regime`` writes the public detection regime (S, topology, alpha,
+  threshold, tokenizer, key fingerprint; never the key);
+- ``detect`` scores text files and reports phi, z, the p-value and a decision;
+- ``recalibrate`` sets the operating threshold from the z-scores of
+  unwatermarked text of the deployment's own domain;
+- ``reference`` runs, inspects (``status``) and re-checks (``verify``) the
+  book's committed reference run (:mod:`chainmark.reference`); ``verify``
+  exits 1 when a regenerated batch differs from the stored one.
+
+Exit codes: 0 ok, 1 a watermark was detected and ``--fail-on-detect`` was
+given, 2 a usage error (bad option, missing or unreadable key or input
+file, empty input, tokenizer that cannot be loaded), 3 an internal error
+(an unexpected exception: a bug, reported as one line on stderr, never as
+a traceback, so that it cannot be mistaken for code 1), 130 interrupted.
+Only problems the commands recognise as the caller's are code 2; any other
+exception is code 3. Run as a program, the command exits with 130 on
+Ctrl-C wherever it lands (even while libraries are being imported).
+
+Inputs are bounded (:mod:`chainmark.limits`): S at most 4096, key files at
+most 4 KiB and at least 16 bytes of raw key (hexadecimal text is refused),
+regime files 1 MiB, texts and null files 4 MiB unless ``--max-bytes`` says
+otherwise. Regime files are checked field by field.
+
+The key is read from a file (``--key-file``) or the environment
+(``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
+output, JSON records and error messages carry its fingerprint only.
+
+Longer than 600 lines because it is one argparse program: the commands share
+the input checks, the exit-code discipline and the output formats written
+here, and a reader follows one command from its options to its output in one
+file. The logic each command runs lives in the core modules it calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Sequence, TextIO
+
+from .limits import DEFAULT_MAX_INPUT_BYTES, MAX_REGIME_BYTES, MAX_STATES
+from .regime import REGIME_FORMAT, regime_document, regime_problems, tokenizer_fingerprint  # noqa: F401
+
+EXIT_OK = 0
+EXIT_DETECTED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+DETECT_DEFAULTS = {"S": 5, "topology": "clockwork", "alpha": 0.01, "distinct_pairs": False,
+                   "threshold": None, "min_tokens": 0}
+
+
+class UsageError(Exception):
+    """A problem with how the command was called or with its inputs (exit code 2)."""
+
+
+# ---------------------------------------------------------------------------
+# small helpers (importable: the chapter and the tests use them)
+# ---------------------------------------------------------------------------
+def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
+    """z-scores from JSON lines: one object per line with a numeric ``"z"`` field.
+
+    Blank lines are skipped; anything else is an error naming the line. The
+    output of ``chainmark detect --json`` has exactly this form, so detecting
+    on unwatermarked domain text produces a null file directly.
+    """
+    values: list[float] = []
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{source}, line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or "z" not in obj:
+            raise UsageError(f'{source}, line {number}: expected an object with a "z" field')
+        z = obj["z"]
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z):
+            raise UsageError(f'{source}, line {number}: "z" must be a finite number, got {z!r}')
+        values.append(float(z))
+    if len(values) < 2:
+        raise UsageError(f"{source}: needs at least 2 z-scores, found {len(values)}")
+    return values
+
+
+def _z_alpha(alpha: float) -> float:
+    from .calibrate import z_alpha
+
+    return float(z_alpha(alpha))
+
+
+# ---------------------------------------------------------------------------
+# argument types: bad values are usage errors with the allowed range
+# ---------------------------------------------------------------------------
+def _int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+def _int_in(low: int, high: int):
+    """An integer in [low, high] (the upper bound is checked before anything of that size exists)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {value}")
+        return value
+    return parse
+
+
+def _float_in(low: float, high: float, closed: bool | str):
+    """A float in an interval: closed=True [low, high], False (low, high), "right" (low, high]."""
+    if closed not in (True, False, "right"):
+        raise ValueError(f"closed must be True, False or 'right', got {closed!r}")
+    brackets = {True: "[{}, {}]", False: "({}, {})", "right": "({}, {}]"}[closed]
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        inside = {True: low <= value <= high, False: low < value < high,
+                  "right": low < value <= high}[closed]
+        if not inside:
+            raise argparse.ArgumentTypeError(
+                f"must lie in {brackets.format(low, high)}, got {text!r}")
+        return value
+    return parse
+
+
+def _finite_float():
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        return value
+    return parse
+
+
+# ---------------------------------------------------------------------------
+# the parser
+# ---------------------------------------------------------------------------
+_EPILOG = """\
+examples:
+  chainmark keygen --out deploy.key
+  chainmark keygen --out acme.key --from-master master.key --context acme-chat/2026-Q3
+  chainmark calibrate --n 200 --rho 0.5 --alpha 0.001
+  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --n-min 200 --out regime.json
+  chainmark detect --key-file acme.key texts/*.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt > scores.jsonl
+  cat essay.txt | chainmark detect --key-file acme.key --fail-on-detect -
+  chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
+  chainmark reference status
+
+exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect);
+2 usage error (bad option, missing/unreadable key or input, empty input,
+tokenizer that cannot be loaded); 3 internal error (an unexpected failure,
+reported in one line: please report it); 130 interrupted.
+The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
+(hex). It is never printed; only its fingerprint is."""
+
+_DETECT_EPILOG = """\
+examples:
+  chainmark detect --key-file acme.key essay.txt report.txt
+  chainmark detect --key-file acme.key --S 3 --topology soft_cycle --alpha 0.001 *.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt
+  echo "some text" | chainmark detect --key-file acme.key -
+
+Every input is read before anything is scored: if one cannot be read, is not
+text in the given encoding, is empty or larger than --max-bytes, nothing is
+scored and the exit code is 2. Values from --regime (checked field by field)
+are used unless the option is given explicitly.
+--json prints one JSON object per input (fields file, n_tokens,
+n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
+S, k, topology, alpha, tokenizer, key_fingerprint); such a file of
+unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
+
+_RECAL_EPILOG = """\
+the --null file (JSON lines): one JSON object per line with a numeric "z"
+field, the detector's z-score on one unwatermarked text of the domain; other
+fields are ignored and blank lines skipped. Example lines:
+  {"file": "doc001.txt", "z": -0.41}
+  {"z": 1.27}
+`chainmark detect --json` writes exactly this format.
+
+methods: sd       z* = mean + z_alpha * sd of the null z-scores
+         quantile z* = the empirical (1 - alpha) quantile (robust to heavy
+                   tails; needs well over 1/alpha null texts)
+examples:
+  chainmark detect --key-file acme.key --json corpus/*.txt > null.jsonl
+  chainmark recalibrate --null null.jsonl --alpha 0.01
+  chainmark recalibrate --null null.jsonl --alpha 0.01 --method quantile --json"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``chainmark`` argument parser with its six subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="chainmark",
+        description="Audit text for the ChainMark watermark with a key and a tokenizer.",
+        epilog=_EPILOG, formatter_class=fmt)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"chainmark {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # detect ---------------------------------------------------------------
+    d = sub.add_parser("detect", help="score text files for the watermark",
+                       description="Score each input for the ChainMark watermark: tokens scored, "
+                                   "phi, z, p-value and the decision.",
+                       epilog=_DETECT_EPILOG, formatter_class=fmt)
+    d.add_argument("inputs", nargs="+", metavar="FILE", help="text files to audit; '-' reads standard input")
+    d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
+                   "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
+    d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
+                   "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
+    d.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer "
+                   "(default: the regime's); pins a Hub id to the files the regime was published with")
+    d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
+                   "(its key fingerprint must match the key)")
+    d.add_argument("--S", type=_int_in(2, MAX_STATES), help=f"number of states (2 to {MAX_STATES}; default 5)")
+    d.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
+    d.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False),
+                   help="significance level in (0, 1) (default 0.01)")
+    d.add_argument("--threshold", type=_finite_float(), metavar="Z",
+                   help="operating z threshold (e.g. from recalibrate); default: z_alpha")
+    d.add_argument("--distinct-pairs", action="store_true", default=None,
+                   help="score each distinct token pair once (repetitive text)")
+    d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
+                   help="report texts shorter than N tokens as 'too short' instead of deciding "
+                        "(default: the regime's n_min, else 0)")
+    d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
+                   "included (default utf-8)")
+    d.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                   help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
+    d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
+    d.add_argument("--fail-on-detect", action="store_true",
+                   help="exit with code 1 if any input is detected as watermarked")
+    d.set_defaults(func=_cmd_detect)
+
+    # calibrate ------------------------------------------------------------
+    c = sub.add_parser("calibrate", help="S* from the targets (n, rho, alpha)",
+                       description="The smallest state count S* that detects watermarked text of n "
+                                   "tokens with budget rho at level alpha (midpoint rule), and the "
+                                   "z-score it predicts.",
+                       epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
+                              "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
+                       formatter_class=fmt)
+    c.add_argument("--n", type=_int_at_least(2), required=True, help="minimum text length in tokens (>= 2)")
+    c.add_argument("--rho", type=_float_in(0.0, 1.0, closed="right"), required=True,
+                   help="watermark budget: share of gated positions, in (0, 1] (with none gated "
+                        "there is no watermark to detect)")
+    c.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    c.add_argument("--k", type=_int_in(1, MAX_STATES - 1), default=1,
+                   help="successors per state (default 1: clockwork)")
+    c.add_argument("--json", action="store_true", help="print a JSON object")
+    c.set_defaults(func=_cmd_calibrate)
+
+    # recalibrate ----------------------------------------------------------
+    r = sub.add_parser("recalibrate", help="operating threshold from a null corpus",
+                       description="The operating z threshold z* from the z-scores of unwatermarked "
+                                   "texts of the deployment's domain.",
+                       epilog=_RECAL_EPILOG, formatter_class=fmt)
+    r.add_argument("--null", required=True, metavar="FILE.jsonl", help="null z-scores as JSON lines ('-': stdin)")
+    r.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
+    r.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                   help=f"refuse a null file larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
+    r.add_argument("--json", action="store_true", help="print a JSON object")
+    r.set_defaults(func=_cmd_recalibrate)
+
+    # keygen ---------------------------------------------------------------
+    k = sub.add_parser("keygen", help="write a fresh (or derived) key file, mode 0600",
+                       description="Write a 32-byte key to a new file with permissions 0600 and print "
+                                   "only its fingerprint. Never overwrites an existing file.",
+                       epilog="examples:\n  chainmark keygen --out master.key\n"
+                              "  chainmark keygen --out acme.key --from-master master.key --context acme-chat/2026-Q3",
+                       formatter_class=fmt)
+    k.add_argument("--out", required=True, metavar="FILE", help="key file to create (must not exist)")
+    k.add_argument("--from-master", metavar="KEY", help="derive the key from this master key file (HKDF) "
+                   "instead of drawing a random one")
+    k.add_argument("--context", help="deployment context for --from-master, e.g. 'acme-chat/2026-Q3'")
+    k.set_defaults(func=_cmd_keygen)
+
+    # regime ---------------------------------------------------------------
+    g = sub.add_parser("regime", help="write the public detection regime (JSON, no key)",
+                       description="Write the detection regime a deployer publishes: S, topology, "
+                                   "alpha, threshold, tokenizer and the key's fingerprint; never the key.",
+                       epilog="examples:\n  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --out regime.json\n"
+                              "  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --threshold 2.71 "
+                              "--n-min 200 --rho 0.5",
+                       formatter_class=fmt)
+    g.add_argument("--key-file", metavar="KEY", help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
+    g.add_argument("--S", type=_int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
+    g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
+    g.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True)
+    g.add_argument("--threshold", type=_finite_float(), metavar="Z",
+                   help="operating z threshold (default: z_alpha)")
+    g.add_argument("--tokenizer", metavar="NAME", help="tokenizer name to publish (default: the embedded model's); "
+                   "it is loaded to record its vocabulary fingerprint")
+    g.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer to "
+                   "load and publish, so auditors load the same files")
+    g.add_argument("--n-min", type=_int_at_least(2), metavar="N", help="minimum text length in tokens")
+    g.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), help="watermark budget")
+    g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
+    g.add_argument("--distinct-pairs", action="store_true")
+    g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
+    g.set_defaults(func=_cmd_regime)
+
+    # reference ------------------------------------------------------------
+    ref = sub.add_parser("reference", help="run, inspect or verify the committed reference run",
+                         description="The reference run: the paper's protocol at full size (head-to-head, "
+                                     "null corpus, calibration grid, k-regular, explorer grid) on the "
+                                     "settings' model ($CHAINMARK_MODEL, default the embedded SmolLM2). "
+                                     "Its key is derived from a published label, so anyone can check it.",
+                         epilog="examples:\n  chainmark reference status\n"
+                                "  nohup chainmark reference run > reference.log 2>&1 &   # hours on a CPU; resumes\n"
+                                "  chainmark reference run --experiments head_to_head null\n"
+                                "  chainmark reference verify --samples 3",
+                         formatter_class=fmt)
+    rsub = ref.add_subparsers(dest="reference_command", metavar="ACTION")
+    from .reference import EXPERIMENTS
+
+    rr = rsub.add_parser("run", help="generate what is missing (resumable)",
+                         description="Generate every missing batch, in order, writing each batch whole as it "
+                                     "finishes; an interrupted run resumes where it stopped.")
+    rr.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS), metavar="NAME",
+                    help=f"which experiments, run in the order given (default all: {', '.join(EXPERIMENTS)})")
+    rr.add_argument("--fresh", nargs="+", choices=EXPERIMENTS, default=[], metavar="NAME",
+                    help="delete these experiments' stored batches first and generate them again")
+    rr.add_argument("--stop-after", type=_int_at_least(1), metavar="N", help="stop after N new batches")
+    rr.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's, see status)")
+    rr.set_defaults(func=_cmd_reference_run)
+    rs = rsub.add_parser("status", help="what exists and what is missing, per experiment")
+    rs.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's)")
+    rs.add_argument("--cells", action="store_true", help="one line per cell, not per experiment")
+    rs.add_argument("--json", action="store_true", help="print JSON (one object per cell)")
+    rs.set_defaults(func=_cmd_reference_status)
+    rv = rsub.add_parser("verify", help="regenerate random stored batches and require identical results",
+                         description="Regenerate N stored batches, drawn at random with the current git commit "
+                                     "as seed, and compare token ids and every score exactly. Exit 0 when all "
+                                     "match, 1 on a mismatch (with the command that regenerates the reference).")
+    rv.add_argument("--samples", type=_int_at_least(1), default=3, metavar="N", help="batches to check (default 3)")
+    rv.add_argument("--seed", help="seed of the draw (default: the current git commit)")
+    rv.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's)")
+    rv.set_defaults(func=_cmd_reference_verify)
+    ref.set_defaults(func=_cmd_reference_help, reference_parser=ref)
+    return parser
+
+
+def _cmd_reference_help(args: argparse.Namespace) -> int:
+    args.reference_parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_reference_run(args: argparse.Namespace) -> int:
+    from . import reference
+
+    try:
+        done = reference.run(experiments=args.experiments, root=args.dir, fresh=args.fresh,
+                             protocol=reference.PROTOCOL, stop_after=args.stop_after)
+    except ValueError as exc:  # the folder holds a reference made with another protocol
+        raise UsageError(str(exc)) from None
+    print(f"reference: wrote {done['written']} batches, {done['skipped']} already stored, "
+          f"{done['total']} in the protocol")
+    return _cmd_reference_status(argparse.Namespace(dir=args.dir, cells=False, json=False))
+
+
+def _cmd_reference_status(args: argparse.Namespace) -> int:
+    from . import reference
+
+    root = Path(args.dir) if args.dir else reference.reference_dir()
+    rows = reference.status(root, reference.PROTOCOL)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return EXIT_OK
+    print(f"reference run in {root}")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(f"{row['experiment']}/{row['cell']}" if args.cells else row["experiment"], []).append(row)
+    width = max(len(k) for k in groups)
+    for name, part in groups.items():
+        texts, total = sum(r["texts"] for r in part), sum(r["texts_total"] for r in part)
+        batches, btotal = sum(r["batches"] for r in part), sum(r["batches_total"] for r in part)
+        seconds = sum(r["seconds"] for r in part)
+        state = "complete" if texts == total else ("missing" if texts == 0 else "partial")
+        print(f"  {name:<{width}}  {state:8s} {texts:5d}/{total:<5d} texts  {batches:3d}/{btotal:<3d} batches"
+              + (f"  {seconds / 3600:5.2f} h" if seconds else ""))
+    return EXIT_OK
+
+
+def _cmd_reference_verify(args: argparse.Namespace) -> int:
+    from . import reference
+
+    root = Path(args.dir) if args.dir else None
+    try:
+        checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
+    except FileNotFoundError as exc:  # no reference run, or no stored batch, in the folder
+        raise UsageError(str(exc)) from None
+    bad = [c for c in checks if not c.matched]
+    for c in bad:
+        print(f"MISMATCH {c.shard}:")
+        for d in c.differences:
+            print(f"  {d}")
+    if bad:
+        print(f"the stored reference no longer matches what this code generates; regenerate it with "
+              f"`{reference.regenerate_command()}` and commit the new records")
+        return EXIT_DETECTED
+    print(f"verified {len(checks)} stored batches ({sum(c.texts for c in checks)} records): "
+          + ", ".join(c.shard for c in checks))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``chainmark`` console script; returns the exit code.
+
+    Called without ``argv`` (as the program), it first makes Ctrl-C end the
+    process with code 130, before any heavy import; called with ``argv``
+    (tests, the audit chapter) it leaves signal handling to the caller.
+    """
+    previous = _exit_130_on_interrupt() if argv is None else None
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _exit_130_on_interrupt() -> Any:
+    """Install the program's SIGINT handler; returns the previous one (None when it cannot be installed)."""
+    try:
+        return signal.signal(signal.SIGINT, _interrupted)
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return None
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: one line on stderr, then exit 130 at once.
+
+    Exiting here, rather than raising KeyboardInterrupt, gives the same code
+    wherever the signal lands: inside an import, or inside a library that
+    would turn the exception into an error of its own (exit 3).
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.write("chainmark: interrupted\n")
+        sys.stderr.flush()
+    except Exception:  # a stream in the middle of a write; the exit code still says it
+        pass
+    os._exit(EXIT_INTERRUPTED)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse the arguments and run the command; problems of the caller's are code 2, anything else 3."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        return _fail(str(exc))
+    except BrokenPipeError:
+        return _output_closed()
+    except KeyboardInterrupt:  # in-process callers: the program itself exits from _interrupted
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected") or 2
+        message = " ".join(str(exc).split()) or "(no message)"
+        print(f"chainmark: internal error: {type(exc).__name__}: {message} "
+              f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _output_closed() -> int:
+    """The reader of standard output went away (``| head``): say so once, and write nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return _fail("standard output was closed before the results were written (broken pipe)")
+
+
+def _fail(message: str) -> int:
+    print(f"chainmark: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _warn(message: str) -> None:
+    print(f"chainmark: warning: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# keys and tokenizers for the commands
+# ---------------------------------------------------------------------------
+def _load_key(path: str | None) -> bytes:
+    from .keys import KEY_FILE_ENV, load_key
+
+    try:
+        key = load_key(path)
+    except LookupError:
+        raise UsageError("no key: pass --key-file KEY, or set CHAINMARK_KEY_FILE (a key file) "
+                         "or CHAINMARK_KEY (hex)") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    source = path if path is not None else os.environ.get(KEY_FILE_ENV) or None
+    if source is not None:
+        _warn_if_not_private(source)
+    return key
+
+
+def _warn_if_not_private(path: str) -> None:
+    """Warn (never fail) when a key file may be read by users other than its owner."""
+    from .keys import key_file_is_private
+
+    try:
+        private = key_file_is_private(path)
+    except OSError:
+        return
+    if not private:
+        _warn(f"key file {path} is readable by other users; run `chmod 600 {path}`")
+
+
+def _load_tokenizer(name: str | None, revision: str | None = None) -> Any:
+    """The auditor's tokenizer (:mod:`chainmark.tokenizer`): the same code in the model-free install and the full one."""
+    from .tokenizer import TokenizerLoadError, load_tokenizer
+
+    try:
+        return load_tokenizer(name, revision=revision)
+    except TokenizerLoadError as exc:
+        raise UsageError(f"the tokenizer cannot be loaded.\n{exc}") from None
+
+
+def _tokenizer_label(name: str | None) -> str:
+    from .tokenizer import default_model_name
+
+    return name or default_model_name()
+
+
+# ---------------------------------------------------------------------------
+# detect
+# ---------------------------------------------------------------------------
+def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
+                 max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[tuple[str, str]]:
+    """Read every input first; collect every problem, then fail once."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise UsageError(f"--encoding: unknown text encoding {encoding!r}") from None
+    if list(paths).count("-") > 1:
+        raise UsageError("'-' (standard input) may be given only once")
+    texts, problems = [], []
+    for path in paths:
+        label = "<stdin>" if path == "-" else path
+        try:
+            texts.append((label, _read_text(path, label, encoding, stdin, max_bytes)))
+        except UsageError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise UsageError("cannot audit these inputs (nothing was scored):\n  " + "\n  ".join(problems))
+    return texts
+
+
+def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8", stdin: TextIO | None = None,
+                too_large: str = " (raise the limit with --max-bytes)", not_text: str = "") -> str:
+    """A file (or standard input for '-') as text: at most ``max_bytes`` bytes, decoded with ``encoding``.
+
+    Every problem is a :class:`UsageError` naming ``label``; a decoding error
+    gives the byte offset, never the bytes (a key file passed by mistake
+    must not be echoed).
+    """
+    try:
+        data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
+    except FileNotFoundError:
+        raise UsageError(f"{label} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{label} is a folder, not a text file") from None
+    except PermissionError:
+        raise UsageError(f"{label} is not readable by this user") from None
+    except OSError as exc:
+        raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > max_bytes:
+        raise UsageError(f"{label} is larger than {max_bytes} bytes{too_large}")
+    try:
+        return data if isinstance(data, str) else data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}){not_text}") from None
+
+
+def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: int) -> str:
+    """One input to score: bounded, decoded with ``--encoding``, not empty."""
+    text = _read_input(path, label, max_bytes, encoding, stdin, not_text="; pass --encoding")
+    if not text.strip():
+        raise UsageError(f"{label}: empty input, nothing to score")
+    return text
+
+
+def _read_bytes(path: str, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a file: enough to tell that it is too large."""
+    with open(path, "rb") as fh:
+        return fh.read(max_bytes + 1)
+
+
+def _read_stdin(stdin: TextIO, max_bytes: int) -> bytes | str:
+    """Standard input as bytes (so that --encoding applies); an in-memory text stream as its text."""
+    raw = getattr(stdin, "buffer", None)
+    return raw.read(max_bytes + 1) if raw is not None else stdin.read(max_bytes + 1)
+
+
+def _load_regime(path: str) -> dict[str, Any]:
+    """Read and check a regime file: bounded, UTF-8 JSON, every field valid (messages never quote its bytes)."""
+    text = _read_input(path, f"regime file {path}", MAX_REGIME_BYTES, too_large=": not a regime file",
+                       not_text=": not a regime file")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"regime file {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    problems = regime_problems(doc)
+    if problems:
+        raise UsageError(f"regime file {path}: " + "; ".join(problems))
+    return doc
+
+
+def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) -> dict[str, Any]:
+    """Explicit options win over the regime, the regime over the defaults."""
+    from_regime = {
+        "S": regime.get("S"), "topology": regime.get("topology"), "alpha": regime.get("alpha"),
+        "threshold": regime.get("threshold"), "distinct_pairs": regime.get("distinct_pairs"),
+        "min_tokens": regime.get("n_min"), "tokenizer": regime.get("tokenizer"),
+        "tokenizer_revision": regime.get("tokenizer_revision"),
+    } if regime else {}
+    out: dict[str, Any] = {}
+    for name in ("S", "topology", "alpha", "threshold", "distinct_pairs", "min_tokens", "tokenizer",
+                 "tokenizer_revision"):
+        given = getattr(args, name)
+        if given is not None:
+            out[name] = given
+        elif from_regime.get(name) is not None:
+            out[name] = from_regime[name]
+        else:
+            out[name] = DETECT_DEFAULTS.get(name)
+    # the regime's revision belongs to the regime's tokenizer, not to one named on the command line
+    if regime and args.tokenizer is not None and args.tokenizer_revision is None:
+        out["tokenizer_revision"] = None
+    # a threshold published for another alpha does not apply when --alpha changes it
+    if regime and args.alpha is not None and args.threshold is None and args.alpha != regime.get("alpha"):
+        out["threshold"] = None
+    return out
+
+
+def _topology(name: str, S: int) -> Any:
+    """The topology the options or the regime name, with S bounded; a usage error if they do not fit."""
+    from .detect import check_states
+    from .topology import resolve_topology
+
+    try:
+        return resolve_topology(name, check_states(S))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _decision(n_transitions: int, n_tokens: int, min_tokens: int, detected: bool) -> str:
+    if n_transitions < 1 or n_tokens < min_tokens:
+        return "too short"
+    return "WATERMARKED" if detected else "not detected"
+
+
+def _cmd_detect(args: argparse.Namespace) -> int:
+    from .detect import detect_text
+    from .keys import key_fingerprint
+
+    regime = _load_regime(args.regime) if args.regime else None
+    cfg = _detect_settings(args, regime)
+    key = _load_key(args.key_file)
+    fingerprint = key_fingerprint(key)
+    if regime and regime.get("key_fingerprint") not in (None, fingerprint):
+        raise UsageError(f"the key's fingerprint {fingerprint} does not match the regime's "
+                         f"{regime['key_fingerprint']}: wrong key file?")
+    topo = _topology(cfg["topology"], cfg["S"])
+    texts = _read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
+    tokenizer = _load_tokenizer(cfg["tokenizer"], cfg["tokenizer_revision"])
+    if regime and regime.get("tokenizer_fingerprint"):
+        seen = tokenizer_fingerprint(tokenizer)
+        if seen != regime["tokenizer_fingerprint"]:
+            raise UsageError(
+                f"tokenizer mismatch: {_tokenizer_label(cfg['tokenizer'])!r} has vocabulary fingerprint "
+                f"{seen}, the regime was published for {regime['tokenizer_fingerprint']}; detection "
+                "with another tokenizer sees different token ids and finds nothing")
+    threshold = cfg["threshold"] if cfg["threshold"] is not None else _z_alpha(cfg["alpha"])
+    rows = []
+    for label, text in texts:
+        res = detect_text(text, tokenizer, key, S=cfg["S"], topology=topo, alpha=cfg["alpha"],
+                          distinct_pairs=bool(cfg["distinct_pairs"]))
+        detected = bool(res.n_transitions >= 1 and res.n_tokens >= cfg["min_tokens"] and res.z > threshold)
+        rows.append({
+            "file": label, "n_tokens": res.n_tokens, "n_transitions": res.n_transitions,
+            "n_valid": res.n_valid, "phi": res.phi, "z": res.z, "p_value": res.p_value,
+            "threshold": threshold, "is_watermarked": detected,
+            "decision": _decision(res.n_transitions, res.n_tokens, cfg["min_tokens"], detected),
+            "S": topo.S, "k": topo.k, "topology": topo.name, "alpha": cfg["alpha"],
+            "distinct_pairs": bool(cfg["distinct_pairs"]),
+            "tokenizer": _tokenizer_label(cfg["tokenizer"]), "key_fingerprint": fingerprint,
+        })
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, allow_nan=False))
+    else:
+        print(_detect_table(rows, topo, cfg, threshold, fingerprint))
+    if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
+        return EXIT_DETECTED
+    return EXIT_OK
+
+
+def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], threshold: float,
+                  fingerprint: str) -> str:
+    head = ["file", "tokens", "scored", "valid", "phi", "z", "p-value", "decision"]
+    body = [[r["file"], str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
+             f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    numeric = {1, 2, 3, 4, 5, 6}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    detected = sum(r["is_watermarked"] for r in rows)
+    lines = [
+        f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={cfg['alpha']:g}, "
+        f"threshold z > {threshold:.3f}{', distinct pairs' if cfg['distinct_pairs'] else ''}",
+        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {fingerprint}",
+        line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
+        f"{detected} of {len(rows)} input(s) detected as watermarked",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# calibrate, recalibrate
+# ---------------------------------------------------------------------------
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import calibrate as cal
+
+    s_star = _s_star(args.n, args.rho, args.alpha, args.k)
+    if args.k >= s_star:
+        raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")
+    z_a = float(cal.z_alpha(args.alpha))
+    z_pred = float(cal.predicted_z(args.n, args.rho, s_star, k=args.k))
+    out = {
+        "n": args.n, "rho": args.rho, "alpha": args.alpha, "k": args.k,
+        "z_alpha": z_a, "S_star": s_star, "predicted_z": z_pred,
+        "midpoint_threshold": float(cal.midpoint_threshold(args.rho, s_star, k=args.k)),
+        "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k)),
+    }
+    if args.json:
+        print(json.dumps(out, allow_nan=False))
+        return EXIT_OK
+    print(f"targets: n = {args.n} tokens, rho = {args.rho:g}, alpha = {args.alpha:g}, k = {args.k}")
+    print(f"S* = {s_star} states (smallest S whose predicted z reaches 2 z_alpha = {2 * z_a:.3f})")
+    print(f"predicted z at S*: {z_pred:.3f} (one-sided z_alpha = {z_a:.3f})")
+    print(f"midpoint threshold on phi: {out['midpoint_threshold']:.4f}")
+    bound = out["hoeffding_fpr_bound"]
+    print(f"Hoeffding bound on the false-positive rate at that threshold: {bound:.3g}"
+          + (" (>= 1: says nothing at this length)" if bound >= 1 else ""))
+    return EXIT_OK
+
+
+def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
+    """S* for the targets, or a usage error when no state count up to MAX_STATES reaches them."""
+    from . import calibrate as cal
+
+    try:
+        s_star = int(cal.s_star(n, rho, alpha, k=k))
+    except (ZeroDivisionError, OverflowError):  # rho * rho underflows, or S* overflows a float
+        s_star = None
+    if s_star is None or s_star > MAX_STATES:
+        need = "more states than a float can count" if s_star is None else f"S* = {s_star} states"
+        raise UsageError(f"these targets need {need}, above the largest S the detector accepts "
+                         f"({MAX_STATES}); raise --n (longer texts), --rho or --alpha")
+    return s_star
+
+
+def _null_lines(source: str, max_bytes: int) -> list[str]:
+    """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
+    label = "<stdin>" if source == "-" else f"null file {source}"
+    text = _read_input(source, label, max_bytes, not_text=": not JSON lines")
+    return text.splitlines()
+
+
+def _cmd_recalibrate(args: argparse.Namespace) -> int:
+    from . import calibrate as cal
+
+    label = "<stdin>" if args.null == "-" else args.null
+    values = read_null_z(_null_lines(args.null, args.max_bytes), label)
+    import numpy as np
+
+    z = np.asarray(values, dtype=float)
+    z_a = float(cal.z_alpha(args.alpha))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as a usage error
+        try:
+            threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
+        except ValueError as exc:  # too few null texts for alpha, or no spread
+            raise UsageError(f"{label}: {exc}") from None
+        out = {
+            "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
+            "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
+            "z_alpha": z_a, "threshold": threshold,
+            "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
+        }
+    overflow = [name for name, value in out.items() if isinstance(value, float) and not math.isfinite(value)]
+    if overflow:
+        raise UsageError(f"{label}: the z-scores are too large to summarise ({', '.join(overflow)} overflow); "
+                         "a detector's z-scores are far smaller: is this the output of `chainmark detect --json`?")
+    kurt = cal.excess_kurtosis(z)
+    heavy = kurt > cal.HEAVY_TAIL_KURTOSIS
+    out["null_excess_kurtosis"] = kurt
+    if args.method == "quantile" and z.size * args.alpha < 10:
+        advice = ("use more texts (the null is heavy-tailed, excess kurtosis "
+                  f"{kurt:.1f}, so --method sd would under-state the tail)" if heavy
+                  else "use more texts or --method sd")
+        _warn(f"only {z.size} null texts for alpha = {args.alpha:g}: the {1 - args.alpha:g} quantile "
+              f"rests on {z.size * args.alpha:.1f} expected exceedances; {advice}")
+    if args.method == "sd" and heavy:
+        _warn(f"the null z-scores are heavy-tailed (excess kurtosis {kurt:.1f}): the sd recipe assumes a "
+              "Gaussian shape and will let through more than alpha; prefer --method quantile with enough texts")
+    if args.json:
+        print(json.dumps(out, allow_nan=False))
+        return EXIT_OK
+    print(f"null corpus: {out['n_null']} z-scores, mean {out['null_mean']:.3f}, sd {out['null_sd']:.3f}")
+    print(f"analytic threshold z_alpha = {z_a:.3f}: exceeded by {100 * out['fpr_at_z_alpha']:.2f}% of the null "
+          f"(target {100 * args.alpha:g}%)")
+    print(f"operating threshold ({args.method}): z* = {threshold:.3f}: exceeded by "
+          f"{100 * out['fpr_at_threshold']:.2f}% of the null")
+    print(f"audit with: chainmark detect --threshold {threshold:.3f} ...")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# keygen, regime
+# ---------------------------------------------------------------------------
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .keys import derive_key, key_fingerprint, read_key_file
+
+    if (args.from_master is None) != (args.context is None):
+        raise UsageError("--from-master and --context go together")
+    out = Path(args.out)
+    if out.exists() or out.is_symlink():
+        raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)")
+    if args.from_master is not None:
+        try:
+            master = read_key_file(args.from_master)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        _warn_if_not_private(args.from_master)
+        if not args.context:
+            raise UsageError("--context must be a non-empty string")
+        key = _write_key(out, derive_key(master, args.context))
+        how = f"derived for context {args.context!r} from master {key_fingerprint(master)}"
+    else:
+        key = _write_key(out, None)
+        how = "random"
+    print(f"wrote a {len(key)}-byte key ({how}) to {out} with permissions 0600", file=sys.stderr)
+    print(key_fingerprint(key))
+    return EXIT_OK
+
+
+def _write_key(out: Path, key: bytes | None) -> bytes:
+    """Create the key file ``out`` (never over an existing file or link); a usage error if it cannot be written."""
+    from .keys import write_key_file
+
+    try:
+        return write_key_file(out, key)
+    except FileExistsError:
+        raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write the key file {out} ({exc.strerror or exc})") from None
+
+
+def _cmd_regime(args: argparse.Namespace) -> int:
+    key = _load_key(args.key_file)
+    tokenizer = _load_tokenizer(args.tokenizer, args.tokenizer_revision)
+    try:
+        doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
+                              tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
+                              tokenizer_revision=args.tokenizer_revision,
+                              n_min=args.n_min, rho=args.rho, gate=args.gate,
+                              distinct_pairs=args.distinct_pairs)
+    except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
+        raise UsageError(str(exc)) from None
+    text = json.dumps(doc, indent=2, allow_nan=False)
+    if args.out:
+        _create_file(Path(args.out), text + "\n")
+        print(f"wrote the detection regime to {args.out}", file=sys.stderr)
+    print(text)
+    return EXIT_OK
+
+
+def _create_file(path: Path, text: str) -> None:
+    """Write a new file (mode 0644 at most): refused if the name exists, even as a dangling link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # O_EXCL never follows a link
+    except FileExistsError:
+        raise UsageError(f"{path} exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

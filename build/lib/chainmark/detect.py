@@ -1,0 +1,525 @@
+"""The detectors: re-derive states from the key and test whether the text walks the cycle.
+
+**Model-free detector** (the paper's Algorithm 2 and reference listing).
+phi is the share of transitions t_i -> t_{i+1} whose states follow the
+topology. Under the null (text not written with this key) phi has mean
+p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
+
+    z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
+
+and the text is flagged when p < alpha. Only the key and the tokenizer are
+needed. The implementation is vectorised through the cached state table;
+:func:`reference_detect` keeps the per-token ``hashlib`` loop of the paper's
+listing for comparison.
+
+The LM-aware likelihood-ratio detector, for a verifier who also has the
+model, is :mod:`chainmark.lrdetect`; this module needs neither torch nor a model.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.special import log_ndtr, ndtr
+
+from .limits import MAX_STATES
+from .partition import Key, as_token_array, check_int, check_num_states, key_bytes, states_of
+from .topology import Topology, TopologyLike, resolve_topology
+
+# --------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------
+
+
+def check_states(S: object) -> int:
+    """A state count for detection: an integer in [2, MAX_STATES], checked before any topology is built."""
+    S = check_num_states(S)
+    if S > MAX_STATES:
+        raise ValueError(f"S must be at most {MAX_STATES} (a larger S leaves too few tokens per state "
+                         f"to carry a watermark), got {S}")
+    return S
+
+
+def check_alpha(alpha: object, name: str = "alpha") -> float:
+    """A significance level must lie strictly between 0 and 1."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in (0, 1), got {type(alpha).__name__}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1), got {alpha}")
+    return float(alpha)
+
+
+def z_score(phi: float, p0: float, n_transitions: int) -> float:
+    """Standardised score of phi against the null mean p0 over n_transitions.
+
+    Computed in the same order of operations as the paper's listing
+    (``(phi - p0) / sqrt(p0 * (1 - p0) / n)``), so the two agree bit for bit.
+    ``phi`` is a fraction in [0, 1] and ``n_transitions`` a count (an
+    integer >= 0); anything else is an error naming the parameter. No
+    transitions means no evidence: z = 0, as :func:`detect` reports for a
+    text of fewer than two tokens.
+    """
+    if not 0.0 < p0 < 1.0:  # also rejects NaN
+        raise ValueError(f"p0 must lie in (0, 1), got {p0}")
+    if isinstance(phi, bool) or not isinstance(phi, (int, float, np.integer, np.floating)):
+        raise TypeError(f"phi must be a number in [0, 1], got {type(phi).__name__}")
+    if not 0.0 <= phi <= 1.0:  # also rejects NaN
+        raise ValueError(f"phi (fraction of legal transitions) must lie in [0, 1], got {phi}")
+    n_transitions = check_int(n_transitions, "n_transitions", 0)
+    if n_transitions == 0:
+        return 0.0
+    se = math.sqrt(p0 * (1.0 - p0) / n_transitions)
+    return (phi - p0) / se
+
+
+def p_value(z: float) -> float:
+    """One-sided normal upper-tail probability 1 - Phi(z), accurate far in the tail.
+
+    ``ndtr(-z)`` (what ``scipy.stats.norm.sf`` calls, without its
+    per-call overhead) evaluates the tail directly through erfc, so it keeps
+    full relative precision where ``1 - norm.cdf(z)`` has cancelled to 0
+    (z above about 8). It underflows to 0 only beyond z of about 38; use
+    :func:`log_p_value` there. ``z`` may be infinite (p = 0 or 1); NaN is
+    a ``ValueError``, since a p-value of NaN would silently never reject.
+    """
+    return float(ndtr(-_check_z(z)))
+
+
+def log_p_value(z: float) -> float:
+    """Natural log of the one-sided p-value; finite even where the p-value underflows.
+
+    Like :func:`p_value`, NaN is a ``ValueError``.
+    """
+    return float(log_ndtr(-_check_z(z)))
+
+
+def _check_z(z: object) -> float:
+    """A z-score as a float: any real scalar (int, float, numpy or 0-d array), not NaN."""
+    if isinstance(z, (bool, str, bytes)):
+        raise TypeError(f"z must be a number, got {type(z).__name__}")
+    try:
+        z = float(z)
+    except (TypeError, ValueError):
+        raise TypeError(f"z must be a number, got {type(z).__name__}") from None
+    if math.isnan(z):
+        raise ValueError("z must be a number, got NaN")
+    return z
+
+
+@dataclass
+class DetectionResult:
+    """What the model-free detector found in one token sequence.
+
+    ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
+    ``scored_mask[i]`` whether it was counted (all of them unless
+    ``distinct_pairs=True``). ``n_transitions`` counts the scored
+    transitions and ``n_valid`` the legal ones among them.
+    """
+
+    phi: float
+    z: float
+    p_value: float
+    is_watermarked: bool
+    n_tokens: int
+    n_transitions: int
+    n_valid: int
+    S: int
+    k: int
+    p0: float
+    alpha: float
+    valid_mask: np.ndarray = field(repr=False)
+    scored_mask: np.ndarray = field(repr=False)
+
+    @property
+    def log_p_value(self) -> float:
+        """Natural log of the p-value (finite when the p-value itself underflows to 0)."""
+        return 0.0 if self.n_transitions == 0 else log_p_value(self.z)
+
+    def to_dict(self, include_masks: bool = False) -> dict[str, Any]:
+        """Plain-Python dictionary (JSON-ready); masks only when asked for."""
+        out: dict[str, Any] = {
+            "phi": float(self.phi),
+            "z": float(self.z),
+            "p_value": float(self.p_value),
+            "log_p_value": float(self.log_p_value),
+            "is_watermarked": bool(self.is_watermarked),
+            "n_tokens": int(self.n_tokens),
+            "n_transitions": int(self.n_transitions),
+            "n_valid": int(self.n_valid),
+            "S": int(self.S),
+            "k": int(self.k),
+            "p0": float(self.p0),
+            "alpha": float(self.alpha),
+        }
+        if include_masks:
+            out["valid_mask"] = self.valid_mask.astype(int).tolist()
+            out["scored_mask"] = self.scored_mask.astype(int).tolist()
+        return out
+
+
+# --------------------------------------------------------------------------
+# validity of transitions
+# --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=128)
+def _circulant_offsets(topology: Topology) -> tuple[int, ...] | None:
+    """Offsets o with T[s, (s + o) mod S] = 1 if T is circulant, else None.
+
+    Clockwork (offset 1) and soft-cycle (offsets 1, 2) are circulant: whether
+    a transition is legal depends only on the difference of the two states,
+    which lets the detector skip the matrix lookup.
+    """
+    m, S = topology.matrix, topology.S
+    offsets = tuple(int(o) for o in np.flatnonzero(m[0]))
+    rows, cols = np.nonzero(m)  # k * S entries: no second S x S matrix
+    if rows.size != S * len(offsets):
+        return None
+    # every entry on an offset diagonal, and k entries per row: exactly the circulant
+    return offsets if bool(np.isin((cols - rows) % S, offsets).all()) else None
+
+
+def _signed(states: np.ndarray) -> np.ndarray:
+    """States as a signed integer array (differences must not wrap around)."""
+    if states.dtype.kind == "i":
+        return states
+    if states.dtype.kind == "u":
+        return states.astype(np.int64)
+    raise TypeError(f"states must be integers, got dtype {states.dtype}")
+
+
+def valid_transitions(states: np.ndarray, topology: Topology) -> np.ndarray:
+    """Boolean legality of every transition ``states[..., i] -> states[..., i + 1]``.
+
+    Works along the last axis, so a 2-D array of equal-length rows is
+    handled in one pass. For circulant topologies the test uses the state
+    difference d = s_{i+1} - s_i: the step is legal when d is an allowed
+    offset o, or o - S (the wrap-around). Comparisons on the compact int8
+    states are several times cheaper than gathering from the S x S matrix.
+    """
+    states = _signed(np.asarray(states))
+    S = topology.S
+    prev, nxt = states[..., :-1], states[..., 1:]
+    offsets = _circulant_offsets(topology)
+    if offsets is not None:
+        d = nxt - prev  # in [-(S-1), S-1]: fits any signed type that holds S - 1
+        valid = d == offsets[0]
+        valid |= d == offsets[0] - S
+        for o in offsets[1:]:
+            valid |= d == o
+            valid |= d == o - S
+        return valid
+    index_type = np.int32 if S < 46341 else np.int64
+    return np.take(topology.matrix.ravel(), prev.astype(index_type) * S + nxt)
+
+
+def _check_states(states: np.ndarray, S: int) -> np.ndarray:
+    states = _signed(np.asarray(states))
+    if states.ndim != 1:
+        raise ValueError(f"states must be one-dimensional, got shape {states.shape}")
+    if states.size and (int(states.min()) < 0 or int(states.max()) >= S):
+        raise ValueError(f"states must lie in [0, {S - 1}] for S = {S}, "
+                         f"got values in [{int(states.min())}, {int(states.max())}]")
+    return states
+
+
+def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionResult:
+    empty = np.zeros(0, dtype=bool)
+    valid = np.zeros(max(n_tokens - 1, 0), dtype=bool)
+    return DetectionResult(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology.S, int(topology.k),
+                           topology.p0, alpha, valid if n_tokens >= 2 else empty,
+                           np.zeros_like(valid) if n_tokens >= 2 else empty)
+
+
+def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
+            valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
+    """phi, z, p-value and decision from m scored transitions of which c are legal."""
+    if m == 0:
+        return _empty_result(n_tokens, topology, alpha)
+    p0 = topology.p0
+    phi = c / m
+    z = z_score(phi, p0, m)
+    p = p_value(z)
+    return DetectionResult(phi, z, p, p < alpha, n_tokens, m, c, topology.S, int(topology.k),
+                           p0, alpha, valid, scored)
+
+
+def score_states(
+    states: np.ndarray,
+    topology: Topology,
+    alpha: float = 0.01,
+    scored: np.ndarray | None = None,
+    n_tokens: int | None = None,
+) -> DetectionResult:
+    """Detection statistics from a state sequence (the part that needs no hashing).
+
+    ``scored`` (a boolean mask over the n - 1 transitions) selects which
+    transitions count; None counts all of them. Fewer than two states, or no
+    scored transition, give phi = z = 0, p = 1 and no detection.
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
+    if topology.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    alpha = check_alpha(alpha)
+    states = _check_states(states, topology.S)
+    if scored is not None:
+        scored = np.asarray(scored, dtype=bool)
+        if scored.shape != (max(states.size - 1, 0),):
+            raise ValueError(f"scored must have one entry per transition ({max(states.size - 1, 0)}), "
+                             f"got shape {scored.shape}")
+    return _score(states, topology, alpha, scored, states.size if n_tokens is None else int(n_tokens))
+
+
+def _score(states: np.ndarray, topology: Topology, alpha: float, scored: np.ndarray | None,
+           n_tokens: int) -> DetectionResult:
+    """score_states without the argument checks (the detector's states are valid by construction)."""
+    n = int(states.size)
+    if n < 2:
+        return _empty_result(n_tokens, topology, alpha)
+    valid = valid_transitions(states, topology)
+    if scored is None:
+        scored = np.ones(n - 1, dtype=bool)
+        m, c = n - 1, int(np.count_nonzero(valid))
+    else:
+        m, c = int(np.count_nonzero(scored)), int(np.count_nonzero(valid & scored))
+    return _result(n_tokens, m, c, topology, alpha, valid, scored)
+
+
+# --------------------------------------------------------------------------
+# token-level detection
+# --------------------------------------------------------------------------
+
+
+def first_occurrences(ids: np.ndarray) -> np.ndarray:
+    """Mask over transitions: True where the pair (t_i, t_{i+1}) appears for the first time.
+
+    With ``distinct_pairs=True`` only these transitions are scored, so a
+    phrase the text repeats counts once (compare ``ignore_repeated_ngrams``
+    in lm-watermarking). A pair's legality is a function of the pair, so a
+    repeat adds no new evidence, only correlated copies of old evidence.
+    """
+    ids = np.asarray(ids)
+    if ids.size < 2:
+        return np.zeros(max(ids.size - 1, 0), dtype=bool)
+    a, b = ids[:-1], ids[1:]
+    top = int(ids.max())
+    if top < 2**31:  # one int64 code per pair: much faster than unique over rows
+        codes = a.astype(np.int64) * (top + 1) + b.astype(np.int64)
+        _, first = np.unique(codes, return_index=True)
+    else:
+        _, first = np.unique(np.stack([a, b], axis=1), axis=0, return_index=True)
+    mask = np.zeros(ids.size - 1, dtype=bool)
+    mask[first] = True
+    return mask
+
+
+def _is_sequence(item: Any) -> bool:
+    """True for a list, tuple, array or tensor of at least one dimension (a row), not for a scalar."""
+    if isinstance(item, (list, tuple)):
+        return True
+    ndim = getattr(item, "ndim", None)  # numpy scalars and 0-d tensors have ndim 0
+    return isinstance(ndim, int) and ndim >= 1
+
+
+def _reject_batch(token_ids: Any) -> None:
+    """A ValueError naming :func:`detect_batch` when ``token_ids`` holds rows rather than one text.
+
+    Only the first item of a list is looked at (a scalar there means one
+    text; a list mixing scalars and rows is refused by the id normaliser), so
+    the check costs nothing on long texts.
+    """
+    ndim = getattr(token_ids, "ndim", None)
+    if isinstance(ndim, int) and ndim == 2:  # a numpy array or torch tensor
+        raise ValueError(f"token_ids must be one text (1-D), got a batch of shape {tuple(token_ids.shape)}; "
+                         "score a batch with detect_batch")
+    if isinstance(token_ids, (list, tuple)) and token_ids and _is_sequence(token_ids[0]):
+        raise ValueError(f"token_ids must be one text (a flat sequence of ids), got a sequence of sequences "
+                         f"({len(token_ids)} rows); score a batch with detect_batch")
+
+
+def _detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
+                    distinct_pairs: object) -> tuple[Topology, float]:
+    """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
+
+    Everything is checked before any id is read, so a bad argument is
+    reported even for an empty input.
+    """
+    S = check_states(S)
+    alpha = check_alpha(alpha)
+    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
+    topo = resolve_topology(topology, S)
+    if topo.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    if not isinstance(distinct_pairs, (bool, np.bool_)):
+        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
+    return topo, alpha
+
+
+def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, distinct_pairs: bool,
+                vocab_size: int | None) -> DetectionResult:
+    """Score one text once the arguments are checked."""
+    if isinstance(token_ids, np.ndarray) and token_ids.ndim == 1 and token_ids.dtype.kind in "iu" \
+            and token_ids.size >= 2:
+        ids = token_ids  # states_of validates the ids (sign, range) in the same pass it uses them
+    else:
+        ids = as_token_array(token_ids, vocab_size)
+        if ids.size < 2:
+            return _empty_result(int(ids.size), topo, alpha)
+    states = states_of(ids, key, topo.S, vocab_size)
+    scored = first_occurrences(ids) if distinct_pairs else None
+    return _score(states, topo, alpha, scored, int(ids.size))
+
+
+def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
+                   vocab_size: int | None) -> list[DetectionResult]:
+    """All rows of a rectangular batch in one vectorised pass."""
+    rows, n = ids.shape
+    if rows == 0:
+        return []
+    if n < 2:
+        return [_empty_result(n, topo, alpha) for _ in range(rows)]
+    states = states_of(ids.ravel(), key, topo.S, vocab_size).reshape(rows, n)
+    valid = valid_transitions(states, topo)
+    counts = np.count_nonzero(valid, axis=1)
+    m, p0, k = n - 1, topo.p0, int(topo.k)
+    phi = counts / m  # the same IEEE operations as the scalar path, so rows agree bit for bit
+    z = (phi - p0) / math.sqrt(p0 * (1.0 - p0) / m)
+    p = ndtr(-z)
+    scored = np.ones(m, dtype=bool)
+    scored.flags.writeable = False  # one mask shared by every row
+    return [DetectionResult(float(phi[r]), float(z[r]), float(p[r]), bool(p[r] < alpha), n, m,
+                            int(counts[r]), topo.S, k, p0, alpha, valid[r], scored)
+            for r in range(rows)]
+
+
+def detect(
+    token_ids: Any,
+    key: Key,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+) -> DetectionResult:
+    """Test one token sequence for the ChainMark watermark.
+
+    ``token_ids`` is one text: a 1-D sequence of ids (list or tuple of ints,
+    numpy or torch scalars, a numpy array or a torch tensor on any device).
+    A batch (a 2-D array or tensor, or a list of sequences) is a
+    ``ValueError``: score it with :func:`detect_batch`, which always returns
+    a list.
+
+    ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
+    repeated n-grams otherwise count several times and break the
+    independence the z-test assumes. ``vocab_size`` (when known) rejects ids
+    outside the vocabulary and saves a pass over the ids. ``S`` is at most
+    :data:`~chainmark.limits.MAX_STATES`.
+    """
+    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    _reject_batch(token_ids)
+    return _detect_one(token_ids, key, topo, alpha, bool(distinct_pairs), vocab_size)
+
+
+def detect_batch(
+    batch: Any,
+    key: Key,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+) -> list[DetectionResult]:
+    """Test many token sequences; always a list of results, one per text, equal to :func:`detect` on each.
+
+    ``batch`` is a 2-D numpy array or torch tensor (every row scored whole,
+    so strip padding first; scored in one vectorised pass) or an iterable of
+    sequences of any lengths (lists, arrays, tensors). The other arguments
+    are those of :func:`detect`. One text (a flat sequence of ids) is an
+    error naming :func:`detect`.
+    """
+    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    if isinstance(batch, (str, bytes)):
+        raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
+    ndim = getattr(batch, "ndim", None)
+    if isinstance(ndim, int):  # a numpy array or torch tensor
+        if ndim != 2:
+            raise ValueError(f"batch must be 2-D (one row per text), got shape {tuple(batch.shape)}"
+                             + ("; score one text with detect" if ndim == 1 else ""))
+        ids = as_token_array(batch, vocab_size, ndim=2)
+        if not distinct_pairs:
+            return _detect_matrix(ids, key, topo, alpha, vocab_size)
+        return [_detect_one(row, key, topo, alpha, True, vocab_size) for row in ids]
+    try:
+        rows = list(batch)
+    except TypeError:
+        raise TypeError(f"batch must be a 2-D array or an iterable of token-id sequences, "
+                        f"got {type(batch).__name__}") from None
+    for i, row in enumerate(rows):
+        if not _is_sequence(row):
+            raise TypeError(f"batch must hold sequences of token ids (one per text), got "
+                            f"{type(row).__name__} at position {i}; score one text with detect")
+    return [_detect_one(row, key, topo, alpha, bool(distinct_pairs), vocab_size) for row in rows]
+
+
+def detect_text(
+    text: str,
+    tokenizer: Any,
+    key: Key,
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+) -> DetectionResult:
+    """The auditor's path: tokenize the text without special tokens, then detect.
+
+    The auditor has the published text, not the generated ids; re-tokenizing
+    the decoded text usually, but not always, gives back the same ids (the
+    detection chapter measures how often). ``vocab_size`` defaults to
+    ``len(tokenizer)``; pass the model's logit width if the state table
+    was built for a larger vocabulary.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if vocab_size is None:
+        vocab_size = len(tokenizer)
+    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size)
+
+
+def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01,
+                     T: Sequence[Sequence[int]] | None = None) -> dict:
+    """A plain per-token re-statement of the paper's reference detector listing.
+
+    Written independently of the vectorised path above, for tests, the
+    benchmark and the chapter's comparison: it hashes every token with
+    ``hashlib`` in a Python loop. Without ``T`` it is the clockwork listing
+    itself (including its ``1 - norm.cdf(z)`` p-value, which loses all
+    precision beyond z of about 8); with a 0/1 matrix ``T`` it applies the
+    listing's stated extension to k-regular topologies
+    (``T[s_i][s_{i+1}] > 0`` and ``p0 = (T > 0).mean()``).
+    """
+    import hashlib
+
+    from scipy.stats import norm
+
+    n = len(token_ids)
+    if n < 2:
+        return {"phi": 0.0, "z": 0.0, "p_value": 1.0, "is_watermarked": False}
+    st = [int.from_bytes(hashlib.sha256(key + int(t).to_bytes(8, "big")).digest()[:8], "big") % S
+          for t in token_ids]
+    if T is None:
+        valid = sum(1 for i in range(n - 1) if st[i + 1] == (st[i] + 1) % S)
+        p0 = 1.0 / S
+    else:
+        valid = sum(1 for i in range(n - 1) if T[st[i]][st[i + 1]] > 0)
+        p0 = float((np.asarray(T) > 0).mean())
+    phi = valid / (n - 1)
+    se = math.sqrt(p0 * (1.0 - p0) / (n - 1))
+    z = (phi - p0) / se
+    p = 1.0 - norm.cdf(z)
+    return {"phi": phi, "z": z, "p_value": p, "is_watermarked": p < alpha}

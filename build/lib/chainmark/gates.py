@@ -1,0 +1,105 @@
+"""Entropy gates: at which positions the watermark is applied.
+
+The paper's gate family (Definition "Gate family"): every position, high
+entropy H > tau, low entropy H < tau, or a small gap between the two most
+likely tokens (Delta < tau). The threshold tau is calibrated on a pilot by
+quantile matching, so that the share of gated positions tracks the budget rho.
+
+This module is the gate's model-free logic (kinds, thresholds, calibration,
+flags from a signal), importable without torch; the signals themselves are
+computed from logits in :mod:`chainmark.signals`, whose :func:`~chainmark.signals.gate_flags`
+applies a gate to a batch of logits.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+GATE_KINDS = ("all", "high_entropy", "low_entropy", "top2_gap")
+
+
+def check_gate_kind(kind: object) -> str:
+    if kind not in GATE_KINDS:
+        raise ValueError(f"gate must be one of {GATE_KINDS}, got {kind!r}")
+    return str(kind)
+
+
+def check_rho(rho: object, name: str = "rho") -> float:
+    """A budget must be a real number in [0, 1]."""
+    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {type(rho).__name__}")
+    if not (0.0 <= float(rho) <= 1.0):
+        raise ValueError(f"{name} must lie in [0, 1], got {rho}")
+    return float(rho)
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    return float(np.quantile(values, q))
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A gate of one kind with a threshold: flags from a signal (:meth:`flags_from_signal`),
+    or from logits with :func:`chainmark.signals.gate_flags`.
+
+    ``tau = +inf`` with ``high_entropy`` (or ``-inf`` with the others) gates
+    nothing, the opposite infinity gates everything, so rho = 0 and rho = 1
+    are exact.
+    """
+
+    kind: str = "high_entropy"
+    tau: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_gate_kind(self.kind)
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float, np.floating, np.integer)):
+            raise TypeError(f"tau must be a number, got {type(self.tau).__name__}")
+        if math.isnan(float(self.tau)):
+            raise ValueError("tau must not be NaN")
+
+    def flags_from_signal(self, signal: Any) -> Any:
+        """Gate flags from precomputed signals (entropies or gaps); numpy or torch."""
+        if self.kind == "all":  # all True, same type and shape (NaN included)
+            if hasattr(signal, "new_ones"):  # a torch tensor: same device, bool
+                return signal.new_ones(signal.shape).bool()
+            return np.ones(np.shape(signal), dtype=bool)
+        if isinstance(signal, (list, tuple)):
+            signal = np.asarray(signal, dtype=float)
+        if self.kind == "high_entropy":
+            return signal > self.tau
+        return signal < self.tau  # low_entropy and top2_gap
+
+    @classmethod
+    def calibrate(cls, kind: str, rho: float, pilot_signal: Any) -> "Gate":
+        """Choose tau so that a share ``rho`` of the pilot's positions is gated.
+
+        ``pilot_signal`` holds the gate's signal (entropy, or top-2 gap for
+        ``top2_gap``) at every position of a pilot run without watermark.
+        """
+        kind = check_gate_kind(kind)
+        rho = check_rho(rho)
+        if kind == "all":
+            if rho != 1.0:
+                raise ValueError(f"the 'all' gate has rho = 1 by definition, got rho = {rho}")
+            return cls(kind, 0.0)
+        values = np.asarray(pilot_signal, dtype=float).ravel()
+        values = values[np.isfinite(values)]
+        if rho in (0.0, 1.0):
+            gate_none = math.inf if kind == "high_entropy" else -math.inf
+            return cls(kind, -gate_none if rho == 1.0 else gate_none)
+        if values.size == 0:
+            raise ValueError("pilot_signal is empty (no finite values): calibration needs "
+                             "the gate signal at the positions of a pilot run")
+        if kind == "high_entropy":
+            return cls(kind, _quantile(values, 1.0 - rho))
+        return cls(kind, _quantile(values, rho))
+
+    def rate(self, signal: Any) -> float:
+        """Share of positions this gate opens on the given signals."""
+        values = np.asarray(signal, dtype=float).ravel()
+        if values.size == 0:
+            raise ValueError("signal is empty")
+        return float(np.mean(self.flags_from_signal(values)))
