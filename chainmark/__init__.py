@@ -23,13 +23,8 @@ _EXPORTS: dict[str, str] = {
     "Insertion": "attacks",
     "Paraphrase": "attacks",
     "Substitution": "attacks",
-    "back_translate": "attacks",
-    "delete": "attacks",
     "edit_fraction": "attacks",
-    "insert": "attacks",
     "make_attack": "attacks",
-    "paraphrase": "attacks",
-    "substitute": "attacks",
     "KGWConfig": "baselines",
     "KGWLogitsProcessor": "baselines",
     "SweetConfig": "baselines",
@@ -42,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "ChainMarkConfig": "embed",
     "ChainMarkLogitsProcessor": "embed",
     "DetectionResult": "detect",
+    "Verdict": "verdict",
     "GATE_KINDS": "gates",
     "Gate": "gates",
     "Topology": "topology",
@@ -63,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "state_table": "partition",
     "states_of": "partition",
     "z_alpha": "calibrate",
+    "Regime": "regime",
     "regime_document": "regime",
     "tokenizer_fingerprint": "regime",
     "book_key": "keys",
@@ -89,7 +86,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers and IDEs see the eager imports
-    from .attacks import Attack, BackTranslation, Deletion, Insertion, Paraphrase, Substitution, back_translate, delete, edit_fraction, insert, make_attack, paraphrase, substitute
+    from .attacks import Attack, BackTranslation, Deletion, Insertion, Paraphrase, Substitution, edit_fraction, make_attack
     from .baselines import KGWConfig, KGWLogitsProcessor, SweetConfig, kgw_detect, sweet_detect
     from .prompts import load_prompts, prompt_grid
     from .records import read_records, run_grid
@@ -101,5 +98,6 @@ if TYPE_CHECKING:  # static checkers and IDEs see the eager imports
     from .calibrate import calibration_table, hoeffding_fpr_bound, lifted_threshold, midpoint_threshold, predicted_z, recalibrate, s_star, z_alpha
     from .settings import get_settings
     from .partition import state_of, state_table, states_of
-    from .regime import regime_document, tokenizer_fingerprint
+    from .regime import Regime, regime_document, tokenizer_fingerprint
+    from .verdict import Verdict
     from .keys import book_key, derive_key, generate_key, key_fingerprint, load_key

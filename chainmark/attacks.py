@@ -1,15 +1,24 @@
 """Robustness attacks: edit a watermarked text, then see what the detector still finds.
 
-Two kinds of editor share one interface (:class:`Attack`):
+Every attack is one class with one interface (:class:`Attack`):
 
-* token-level attacks (``level = "tokens"``) map a list of token ids to an
-  edited list: uniform random :func:`substitute` (the paper's protocol, seed
-  43), :func:`delete` and :func:`insert`, each at rate ``delta``;
-* text-level attacks (``level = "text"``) map a string to a rewritten string:
-  :func:`paraphrase` with a causal language model and :func:`back_translate`
-  through a pivot language (NLLB-200 by name, any callable, or the causal LM
-  as a weak translator).
+* token-level attacks (``level = "tokens"``) edit token ids at rate
+  ``delta``: uniform random :class:`Substitution` (the paper's protocol,
+  seed 43), :class:`Deletion` and :class:`Insertion`;
+* text-level attacks (``level = "text"``) rewrite strings:
+  :class:`Paraphrase` with a causal language model and
+  :class:`BackTranslation` through a pivot language, with any
+  :class:`Translator` (NLLB-200 through :class:`Seq2SeqTranslator`, or the
+  causal LM as a weak translator through :class:`LMTranslator`).
 
+An attack is applied in one of two ways: ``attack.apply_ids(id_lists)``
+(token ids in, token ids out, for every attack) and
+``attack.apply_text(texts)`` (text in, text out, for text attacks). A token
+attack's ``edit(ids, seed)`` is the attack on one sequence with one random
+stream, which ``apply_ids`` runs for every text.
+
+:func:`simulate_walks` and :func:`blind_substitution` are the theorem's own
+Monte Carlo on state sequences (the check of the (1 - delta)^2 law).
 :func:`edit_fraction` measures how much an attack really changed, as the
 token-level edit distance divided by the original length (delta_eff), and
 :func:`keyed_scrub` / :func:`keyed_forge` show what an adversary who knows the
@@ -22,7 +31,7 @@ import inspect
 import math
 import re
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 from rapidfuzz.distance import Levenshtein
@@ -128,63 +137,182 @@ def record_seed(seed: SeedLike, record: str) -> np.random.SeedSequence:
                                   pool_size=base.pool_size)
 
 
+# --------------------------------------------------------------------------- one interface
+
+
+class Attack(ABC):
+    """An attack on watermarked text, applied one way to token ids and one way to text.
+
+    ``level`` says what the attack edits: ``"tokens"`` (token ids) or
+    ``"text"`` (strings). Every attack is applied to a batch:
+
+    * ``attack.apply_ids(id_lists, tokenizer=None, names=None)``: token ids
+      in, token ids out, whatever the level (a text attack decodes with
+      ``tokenizer``, rewrites and re-tokenizes, so a runner can treat every
+      attack alike);
+    * ``attack.apply_text(texts)``: text in, text out (text attacks only).
+
+    A token attack gives text i its own random stream: the i-th child spawned
+    from its seed (:func:`spawn`), or, with ``names``, the stream
+    :func:`record_seed` derives from the seed and ``names[i]``, so that a
+    text's edits depend on its name, not on its position in a batch. Its
+    ``edit(ids, seed)`` is the attack itself on one sequence with one stream
+    (by default the attack's own seed: the paper's protocol on one text).
+    Text attacks rewrite the whole batch with their own seed and ignore names.
+    """
+
+    name: str = "attack"
+    level: str = "tokens"
+
+    @abstractmethod
+    def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None, *,
+                  names: Sequence[str] | None = None) -> list[list[int]]: ...
+
+    def apply_text(self, texts: Sequence[str]) -> list[str]:
+        """Rewrite ``texts`` (text attacks; a token attack edits token ids: use :meth:`apply_ids`)."""
+        raise TypeError(f"the {self.name} attack edits token ids, not text: use apply_ids(id_lists)")
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready parameters (no models, no keys)."""
+        return {"attack": self.name, "level": self.level,
+                **{k: v for k, v in vars(self).items()
+                   if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if k not in ("attack", "level"))
+        return f"{type(self).__name__}({params})"
+
+
+def _check_names(items: Sequence[Any], names: Sequence[str]) -> list[str]:
+    if isinstance(names, str):
+        raise TypeError("names must be a sequence of strings (one per item), not one string")
+    names = list(names)
+    if len(names) != len(items):
+        raise ValueError(f"names must have one entry per item: {len(names)} names for {len(items)} items")
+    return names
+
+
+class _TokenAttack(Attack):
+    level = "tokens"
+
+    def __init__(self, delta: float, seed: SeedLike = ATTACK_SEED):
+        self.delta = check_delta(delta)
+        self.seed = seed
+
+    def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None, *,
+                  names: Sequence[str] | None = None) -> list[list[int]]:
+        """Edit every sequence: ``id_lists[i]`` with the i-th stream spawned from the seed, or, with
+        ``names``, with the stream :func:`record_seed` derives from the seed and ``names[i]``.
+
+        ``tokenizer`` is not needed (token attacks work on ids); it is accepted so that a
+        runner can call every attack alike.
+        """
+        if names is None:
+            return [self.edit(x, rng) for x, rng in zip(id_lists, spawn(self.seed, len(id_lists)))]
+        names = _check_names(id_lists, names)
+        return [self.edit(x, np.random.default_rng(record_seed(self.seed, name)))
+                for x, name in zip(id_lists, names)]
+
+    @abstractmethod
+    def edit(self, ids: Sequence[int], seed: SeedLike = None) -> list[int]:
+        """The attack on one sequence with one random stream (``None``: the attack's own seed)."""
+
+
+class _TextAttack(Attack):
+    level = "text"
+
+    @abstractmethod
+    def apply_text(self, texts: Sequence[str]) -> list[str]: ...
+
+    def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None, *,
+                  names: Sequence[str] | None = None) -> list[list[int]]:
+        """Decode each sequence with ``tokenizer``, rewrite the batch, re-tokenize (``names`` are ignored)."""
+        if tokenizer is None:
+            raise ValueError(f"the {self.name} attack works on text: pass tokenizer=...")
+        if names is not None:
+            _check_names(id_lists, names)
+        texts = [tokenizer.decode(list(ids), skip_special_tokens=True) for ids in id_lists]
+        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in self.apply_text(texts)]
+
+
 # --------------------------------------------------------------------------- token-level attacks
 
 
-def substitute(token_ids: Sequence[int], delta: float, vocab_size: int,
-               seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """Replace exactly ceil(delta * n) positions, chosen uniformly without replacement.
+class Substitution(_TokenAttack):
+    """Uniform random substitution at rate ``delta``: ``Substitution(delta, vocab_size, seed=43)``.
 
-    Each chosen position gets a uniform draw from ``[0, vocab_size)``; a draw
-    may by chance equal the original token (the paper's protocol). The
-    positions are the first ceil(delta n) entries of one random permutation
-    and the replacement for position i is drawn once per position, so for a
-    fixed seed a larger delta edits a superset of the positions a smaller one
-    edits, with the same new tokens: curves over delta are coupled.
+    Exactly ceil(delta * n) positions are replaced, chosen uniformly without
+    replacement; each gets a uniform draw from ``[0, vocab_size)``, which may
+    by chance equal the original token (the paper's protocol).
     """
-    delta = check_delta(delta)
-    vocab_size = _check_vocab_size(vocab_size)
-    ids = as_token_array(token_ids)
-    n = ids.size
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(n)
-    fresh = rng.integers(0, vocab_size, size=n)
-    chosen = order[:n_edits(delta, n)]
-    out = ids.copy()
-    out[chosen] = fresh[chosen]
-    return out.tolist()
+
+    name = "substitution"
+
+    def __init__(self, delta: float, vocab_size: int, seed: SeedLike = ATTACK_SEED):
+        super().__init__(delta, seed)
+        self.vocab_size = _check_vocab_size(vocab_size)
+
+    def edit(self, ids: Sequence[int], seed: SeedLike = None) -> list[int]:
+        """Replace exactly ceil(delta * n) positions of ``ids``, chosen uniformly without replacement.
+
+        The positions are the first ceil(delta n) entries of one random
+        permutation and the replacement for position i is drawn once per
+        position, so for a fixed seed a larger delta edits a superset of the
+        positions a smaller one edits, with the same new tokens: curves over
+        delta are coupled. ``seed`` (an int, ``SeedSequence`` or
+        ``Generator``) defaults to the attack's own seed.
+        """
+        ids = as_token_array(ids)
+        n = ids.size
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        order = rng.permutation(n)
+        fresh = rng.integers(0, self.vocab_size, size=n)
+        chosen = order[:n_edits(self.delta, n)]
+        out = ids.copy()
+        out[chosen] = fresh[chosen]
+        return out.tolist()
 
 
-def delete(token_ids: Sequence[int], delta: float, seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """Delete exactly ceil(delta * n) tokens at positions chosen uniformly without replacement.
+class Deletion(_TokenAttack):
+    """Uniform random deletion at rate ``delta``: ``Deletion(delta, seed=43)``."""
 
-    Nested in delta for a fixed seed, like :func:`substitute`.
-    """
-    delta = check_delta(delta)
-    ids = as_token_array(token_ids)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(ids.size)
-    keep = np.ones(ids.size, dtype=bool)
-    keep[order[:n_edits(delta, ids.size)]] = False
-    return ids[keep].tolist()
+    name = "deletion"
+
+    def edit(self, ids: Sequence[int], seed: SeedLike = None) -> list[int]:
+        """Delete exactly ceil(delta * n) tokens at positions chosen uniformly without replacement.
+
+        Nested in delta for a fixed seed, like :meth:`Substitution.edit`.
+        """
+        ids = as_token_array(ids)
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        order = rng.permutation(ids.size)
+        keep = np.ones(ids.size, dtype=bool)
+        keep[order[:n_edits(self.delta, ids.size)]] = False
+        return ids[keep].tolist()
 
 
-def insert(token_ids: Sequence[int], delta: float, vocab_size: int,
-           seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """Insert ceil(delta * n) uniform tokens, one at a time, each at a uniform position.
+class Insertion(_TokenAttack):
+    """Uniform random insertion at rate ``delta``: ``Insertion(delta, vocab_size, seed=43)``."""
 
-    Each insertion picks one of the ``len + 1`` gaps of the current sequence
-    uniformly, so the final set of inserted slots is uniform over all
-    arrangements. Nested in delta for a fixed seed.
-    """
-    delta = check_delta(delta)
-    vocab_size = _check_vocab_size(vocab_size)
-    out = as_token_array(token_ids).tolist()
-    rng = np.random.default_rng(seed)
-    for _ in range(n_edits(delta, len(out))):
-        pos = int(rng.integers(0, len(out) + 1))
-        out.insert(pos, int(rng.integers(0, vocab_size)))
-    return out
+    name = "insertion"
+
+    def __init__(self, delta: float, vocab_size: int, seed: SeedLike = ATTACK_SEED):
+        super().__init__(delta, seed)
+        self.vocab_size = _check_vocab_size(vocab_size)
+
+    def edit(self, ids: Sequence[int], seed: SeedLike = None) -> list[int]:
+        """Insert ceil(delta * n) uniform tokens, one at a time, each at a uniform position.
+
+        Each insertion picks one of the ``len + 1`` gaps of the current
+        sequence uniformly, so the final set of inserted slots is uniform over
+        all arrangements. Nested in delta for a fixed seed.
+        """
+        out = as_token_array(ids).tolist()
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        for _ in range(n_edits(self.delta, len(out))):
+            pos = int(rng.integers(0, len(out) + 1))
+            out.insert(pos, int(rng.integers(0, self.vocab_size)))
+        return out
 
 
 def edit_fraction(original_ids: Sequence[int], attacked_ids: Sequence[int]) -> float:
@@ -269,6 +397,59 @@ def predicted_z_ratio(kind: str, delta: float, n: int | None = None,
     return excess / (n - m - 1) * math.sqrt((n - m - 1) / (n - 1))
 
 
+# --------------------------------------------------------------------------- the theorem's Monte Carlo
+
+
+def simulate_walks(trials: int, n: int, S: int, rho: float, seed: SeedLike = ATTACK_SEED,
+                   topology: TopologyLike = "clockwork") -> np.ndarray:
+    """``trials`` state walks of length ``n`` under the robustness theorem's model.
+
+    A walk starts at a uniform state; every later step is, with probability
+    ``rho``, forced to a legal successor of the previous state (uniform among
+    the k successors of a k-regular topology) and is otherwise a uniform
+    state. Per step the draws are: the forcing coins, then (k > 1 only) the
+    successor picks, then the free states. ``seed`` is an int, a
+    ``SeedSequence`` or a ``Generator``; a ``Generator`` is drawn from in
+    place, so that one generator passed to several calls (and to
+    :func:`blind_substitution`) gives one reproducible Monte Carlo. Returns an
+    int64 array of shape (trials, n).
+    """
+    trials = check_int(trials, "trials", 1)
+    n = check_int(n, "n", 1)
+    rho = check_delta(rho, "rho")
+    topo = resolve_topology(topology, check_num_states(S))
+    if topo.k is None:
+        raise ValueError("simulate_walks needs a k-regular topology (every state with k successors)")
+    succ = np.array([topo.successors(s) for s in range(topo.S)], dtype=np.int64)  # shape (S, k)
+    rng = np.random.default_rng(seed)
+    states = np.empty((trials, n), dtype=np.int64)
+    states[:, 0] = rng.integers(0, topo.S, trials)
+    for i in range(1, n):
+        forced = rng.random(trials) < rho
+        pick = rng.integers(0, topo.k, trials) if topo.k > 1 else 0
+        states[:, i] = np.where(forced, succ[states[:, i - 1], pick], rng.integers(0, topo.S, trials))
+    return states
+
+
+def blind_substitution(states: Any, delta: float, S: int, seed: SeedLike = ATTACK_SEED) -> np.ndarray:
+    """The theorem's oracle-blind adversary on state walks: a coin per position.
+
+    Each position independently becomes, with probability ``delta``, a fresh
+    uniform state in ``[0, S)`` (unlike :class:`Substitution`, which edits
+    exactly ceil(delta n) token ids). ``states`` is an integer array of any
+    shape (e.g. :func:`simulate_walks`'s); ``seed`` as there. Draws: one coin
+    per position, then one uniform state per position.
+    """
+    delta = check_delta(delta)
+    S = check_num_states(S)
+    states = np.asarray(states)
+    if not np.issubdtype(states.dtype, np.integer):
+        raise TypeError(f"states must be an integer array, got dtype {states.dtype}")
+    rng = np.random.default_rng(seed)
+    hit = rng.random(states.shape) < delta
+    return np.where(hit, rng.integers(0, S, states.shape), states)
+
+
 # --------------------------------------------------------------------------- text-level attacks
 
 
@@ -322,10 +503,7 @@ def _lm_rewrite(texts: list[str], model: Any, tokenizer: Any, instruction: str,
     return out
 
 
-def paraphrase(texts: Sequence[str], model: Any, tokenizer: Any,
-               instruction: str = DEFAULT_PARAPHRASE_INSTRUCTION,
-               max_new_tokens: int | None = None, seed: int = ATTACK_SEED,
-               batch_size: int = 8, temperature: float = 0.7) -> list[str]:
+class Paraphrase(_TextAttack):
     """Paraphrase each text with a causal chat model (an LM rewrite attack).
 
     The model receives ``instruction`` (with ``{text}`` filled in) through its
@@ -333,9 +511,21 @@ def paraphrase(texts: Sequence[str], model: Any, tokenizer: Any,
     with the embedded SmolLM2 and with any instruction-tuned model in Colab.
     ``max_new_tokens=None`` allows 1.5 x the longest input plus 16 tokens.
     """
-    texts = _check_texts(texts)
-    return _lm_rewrite(texts, model, tokenizer, instruction, max_new_tokens, seed,
-                       batch_size, temperature)
+
+    name = "paraphrase"
+
+    def __init__(self, model: Any, tokenizer: Any, instruction: str = DEFAULT_PARAPHRASE_INSTRUCTION,
+                 max_new_tokens: int | None = None, seed: int = ATTACK_SEED, batch_size: int = 8,
+                 temperature: float = 0.7):
+        self._model, self._tokenizer = model, tokenizer
+        self.instruction, self.max_new_tokens = instruction, max_new_tokens
+        self.seed, self.batch_size, self.temperature = seed, batch_size, temperature
+
+    def apply_text(self, texts: Sequence[str]) -> list[str]:
+        """The paraphrase of every text (empty texts stay empty)."""
+        texts = _check_texts(texts)
+        return _lm_rewrite(texts, self._model, self._tokenizer, self.instruction, self.max_new_tokens,
+                           self.seed, self.batch_size, self.temperature)
 
 
 def _model_label(model: Any) -> str:
@@ -362,17 +552,31 @@ def language(code: str) -> tuple[str, str]:
                      "such as 'fra_Latn'")
 
 
+class Translator(Protocol):
+    """The one thing :class:`BackTranslation` calls: translate a batch of texts.
+
+    ``translate(texts, source, target)`` gets a list of strings and two
+    language codes (the short codes of :data:`LANGUAGES` such as ``"en"``,
+    ``"zh"``, or NLLB codes such as ``"fra_Latn"``, whatever the attack was
+    given; :func:`language` maps either to both forms) and returns a list of
+    strings, one translation per text, in order. :class:`Seq2SeqTranslator`
+    and :class:`LMTranslator` are the package's two; any function or object
+    with this signature works too. An optional ``name`` attribute names it in
+    :meth:`BackTranslation.describe`.
+    """
+
+    def __call__(self, texts: list[str], source: str, target: str) -> list[str]: ...
+
+
 class Seq2SeqTranslator:
-    """A translation model (NLLB-200 by default) run through ``transformers``.
+    """A translation model (NLLB-200 by default) run through ``transformers``: a :class:`Translator`.
 
     ``model`` is a Hub id (loaded with ``AutoModelForSeq2SeqLM``) or an
     already loaded seq2seq model, in which case ``tokenizer`` must be given.
-    Calling it as ``translator(texts, src, tgt)`` sets the tokenizer's
+    Calling it as ``translator(texts, source, target)`` sets the tokenizer's
     ``src_lang`` and forces the target language token as the first generated
     token, which is how NLLB (and M2M-100) pick the output language.
     """
-
-    batched = True
 
     def __init__(self, model: Any = DEFAULT_TRANSLATOR, tokenizer: Any = None, device: Any = None,
                  batch_size: int = 8, max_new_tokens: int = 512, num_beams: int = 4):
@@ -394,12 +598,12 @@ class Seq2SeqTranslator:
         self.batch_size, self.max_new_tokens, self.num_beams = batch_size, max_new_tokens, num_beams
         self.name = _model_label(model)
 
-    def __call__(self, texts: Sequence[str], src: str, tgt: str) -> list[str]:
+    def __call__(self, texts: Sequence[str], source: str, target: str) -> list[str]:
         import torch
 
         texts = _check_texts(texts)
-        src_code, _ = language(src)
-        tgt_code, _ = language(tgt)
+        src_code, _ = language(source)
+        tgt_code, _ = language(target)
         device = next(self.model.parameters()).device
         self.tokenizer.src_lang = src_code
         forced = self.tokenizer.convert_tokens_to_ids(tgt_code)
@@ -415,14 +619,12 @@ class Seq2SeqTranslator:
 
 
 class LMTranslator:
-    """A causal chat model used as a (weak) translator via an instruction prompt.
+    """A causal chat model used as a (weak) :class:`Translator` via an instruction prompt.
 
     This is what runs offline with the embedded 135M model: it keeps the code
     path alive end to end, but its translations are poor, so results obtained
     with it say little about real back-translation.
     """
-
-    batched = True
 
     def __init__(self, model: Any, tokenizer: Any, instruction: str = DEFAULT_TRANSLATE_INSTRUCTION,
                  max_new_tokens: int | None = None, seed: int = ATTACK_SEED, batch_size: int = 8,
@@ -432,45 +634,34 @@ class LMTranslator:
         self.temperature = temperature
         self.name = f"causal LM {_model_label(model)} (instruction prompt)"
 
-    def __call__(self, texts: Sequence[str], src: str, tgt: str) -> list[str]:
+    def __call__(self, texts: Sequence[str], source: str, target: str) -> list[str]:
         texts = _check_texts(texts)
-        _, src_name = language(src)
-        _, tgt_name = language(tgt)
+        _, src_name = language(source)
+        _, tgt_name = language(target)
         return _lm_rewrite(texts, self.model, self.tokenizer, self.instruction, self.max_new_tokens,
                            self.seed, self.batch_size, self.temperature,
                            fields={"src": src_name, "tgt": tgt_name})
 
 
-def _arity(fn: Callable) -> int:
-    """Number of positional parameters a callable accepts (a large number for *args)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return 1
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 99
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-               for p in params)
+_TRANSLATOR_HELP = ("a Translator: a callable translate(texts, source, target) -> list[str], such as "
+                    "Seq2SeqTranslator() (NLLB-200), LMTranslator(model, tokenizer) (a chat model, weak) "
+                    "or your own function")
 
 
-def resolve_translator(translator: Any = None, model: Any = None, tokenizer: Any = None,
-                       **kwargs: Any) -> Any:
-    """Turn the ``translator`` argument of :func:`back_translate` into something callable.
-
-    * a string -> :class:`Seq2SeqTranslator` (a Hub id such as NLLB-200);
-    * ``None`` -> :class:`LMTranslator` on the given causal ``model``/``tokenizer``;
-    * any other callable is returned unchanged.
-    """
+def _check_translator(translator: Any) -> Translator:
+    """A :class:`Translator`, or a ``TypeError`` saying what one is."""
     if isinstance(translator, str):
-        return Seq2SeqTranslator(translator, **kwargs)
-    if translator is None:
-        if model is None or tokenizer is None:
-            raise ValueError("back_translate needs translator=... (a model id or a callable) "
-                             "or a causal model and tokenizer to use as a weak translator")
-        return LMTranslator(model, tokenizer, **kwargs)
+        raise TypeError(f"translator must be {_TRANSLATOR_HELP}, not the string {translator!r}; "
+                        f"for a Hugging Face model id pass Seq2SeqTranslator({translator!r})")
     if not callable(translator):
-        raise TypeError("translator must be a model id, a callable or None, got "
-                        f"{type(translator).__name__}")
+        raise TypeError(f"translator must be {_TRANSLATOR_HELP}, got {type(translator).__name__}")
+    try:
+        inspect.signature(translator).bind(["text"], "en", "fr")
+    except TypeError:
+        raise TypeError(f"translator must be {_TRANSLATOR_HELP}; {translator_name(translator)} does not "
+                        "take the three arguments (texts, source, target)") from None
+    except ValueError:  # no signature to inspect (some builtins): the call checks what comes back
+        pass
     return translator
 
 
@@ -480,33 +671,44 @@ def translator_name(translator: Any) -> str:
                or type(translator).__name__)
 
 
-def back_translate(texts: Sequence[str], pivot: str = "zh", translator: Any = None,
-                   model: Any = None, tokenizer: Any = None, source: str = "en",
-                   **kwargs: Any) -> list[str]:
+class BackTranslation(_TextAttack):
     """Round-trip each text source -> pivot -> source (EN -> ZH -> EN by default).
 
-    ``translator`` is one of:
-
-    * a Hugging Face model id, e.g. ``"facebook/nllb-200-distilled-600M"``
-      (the paper's NLLB-200, run as a seq2seq model; needs the Hub);
-    * a callable ``(text, src, tgt) -> text``, called once per text and leg
-      with short language codes ('en', 'zh'); give it an attribute
-      ``batched = True`` to receive whole lists ``(texts, src, tgt) -> texts``;
-    * a one-argument callable ``text -> text``, taken as the whole round trip;
-    * ``None``: the causal ``model``/``tokenizer`` translates from an
-      instruction prompt (offline with the embedded model; weak).
-
-    Extra keyword arguments go to the translator's constructor when one is built.
+    ``BackTranslation(pivot, translator, source="en")``: ``translator`` is a
+    :class:`Translator`, called once per leg on the whole batch, as
+    ``translator(texts, source, pivot)`` and then
+    ``translator(translations, pivot, source)``. Anything else (a model id,
+    ``None``, a one-argument function) is a ``TypeError`` that says what to
+    pass instead; a translator that does not return one string per text is a
+    ``TypeError`` (or ``ValueError`` for the wrong count) when it is called.
     """
-    texts = _check_texts(texts)
-    language(pivot)
-    language(source)
-    fn = resolve_translator(translator, model, tokenizer, **kwargs)
-    if _arity(fn) < 3:  # text -> text: the whole round trip
-        return [str(fn(t)) for t in texts]
-    if getattr(fn, "batched", False):  # (texts, src, tgt) -> texts
-        return list(fn(list(fn(texts, source, pivot)), pivot, source))
-    return [str(fn(str(fn(t, source, pivot)), pivot, source)) for t in texts]
+
+    name = "back_translation"
+
+    def __init__(self, pivot: str, translator: Translator, source: str = "en"):
+        language(pivot)
+        language(source)
+        self.pivot, self.source = pivot, source
+        self._translator = _check_translator(translator)
+        self.translator = translator_name(self._translator)
+
+    def _leg(self, texts: list[str], source: str, target: str) -> list[str]:
+        out = self._translator(texts, source, target)
+        if isinstance(out, str) or not isinstance(out, (list, tuple)):
+            raise TypeError(f"translator {self.translator} must return a list of strings (one per text), "
+                            f"got {type(out).__name__}")
+        if len(out) != len(texts):
+            raise ValueError(f"translator {self.translator} returned {len(out)} texts for {len(texts)}")
+        for i, t in enumerate(out):
+            if not isinstance(t, str):
+                raise TypeError(f"translator {self.translator} returned a {type(t).__name__} at position {i}, "
+                                "not a str")
+        return list(out)
+
+    def apply_text(self, texts: Sequence[str]) -> list[str]:
+        """Every text translated into the pivot language and back."""
+        texts = _check_texts(texts)
+        return self._leg(self._leg(texts, self.source, self.pivot), self.pivot, self.source)
 
 
 # --------------------------------------------------------------------------- informed adversary
@@ -630,166 +832,6 @@ def random_walk_text(n: int, key: Key, vocab_size: int, S: int = 5,
     return out
 
 
-# --------------------------------------------------------------------------- one interface
-
-
-class Attack(ABC):
-    """A deterministic editor: token ids -> token ids, or text -> text.
-
-    ``level`` says which (``"tokens"`` or ``"text"``). ``attack(x)`` edits one
-    item; ``attack.apply(items)`` edits many (text attacks batch them; token
-    attacks give item i its own independent random stream spawned from the
-    seed). ``attack.apply_keyed(items, names)`` edits item i with a stream
-    derived from the seed and ``names[i]`` (:func:`record_seed`), so a text's
-    edits depend on its name, not its position in a batch (text attacks
-    ignore the names). ``attack.apply_ids(id_lists, tokenizer)`` lets a runner
-    treat every attack alike: text attacks decode, rewrite and re-tokenize.
-    """
-
-    name: str = "attack"
-    level: str = "tokens"
-
-    @abstractmethod
-    def __call__(self, item: Any) -> Any: ...
-
-    def apply(self, items: Sequence[Any]) -> list[Any]:
-        return [self(x) for x in items]
-
-    def apply_keyed(self, items: Sequence[Any], names: Sequence[str]) -> list[Any]:
-        """Edit ``items[i]`` with a stream derived from the seed and ``names[i]`` (see subclasses).
-
-        This default ignores the names and calls :meth:`apply`.
-        """
-        _check_names(items, names)
-        return self.apply(items)
-
-    def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None) -> list[list[int]]:
-        """Attack token sequences, whatever the level (text attacks need ``tokenizer``)."""
-        if self.level == "tokens":
-            return self.apply(id_lists)
-        if tokenizer is None:
-            raise ValueError(f"the {self.name} attack works on text: pass tokenizer=...")
-        texts = [tokenizer.decode(list(ids), skip_special_tokens=True) for ids in id_lists]
-        return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in self.apply(texts)]
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready parameters (no models, no keys)."""
-        return {"attack": self.name, "level": self.level,
-                **{k: v for k, v in vars(self).items()
-                   if isinstance(v, (int, float, str, bool)) and not k.startswith("_")}}
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.describe().items() if k not in ("attack", "level"))
-        return f"{type(self).__name__}({params})"
-
-
-def _check_names(items: Sequence[Any], names: Sequence[str]) -> list[str]:
-    if isinstance(names, str):
-        raise TypeError("names must be a sequence of strings (one per item), not one string")
-    names = list(names)
-    if len(names) != len(items):
-        raise ValueError(f"names must have one entry per item: {len(names)} names for {len(items)} items")
-    return names
-
-
-class _TokenAttack(Attack):
-    level = "tokens"
-
-    def __init__(self, delta: float, seed: SeedLike = ATTACK_SEED):
-        self.delta = check_delta(delta)
-        self.seed = seed
-
-    def apply(self, items: Sequence[Any]) -> list[Any]:
-        return [self._edit(x, rng) for x, rng in zip(items, spawn(self.seed, len(items)))]
-
-    def apply_keyed(self, items: Sequence[Any], names: Sequence[str]) -> list[Any]:
-        """Edit ``items[i]`` with the stream :func:`record_seed` derives from the seed and ``names[i]``."""
-        names = _check_names(items, names)
-        return [self._edit(x, np.random.default_rng(record_seed(self.seed, name)))
-                for x, name in zip(items, names)]
-
-    def __call__(self, item: Any) -> list[int]:
-        return self._edit(item, self.seed)
-
-    @abstractmethod
-    def _edit(self, ids: Any, seed: SeedLike) -> list[int]: ...
-
-
-class Substitution(_TokenAttack):
-    """Uniform random substitution at rate delta (see :func:`substitute`)."""
-
-    name = "substitution"
-
-    def __init__(self, delta: float, vocab_size: int, seed: SeedLike = ATTACK_SEED):
-        super().__init__(delta, seed)
-        self.vocab_size = _check_vocab_size(vocab_size)
-
-    def _edit(self, ids: Any, seed: SeedLike) -> list[int]:
-        return substitute(ids, self.delta, self.vocab_size, seed)
-
-
-class Deletion(_TokenAttack):
-    """Uniform random deletion at rate delta (see :func:`delete`)."""
-
-    name = "deletion"
-
-    def _edit(self, ids: Any, seed: SeedLike) -> list[int]:
-        return delete(ids, self.delta, seed)
-
-
-class Insertion(_TokenAttack):
-    """Uniform random insertion at rate delta (see :func:`insert`)."""
-
-    name = "insertion"
-
-    def __init__(self, delta: float, vocab_size: int, seed: SeedLike = ATTACK_SEED):
-        super().__init__(delta, seed)
-        self.vocab_size = _check_vocab_size(vocab_size)
-
-    def _edit(self, ids: Any, seed: SeedLike) -> list[int]:
-        return insert(ids, self.delta, self.vocab_size, seed)
-
-
-class _TextAttack(Attack):
-    level = "text"
-
-    def __call__(self, item: str) -> str:
-        return self.apply([item])[0]
-
-
-class Paraphrase(_TextAttack):
-    """LM paraphrase (see :func:`paraphrase`)."""
-
-    name = "paraphrase"
-
-    def __init__(self, model: Any, tokenizer: Any, instruction: str = DEFAULT_PARAPHRASE_INSTRUCTION,
-                 max_new_tokens: int | None = None, seed: int = ATTACK_SEED, batch_size: int = 8,
-                 temperature: float = 0.7):
-        self._model, self._tokenizer = model, tokenizer
-        self.instruction, self.max_new_tokens = instruction, max_new_tokens
-        self.seed, self.batch_size, self.temperature = seed, batch_size, temperature
-
-    def apply(self, items: Sequence[str]) -> list[str]:
-        return paraphrase(items, self._model, self._tokenizer, self.instruction, self.max_new_tokens,
-                          self.seed, self.batch_size, self.temperature)
-
-
-class BackTranslation(_TextAttack):
-    """Round trip through a pivot language (see :func:`back_translate`)."""
-
-    name = "back_translation"
-
-    def __init__(self, pivot: str = "zh", translator: Any = None, model: Any = None,
-                 tokenizer: Any = None, source: str = "en", **kwargs: Any):
-        language(pivot)
-        self.pivot, self.source = pivot, source
-        self._translator = resolve_translator(translator, model, tokenizer, **kwargs)
-        self.translator = translator_name(self._translator)
-
-    def apply(self, items: Sequence[str]) -> list[str]:
-        return back_translate(items, self.pivot, self._translator, source=self.source)
-
-
 ATTACKS: dict[str, type[Attack]] = {
     cls.name: cls for cls in (Substitution, Deletion, Insertion, Paraphrase, BackTranslation)
 }
@@ -804,8 +846,7 @@ def make_attack(name: str, **kwargs: Any) -> Attack:
 
 __all__ = [
     "ATTACKS", "Attack", "BackTranslation", "Deletion", "Insertion", "LANGUAGES", "LMTranslator",
-    "Paraphrase", "RECORD_SEEDING", "Seq2SeqTranslator", "Substitution", "back_translate", "check_delta",
-    "delete", "edit_fraction", "insert", "keyed_forge", "keyed_scrub", "language", "make_attack", "n_edits",
-    "paraphrase", "predicted_z_ratio", "random_walk_text", "record_seed", "resolve_translator",
-    "spawn", "substitute", "translator_name",
+    "Paraphrase", "RECORD_SEEDING", "Seq2SeqTranslator", "Substitution", "Translator", "blind_substitution",
+    "check_delta", "edit_fraction", "keyed_forge", "keyed_scrub", "language", "make_attack", "n_edits",
+    "predicted_z_ratio", "random_walk_text", "record_seed", "simulate_walks", "spawn", "translator_name",
 ]

@@ -37,7 +37,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -51,6 +51,8 @@ from .gates import Gate
 from .signals import gate_flags
 from .keys import derive_key, key_fingerprint
 from .partition import Key, as_token_array, check_int, key_bytes
+from .quality import score_tokens
+from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 #: The paper's KGW operating point: green-list share and logit bias.
 KGW_GAMMA = 0.5
@@ -236,37 +238,33 @@ class KGWLogitsProcessor(WatermarkLogitsProcessor):
 
 
 @dataclass
-class BaselineResult:
-    """Detection by a green-list detector (KGW or SWEET) on one token sequence.
+class BaselineResult(Verdict):
+    """Detection by a green-list detector (KGW or SWEET) on one token sequence: a :class:`~chainmark.verdict.Verdict`.
 
     ``phi`` is the green fraction among scored positions (the analogue of
-    ChainMark's legal-transition fraction), ``p_value`` is ``norm.sf(z)``;
-    ``p_value_binomial`` is the exact tail ``P(Bin(m, gamma) >= g)`` and
-    ``p_value_transformers`` what ``transformers``' detector reported (KGW
-    only; NaN otherwise).
+    ChainMark's legal-transition fraction): ``n_green`` (the verdict's
+    ``n_hits``) of ``n_scored``, against the green share ``gamma`` (its
+    ``p0``). ``p_value`` is ``norm.sf(z)``; ``p_value_binomial`` is the exact
+    tail ``P(Bin(m, gamma) >= g)`` and ``p_value_transformers`` what
+    ``transformers``' detector reported (KGW only; NaN otherwise).
     """
 
-    method: str
-    phi: float
-    z: float
-    p_value: float
-    is_watermarked: bool
-    n_tokens: int
-    n_scored: int
-    n_green: int
-    gamma: float
-    alpha: float
+    method: str = "kgw"
     p_value_binomial: float = math.nan
     p_value_transformers: float = math.nan
     green_mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
     scored_mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool), repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"phi": float(self.phi), "z": float(self.z), "p_value": float(self.p_value),
-                "is_watermarked": bool(self.is_watermarked), "n_tokens": int(self.n_tokens),
-                "n_scored": int(self.n_scored), "n_green": int(self.n_green),
-                "gamma": float(self.gamma), "alpha": float(self.alpha),
-                "p_value_binomial": float(self.p_value_binomial)}
+    FORMS: ClassVar[Mapping[str, tuple[FormField, ...]]] = {
+        "result": ("phi", "z", "p_value", "is_watermarked", "n_tokens", "n_scored", ("n_green", "n_hits"),
+                   ("gamma", "p0"), "alpha", "p_value_binomial"),
+        # a stored record keeps the green count and the exact tail next to the common fields
+        "record": (*RECORD_FORM, ("n_green", "n_hits"), "p_value_binomial"),
+    }
+    MASKS: ClassVar[tuple[str, ...]] = ("green_mask", "scored_mask")
+
+    n_green = alias("n_hits")
+    gamma = alias("p0")
 
 
 def _check_counts(n_green: object, n_scored: object) -> tuple[int, int]:
@@ -302,9 +300,11 @@ def _result(method: str, n_tokens: int, n_green: int, n_scored: int, gamma: floa
     p = float(norm.sf(z)) if m else 1.0
     p_exact = float(binom.sf(g - 1, m, gamma)) if m else 1.0
     empty = np.zeros(0, dtype=bool)
-    return BaselineResult(method, g / m if m else 0.0, z, p, bool(m and p < alpha), n_tokens, m, g,
-                          gamma, alpha, p_exact, p_transformers,
-                          empty if green is None else green, empty if scored is None else scored)
+    return BaselineResult(phi=g / m if m else 0.0, z=z, p_value=p,
+                          is_watermarked=m > 0 and bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens=n_tokens,
+                          n_scored=m, n_hits=g, p0=gamma, alpha=alpha, method=method, p_value_binomial=p_exact,
+                          p_value_transformers=p_transformers, green_mask=empty if green is None else green,
+                          scored_mask=empty if scored is None else scored)
 
 
 def green_mask(token_ids: Sequence[int], config: KGWConfig, vocab_size: int) -> np.ndarray:
@@ -386,8 +386,6 @@ def text_entropies(model: Any, token_ids: Sequence[Sequence[int]],
     no entropy (NaN) and the others are conditioned on the text only. This
     is SWEET's detection-time cost: a forward pass of the language model.
     """
-    from .quality import score_tokens
-
     texts = [as_token_array(t).tolist() for t in token_ids]
     if prompt_ids is not None and len(prompt_ids) != len(texts):
         raise ValueError("prompt_ids must have one entry per text")

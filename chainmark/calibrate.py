@@ -29,8 +29,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from scipy.stats import binom, binomtest, norm
 
-from .detect import check_alpha
-from .partition import check_int
+from .checks import check_alpha, check_int, check_length, check_rho_positive
+from .checks import is_number as _is_number
+from .verdict import decide
 
 #: The paper's lookup-table grid (section "Reference tables").
 PAPER_NS = (100, 200, 500, 1000)
@@ -46,28 +47,6 @@ _EPS = 1e-9
 # ---------------------------------------------------------------------------
 # input checks
 # ---------------------------------------------------------------------------
-def _is_number(x: object) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
-
-
-def check_rho_positive(rho: object, name: str = "rho") -> float:
-    """A watermark budget for calibration must lie in (0, 1]: rho = 0 carries no signal."""
-    if not _is_number(rho):
-        raise TypeError(f"{name} must be a number in (0, 1], got {type(rho).__name__}")
-    if not 0.0 < float(rho) <= 1.0:
-        raise ValueError(f"{name} must lie in (0, 1] (rho = 0 embeds nothing to detect), got {rho}")
-    return float(rho)
-
-
-def check_length(n: object, name: str = "n") -> int:
-    """A text length in tokens: an integer >= 2 (one transition at least)."""
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
-        raise TypeError(f"{name} must be an integer number of tokens >= 2, got {type(n).__name__}")
-    if n < 2:
-        raise ValueError(f"{name} must be >= 2 tokens (a text of n tokens has n - 1 transitions), got {n}")
-    return int(n)
-
-
 def null_p0(S: object, k: object = 1) -> float:
     """The null share of valid transitions, p0 = k / S, for a k-regular topology."""
     S = check_int(S, "S", 2)
@@ -174,7 +153,8 @@ def critical_count(n: int, S: int, alpha: float, k: int = 1) -> int:
     sd = math.sqrt(p0 * (1.0 - p0) / m)
 
     def fires(c: int) -> bool:
-        return float(norm.sf((c / m - p0) / sd)) < alpha
+        z = (c / m - p0) / sd
+        return bool(decide(z=z, p_value=float(norm.sf(z)), alpha=alpha))
 
     c = max(0, min(m, math.floor(m * p0 + z_alpha(alpha) * sd * m)))
     while c > 0 and fires(c - 1):

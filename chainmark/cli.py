@@ -51,16 +51,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from .limits import DEFAULT_MAX_INPUT_BYTES, MAX_REGIME_BYTES, MAX_STATES
-from .regime import REGIME_FORMAT, regime_document, regime_problems, tokenizer_fingerprint  # noqa: F401
+from .regime import (REGIME_FORMAT, Regime, RegimeError, regime_document, regime_problems,  # noqa: F401
+                     tokenizer_fingerprint)
 
 EXIT_OK = 0
 EXIT_DETECTED = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130
-
-DETECT_DEFAULTS = {"S": 5, "topology": "clockwork", "alpha": 0.01, "distinct_pairs": False,
-                   "threshold": None, "min_tokens": 0}
 
 
 class UsageError(Exception):
@@ -95,12 +93,6 @@ def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
     if len(values) < 2:
         raise UsageError(f"{source}: needs at least 2 z-scores, found {len(values)}")
     return values
-
-
-def _z_alpha(alpha: float) -> float:
-    from .calibrate import z_alpha
-
-    return float(z_alpha(alpha))
 
 
 # ---------------------------------------------------------------------------
@@ -491,7 +483,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args)
-    except UsageError as exc:
+    except (UsageError, RegimeError) as exc:  # a regime that does not fit the key, tokenizer or options
         return _fail(str(exc))
     except BrokenPipeError:
         return _output_closed()
@@ -657,98 +649,55 @@ def _load_regime(path: str) -> dict[str, Any]:
     return doc
 
 
-def _detect_settings(args: argparse.Namespace, regime: dict[str, Any] | None) -> dict[str, Any]:
-    """Explicit options win over the regime, the regime over the defaults."""
-    from_regime = {
-        "S": regime.get("S"), "topology": regime.get("topology"), "alpha": regime.get("alpha"),
-        "threshold": regime.get("threshold"), "distinct_pairs": regime.get("distinct_pairs"),
-        "min_tokens": regime.get("n_min"), "tokenizer": regime.get("tokenizer"),
-        "tokenizer_revision": regime.get("tokenizer_revision"),
-    } if regime else {}
-    out: dict[str, Any] = {}
-    for name in ("S", "topology", "alpha", "threshold", "distinct_pairs", "min_tokens", "tokenizer",
-                 "tokenizer_revision"):
-        given = getattr(args, name)
-        if given is not None:
-            out[name] = given
-        elif from_regime.get(name) is not None:
-            out[name] = from_regime[name]
-        else:
-            out[name] = DETECT_DEFAULTS.get(name)
-    # the regime's revision belongs to the regime's tokenizer, not to one named on the command line
-    if regime and args.tokenizer is not None and args.tokenizer_revision is None:
-        out["tokenizer_revision"] = None
-    # a threshold published for another alpha does not apply when --alpha changes it
-    if regime and args.alpha is not None and args.threshold is None and args.alpha != regime.get("alpha"):
-        out["threshold"] = None
-    return out
+def _detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> Regime:
+    """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published
+    document, the document over the defaults."""
+    return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
+                          distinct_pairs=args.distinct_pairs, n_min=args.min_tokens, tokenizer=args.tokenizer,
+                          tokenizer_revision=args.tokenizer_revision)
 
 
-def _topology(name: str, S: int) -> Any:
-    """The topology the options or the regime name, with S bounded; a usage error if they do not fit."""
+def _topology(regime: Regime) -> Any:
+    """The regime's topology, with S bounded; a usage error if the two do not fit."""
     from .detect import check_states
-    from .topology import resolve_topology
 
     try:
-        return resolve_topology(name, check_states(S))
+        check_states(regime.S)
+        return regime.topo
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def _decision(n_transitions: int, n_tokens: int, min_tokens: int, detected: bool) -> str:
-    if n_transitions < 1 or n_tokens < min_tokens:
-        return "too short"
-    return "WATERMARKED" if detected else "not detected"
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
     from .detect import detect_text
     from .keys import key_fingerprint
 
-    regime = _load_regime(args.regime) if args.regime else None
-    cfg = _detect_settings(args, regime)
+    published = _load_regime(args.regime) if args.regime else None
+    regime = _detect_regime(args, published)
     key = _load_key(args.key_file)
-    fingerprint = key_fingerprint(key)
-    if regime and regime.get("key_fingerprint") not in (None, fingerprint):
-        raise UsageError(f"the key's fingerprint {fingerprint} does not match the regime's "
-                         f"{regime['key_fingerprint']}: wrong key file?")
-    topo = _topology(cfg["topology"], cfg["S"])
+    regime.check_key(key)  # when the regime names a key fingerprint, the key must have it
+    topo = _topology(regime)
     texts = _read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
-    tokenizer = _load_tokenizer(cfg["tokenizer"], cfg["tokenizer_revision"])
-    if regime and regime.get("tokenizer_fingerprint"):
-        seen = tokenizer_fingerprint(tokenizer)
-        if seen != regime["tokenizer_fingerprint"]:
-            raise UsageError(
-                f"tokenizer mismatch: {_tokenizer_label(cfg['tokenizer'])!r} has vocabulary fingerprint "
-                f"{seen}, the regime was published for {regime['tokenizer_fingerprint']}; detection "
-                "with another tokenizer sees different token ids and finds nothing")
-    threshold = cfg["threshold"] if cfg["threshold"] is not None else _z_alpha(cfg["alpha"])
+    tokenizer = _load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
+    regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
+    # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
+    regime = regime.replace(threshold=regime.operating_threshold, key_fingerprint=key_fingerprint(key))
     rows = []
     for label, text in texts:
-        res = detect_text(text, tokenizer, key, S=cfg["S"], topology=topo, alpha=cfg["alpha"],
-                          distinct_pairs=bool(cfg["distinct_pairs"]))
-        detected = bool(res.n_transitions >= 1 and res.n_tokens >= cfg["min_tokens"] and res.z > threshold)
-        rows.append({
-            "file": label, "n_tokens": res.n_tokens, "n_transitions": res.n_transitions,
-            "n_valid": res.n_valid, "phi": res.phi, "z": res.z, "p_value": res.p_value,
-            "threshold": threshold, "is_watermarked": detected,
-            "decision": _decision(res.n_transitions, res.n_tokens, cfg["min_tokens"], detected),
-            "S": topo.S, "k": topo.k, "topology": topo.name, "alpha": cfg["alpha"],
-            "distinct_pairs": bool(cfg["distinct_pairs"]),
-            "tokenizer": _tokenizer_label(cfg["tokenizer"]), "key_fingerprint": fingerprint,
-        })
+        res = detect_text(text, tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
+                          distinct_pairs=regime.distinct_pairs)
+        rows.append({"file": label, **res.to_dict("audit", regime=regime)})
     if args.json:
         for row in rows:
             print(json.dumps(row, allow_nan=False))
     else:
-        print(_detect_table(rows, topo, cfg, threshold, fingerprint))
+        print(_detect_table(rows, regime))
     if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
         return EXIT_DETECTED
     return EXIT_OK
 
 
-def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], threshold: float,
-                  fingerprint: str) -> str:
+def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
     head = ["file", "tokens", "scored", "valid", "phi", "z", "p-value", "decision"]
     body = [[r["file"], str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
              f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
@@ -760,10 +709,11 @@ def _detect_table(rows: list[dict[str, Any]], topo: Any, cfg: dict[str, Any], th
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     detected = sum(r["is_watermarked"] for r in rows)
+    topo = regime.topo
     lines = [
-        f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={cfg['alpha']:g}, "
-        f"threshold z > {threshold:.3f}{', distinct pairs' if cfg['distinct_pairs'] else ''}",
-        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {fingerprint}",
+        f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={regime.alpha:g}, "
+        f"threshold z > {regime.threshold:.3f}{', distinct pairs' if regime.distinct_pairs else ''}",
+        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {regime.key_fingerprint}",
         line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
         f"{detected} of {len(rows)} input(s) detected as watermarked",
     ]

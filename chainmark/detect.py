@@ -7,10 +7,12 @@ p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
 
     z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
 
-and the text is flagged when p < alpha. Only the key and the tokenizer are
-needed. The implementation is vectorised through the cached state table;
+and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
+package's one decision rule). Only the key and the tokenizer are needed. The
+implementation is vectorised through the cached state table;
 :func:`reference_detect` keeps the per-token ``hashlib`` loop of the paper's
-listing for comparison.
+listing for comparison. The result is a :class:`DetectionResult`, the
+package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
 The LM-aware likelihood-ratio detector, for a verifier who also has the
 model, is :mod:`chainmark.lrdetect`; this module needs neither torch nor a model.
@@ -20,36 +22,19 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr
 
-from .limits import MAX_STATES
-from .partition import Key, as_token_array, check_int, check_num_states, key_bytes, states_of
+from .checks import check_alpha, check_states
+from .partition import Key, as_token_array, check_int, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
+from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 # --------------------------------------------------------------------------
 # statistics
 # --------------------------------------------------------------------------
-
-
-def check_states(S: object) -> int:
-    """A state count for detection: an integer in [2, MAX_STATES], checked before any topology is built."""
-    S = check_num_states(S)
-    if S > MAX_STATES:
-        raise ValueError(f"S must be at most {MAX_STATES} (a larger S leaves too few tokens per state "
-                         f"to carry a watermark), got {S}")
-    return S
-
-
-def check_alpha(alpha: object, name: str = "alpha") -> float:
-    """A significance level must lie strictly between 0 and 1."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number in (0, 1), got {type(alpha).__name__}")
-    if not 0.0 < float(alpha) < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1), got {alpha}")
-    return float(alpha)
 
 
 def z_score(phi: float, p0: float, n_transitions: int) -> float:
@@ -110,54 +95,42 @@ def _check_z(z: object) -> float:
 
 
 @dataclass
-class DetectionResult:
-    """What the model-free detector found in one token sequence.
+class DetectionResult(Verdict):
+    """What the model-free detector found in one token sequence: a :class:`~chainmark.verdict.Verdict`.
 
     ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
     ``scored_mask[i]`` whether it was counted (all of them unless
-    ``distinct_pairs=True``). ``n_transitions`` counts the scored
-    transitions and ``n_valid`` the legal ones among them.
+    ``distinct_pairs=True``). ``n_transitions`` (the verdict's ``n_scored``)
+    counts the scored transitions and ``n_valid`` (its ``n_hits``) the legal
+    ones among them; ``p0 = k/S``.
     """
 
-    phi: float
-    z: float
-    p_value: float
-    is_watermarked: bool
-    n_tokens: int
-    n_transitions: int
-    n_valid: int
     S: int
     k: int
-    p0: float
-    alpha: float
     valid_mask: np.ndarray = field(repr=False)
     scored_mask: np.ndarray = field(repr=False)
+
+    FORMS: ClassVar[Mapping[str, tuple[FormField, ...]]] = {
+        # the detector's own dictionary, as chapters and earlier releases print it
+        "result": ("phi", "z", "p_value", "log_p_value", "is_watermarked", "n_tokens",
+                   ("n_transitions", "n_scored"), ("n_valid", "n_hits"), "S", "k", "p0", "alpha"),
+        "record": RECORD_FORM,
+        # one row of `chainmark detect --json` (after its "file"): the regime's threshold and decision
+        "audit": ("n_tokens", ("n_transitions", "n_scored"), ("n_valid", "n_hits"), "phi", "z", "p_value",
+                  ("threshold", "regime.threshold"), ("is_watermarked", "regime.flagged"),
+                  ("decision", "regime.label"), "S", "k", ("topology", "regime.topology"),
+                  ("alpha", "regime.alpha"), ("distinct_pairs", "regime.distinct_pairs"),
+                  ("tokenizer", "regime.tokenizer_label"), ("key_fingerprint", "regime.key_fingerprint")),
+    }
+    MASKS: ClassVar[tuple[str, ...]] = ("valid_mask", "scored_mask")
+
+    n_transitions = alias("n_scored")
+    n_valid = alias("n_hits")
 
     @property
     def log_p_value(self) -> float:
         """Natural log of the p-value (finite when the p-value itself underflows to 0)."""
-        return 0.0 if self.n_transitions == 0 else log_p_value(self.z)
-
-    def to_dict(self, include_masks: bool = False) -> dict[str, Any]:
-        """Plain-Python dictionary (JSON-ready); masks only when asked for."""
-        out: dict[str, Any] = {
-            "phi": float(self.phi),
-            "z": float(self.z),
-            "p_value": float(self.p_value),
-            "log_p_value": float(self.log_p_value),
-            "is_watermarked": bool(self.is_watermarked),
-            "n_tokens": int(self.n_tokens),
-            "n_transitions": int(self.n_transitions),
-            "n_valid": int(self.n_valid),
-            "S": int(self.S),
-            "k": int(self.k),
-            "p0": float(self.p0),
-            "alpha": float(self.alpha),
-        }
-        if include_masks:
-            out["valid_mask"] = self.valid_mask.astype(int).tolist()
-            out["scored_mask"] = self.scored_mask.astype(int).tolist()
-        return out
+        return 0.0 if self.n_scored == 0 else log_p_value(self.z)
 
 
 # --------------------------------------------------------------------------
@@ -226,12 +199,18 @@ def _check_states(states: np.ndarray, S: int) -> np.ndarray:
     return states
 
 
+def _verdict(phi: float, z: float, p: float, flagged: bool, n_tokens: int, m: int, c: int, topology: Topology,
+             alpha: float, valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
+    return DetectionResult(phi=phi, z=z, p_value=p, is_watermarked=flagged, n_tokens=n_tokens, n_scored=m,
+                           n_hits=c, p0=topology.p0, alpha=alpha, S=topology.S, k=int(topology.k),
+                           valid_mask=valid, scored_mask=scored)
+
+
 def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionResult:
     empty = np.zeros(0, dtype=bool)
     valid = np.zeros(max(n_tokens - 1, 0), dtype=bool)
-    return DetectionResult(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology.S, int(topology.k),
-                           topology.p0, alpha, valid if n_tokens >= 2 else empty,
-                           np.zeros_like(valid) if n_tokens >= 2 else empty)
+    return _verdict(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology, alpha, valid if n_tokens >= 2 else empty,
+                    np.zeros_like(valid) if n_tokens >= 2 else empty)
 
 
 def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
@@ -239,12 +218,11 @@ def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
     """phi, z, p-value and decision from m scored transitions of which c are legal."""
     if m == 0:
         return _empty_result(n_tokens, topology, alpha)
-    p0 = topology.p0
     phi = c / m
-    z = z_score(phi, p0, m)
+    z = z_score(phi, topology.p0, m)
     p = p_value(z)
-    return DetectionResult(phi, z, p, p < alpha, n_tokens, m, c, topology.S, int(topology.k),
-                           p0, alpha, valid, scored)
+    return _verdict(phi, z, p, bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens, m, c, topology, alpha,
+                    valid, scored)
 
 
 def score_states(
@@ -385,14 +363,15 @@ def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
     states = states_of(ids.ravel(), key, topo.S, vocab_size).reshape(rows, n)
     valid = valid_transitions(states, topo)
     counts = np.count_nonzero(valid, axis=1)
-    m, p0, k = n - 1, topo.p0, int(topo.k)
+    m, p0 = n - 1, topo.p0
     phi = counts / m  # the same IEEE operations as the scalar path, so rows agree bit for bit
     z = (phi - p0) / math.sqrt(p0 * (1.0 - p0) / m)
     p = ndtr(-z)
+    flagged = decide(z=z, p_value=p, alpha=alpha)
     scored = np.ones(m, dtype=bool)
     scored.flags.writeable = False  # one mask shared by every row
-    return [DetectionResult(float(phi[r]), float(z[r]), float(p[r]), bool(p[r] < alpha), n, m,
-                            int(counts[r]), topo.S, k, p0, alpha, valid[r], scored)
+    return [_verdict(float(phi[r]), float(z[r]), float(p[r]), bool(flagged[r]), n, m, int(counts[r]), topo,
+                     alpha, valid[r], scored)
             for r in range(rows)]
 
 

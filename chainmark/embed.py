@@ -34,10 +34,11 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from .gates import Gate, check_gate_kind, check_rho
-from .signals import Workspace, entropy_signals, row_maxima, row_signals
 from .keys import key_fingerprint
+from .models import chat_prompt
 from .partition import Key, check_num_states, key_bytes, state_table
 from .settings import GENERATION_SEED
+from .signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology, TopologyLike, resolve_topology
 
 #: Above this many (state, candidate) entries the candidate table would be too
@@ -441,8 +442,6 @@ def generate(
     ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
     Returns one :class:`Generation` per prompt, in order.
     """
-    from .models import chat_prompt
-
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
     if not prompts:

@@ -122,6 +122,15 @@ def simulate_watermarked_ids(trials: int, n: int, key: Any, S: int, rho: float, 
     probability ``rho``, a uniform token of the clockwork successor state of
     its predecessor (a forced step) and otherwise a uniform token of the
     vocabulary. Returns an int64 array of shape (trials, n).
+
+    This is the token-level twin of :func:`chainmark.attacks.simulate_walks`
+    (the same model on states, which chapter 7 attacks): the explorers need
+    token ids to run the package's :class:`~chainmark.attacks.Substitution`
+    and detector on, so these sequences go through the key's partition, and
+    a free position is a uniform *token* (its state then follows the
+    partition's shares). Its draws differ from ``simulate_walks``' (a free
+    token before the forcing coin, per position), and chapter 10's numbers
+    rest on them.
     """
     from .calibrate import check_length
     from .gates import check_rho
@@ -156,7 +165,7 @@ def _attack_curve(id_lists: Sequence[Sequence[int]], key: Any, S: int, vocab_siz
     z0 = np.array([detect(ids, key, S, alpha=alpha).z for ids in id_lists])
     ratio, tpr, mean_z, attacked_first = [], [], [], []
     for delta in deltas:
-        attacked = Substitution(delta, vocab_size, seed=seed).apply(list(id_lists))
+        attacked = Substitution(delta, vocab_size, seed=seed).apply_ids(list(id_lists))
         dets = [detect(a, key, S, alpha=alpha) for a in attacked]
         z = np.array([d.z for d in dets])
         mean_z.append(float(z.mean()))

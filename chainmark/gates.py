@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import check_rho
+
 GATE_KINDS = ("all", "high_entropy", "low_entropy", "top2_gap")
 
 
@@ -25,15 +27,6 @@ def check_gate_kind(kind: object) -> str:
     if kind not in GATE_KINDS:
         raise ValueError(f"gate must be one of {GATE_KINDS}, got {kind!r}")
     return str(kind)
-
-
-def check_rho(rho: object, name: str = "rho") -> float:
-    """A budget must be a real number in [0, 1]."""
-    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {type(rho).__name__}")
-    if not (0.0 <= float(rho) <= 1.0):
-        raise ValueError(f"{name} must lie in [0, 1], got {rho}")
-    return float(rho)
 
 
 def _quantile(values: np.ndarray, q: float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ from .gates import Gate
 from .partition import Key, as_token_array, states_of
 from .signals import gate_signal
 from .topology import TopologyLike, resolve_topology
+from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 
 def teacher_forced_signal(model: Any, token_ids: Sequence[int], kind: str = "high_entropy",
@@ -88,38 +89,33 @@ def gate_probabilities(signal: Any, gate: Any, width: float = 0.0, eps: float = 
 
 
 @dataclass
-class LikelihoodRatioResult:
-    """The LM-aware detector's verdict on one token sequence.
+class LikelihoodRatioResult(Verdict):
+    """The LM-aware detector's verdict on one token sequence: a :class:`~chainmark.verdict.Verdict`.
 
     ``llr`` is the product-form log-likelihood ratio Lambda (nats);
     ``critical_value`` its simulated null (1 - alpha)-quantile; ``p_value``
     the share of null draws at least as large (with the +1 correction);
     ``z`` Lambda standardised by its exact null mean and SD, for reference.
+    ``n_transitions`` and ``n_valid`` (the verdict's ``n_scored`` and
+    ``n_hits``) count every transition and the legal ones.
     """
 
     llr: float
     critical_value: float
-    p_value: float
-    z: float
-    is_watermarked: bool
-    n_tokens: int
-    n_transitions: int
-    n_valid: int
     expected_gated: float
-    p0: float
-    alpha: float
     n_null: int
     pi: np.ndarray = field(repr=False)
     valid_mask: np.ndarray = field(repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-Python dictionary (JSON-ready), without the per-step arrays."""
-        return {"llr": float(self.llr), "critical_value": float(self.critical_value),
-                "p_value": float(self.p_value), "z": float(self.z),
-                "is_watermarked": bool(self.is_watermarked), "n_tokens": int(self.n_tokens),
-                "n_transitions": int(self.n_transitions), "n_valid": int(self.n_valid),
-                "expected_gated": float(self.expected_gated), "p0": float(self.p0),
-                "alpha": float(self.alpha), "n_null": int(self.n_null)}
+    FORMS: ClassVar[Mapping[str, tuple[FormField, ...]]] = {
+        "result": ("llr", "critical_value", "p_value", "z", "is_watermarked", "n_tokens",
+                   ("n_transitions", "n_scored"), ("n_valid", "n_hits"), "expected_gated", "p0", "alpha", "n_null"),
+        "record": RECORD_FORM,
+    }
+    MASKS: ClassVar[tuple[str, ...]] = ("valid_mask",)
+
+    n_transitions = alias("n_scored")
+    n_valid = alias("n_hits")
 
 
 def llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,8 +179,9 @@ def lr_detect(
     p0 = topo.p0
     if n < 2:
         empty = np.zeros(0)
-        return LikelihoodRatioResult(0.0, 0.0, 1.0, 0.0, False, n, 0, 0, 0.0, p0, alpha, int(n_null),
-                                     empty, empty.astype(bool))
+        return LikelihoodRatioResult(phi=0.0, z=0.0, p_value=1.0, is_watermarked=False, n_tokens=n, n_scored=0,
+                                     n_hits=0, p0=p0, alpha=alpha, llr=0.0, critical_value=0.0, expected_gated=0.0,
+                                     n_null=int(n_null), pi=empty, valid_mask=empty.astype(bool))
     valid = valid_transitions(states_of(ids, key, S, vocab_size), topo)
     pi, w1, w0 = llr_weights(q, p0)
     llr = float(np.where(valid, w1, w0).sum())
@@ -194,6 +191,8 @@ def lr_detect(
     mean = float((p0 * w1 + (1 - p0) * w0).sum())
     sd = math.sqrt(float((p0 * (1 - p0) * (w1 - w0) ** 2).sum()))
     z = (llr - mean) / sd if sd > 0 else 0.0
-    return LikelihoodRatioResult(llr, critical, float(p), z, bool(p < alpha), n, n - 1,
-                                 int(np.count_nonzero(valid)), float(q.sum()), p0, alpha, int(n_null),
-                                 pi, valid)
+    hits = int(np.count_nonzero(valid))
+    return LikelihoodRatioResult(phi=hits / (n - 1), z=z, p_value=float(p),
+                                 is_watermarked=bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens=n,
+                                 n_scored=n - 1, n_hits=hits, p0=p0, alpha=alpha, llr=llr, critical_value=critical,
+                                 expected_gated=float(q.sum()), n_null=int(n_null), pi=pi, valid_mask=valid)

@@ -55,7 +55,8 @@ class Method(ABC):
 
     def detect(self, token_ids: Sequence[Sequence[int]], *, vocab_size: int, alpha: float,
                model: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
-        """Detection results (``phi``, ``z``, ``p_value``, ``decision``, ``n_scored``) per text."""
+        """One stored detection entry per text: the verdict's ``to_dict("record")`` (``phi``, ``z``,
+        ``p_value``, ``decision``, ``n_scored`` and the detector's extras)."""
         raise NotImplementedError(f"{self.name} has no detector")
 
     def secrets(self) -> list[Any]:
@@ -105,13 +106,8 @@ class ChainMarkMethod(Method):
         return _outputs(_generate(model, tokenizer, prompts, self.config, self.gate, **kwargs))
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        out = []
-        for ids in token_ids:
-            r = detect(list(ids), self.config.key, self.config.S, self.config.topo, alpha,
-                       vocab_size=vocab_size)
-            out.append({"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
-                        "n_scored": r.n_transitions})
-        return out
+        return [detect(list(ids), self.config.key, self.config.S, self.config.topo, alpha,
+                       vocab_size=vocab_size).to_dict("record") for ids in token_ids]
 
     def secrets(self):
         return [self.config.key]
@@ -137,7 +133,7 @@ class KGWMethod(Method):
         return _outputs(gens, proc.gated_matrix())
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        return [_baseline_dict(kgw_detect(list(ids), self.config, vocab_size, alpha)) for ids in token_ids]
+        return [kgw_detect(list(ids), self.config, vocab_size, alpha).to_dict("record") for ids in token_ids]
 
     def secrets(self):
         return [self.config.key, self.config.hashing_key]
@@ -158,7 +154,7 @@ class SweetMethod(KGWMethod):
             raise ValueError("SWEET's detector needs the language model (to recompute entropies): pass model=...")
         res = sweet_detect_batch([list(t) for t in token_ids], self.config, model, vocab_size,
                                  prompt_ids=prompt_ids, alpha=alpha, batch_size=self.batch_size)
-        return [_baseline_dict(r) for r in res]
+        return [r.to_dict("record") for r in res]
 
     def secrets(self):
         return [self.config.key, self.config.kgw.hashing_key]
@@ -178,8 +174,3 @@ class NoWatermark(Method):
     def generate(self, model, tokenizer, prompts, **kwargs):
         gens = _generate(model, tokenizer, prompts, **kwargs)
         return _outputs(gens, np.zeros((len(gens), max([len(g.token_ids) for g in gens] + [0])), dtype=bool))
-
-
-def _baseline_dict(r: Any) -> dict[str, Any]:
-    return {"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
-            "n_scored": r.n_scored, "n_green": r.n_green, "p_value_binomial": r.p_value_binomial}

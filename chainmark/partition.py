@@ -13,6 +13,8 @@ from typing import Iterable, Union
 
 import numpy as np
 
+from .checks import check_int, check_num_states  # noqa: F401  (callers import them from here too)
+
 Key = Union[bytes, str]
 
 #: Token ids must fit the 8-byte big-endian encoding of the hash input.
@@ -35,24 +37,6 @@ def key_bytes(key: Key) -> bytes:
     if isinstance(key, str):
         return key.encode("utf-8")
     raise TypeError(f"key must be bytes or str, got {type(key).__name__}")
-
-
-def check_int(value: object, name: str, low: int) -> int:
-    """An integer (Python or numpy, not bool) of at least ``low``, as an ``int``.
-
-    The one integer check of the package: a non-integer is a ``TypeError``, a
-    value below ``low`` a ``ValueError``, both naming the parameter.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
-    return int(value)
-
-
-def check_num_states(S: object) -> int:
-    """Validate a state count: an integer of at least 2."""
-    return check_int(S, "S", 2)
 
 
 def _check_token_id(token_id: object) -> int:

@@ -23,9 +23,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from .embed import ChainMarkConfig, logits_width
 from .gates import check_rho
-from .signals import entropy_signals
 from .partition import check_num_states, state_table
+from .signals import entropy_signals
 
 
 def kl_bound(rho: float, S: int, k: int = 1) -> float:
@@ -144,8 +145,6 @@ def score_tokens(
     device = next(model.parameters()).device
     onehot = successors = table = None
     if config is not None:
-        from .embed import ChainMarkConfig, logits_width
-
         if not isinstance(config, ChainMarkConfig):
             raise TypeError(f"config must be a ChainMarkConfig or None, got {type(config).__name__}")
         table = torch.from_numpy(np.array(state_table(config.key, logits_width(model), config.S)))

@@ -62,6 +62,7 @@ from .embed import Generation, generate, logits_width
 from .quality import score_tokens
 from .settings import GENERATION_SEED, get_settings
 from .jsonio import to_jsonable
+from .verdict import decide
 from .store import (LOCK_FILE, META_FILE, RECORDS_FILE, RUNS_ENV, RecordWriter, RunFolderBusy,  # noqa: F401
                     default_runs_dir, lock_run_folder, read_records, records_frame, repair, stored_gate, write_meta)
 
@@ -425,14 +426,16 @@ def score_null_texts(methods: Sequence[Method], token_ids: Sequence[Sequence[int
 def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] = ("method", "condition")) -> Any:
     """Share (%) of watermarked texts whose own detector's z exceeds the threshold.
 
-    ``thresholds`` is one z (e.g. 2.326) or one per detector (calibrated).
+    ``thresholds`` is one z (e.g. 2.326) or one per detector (calibrated);
+    a text is flagged by the package's one rule with that threshold
+    (:func:`chainmark.verdict.decide`: z > threshold).
     """
     wm = frame[frame["watermarked"] & (frame["detector"] == frame["method"])].copy()
     if isinstance(thresholds, Mapping):
         thr = wm["detector"].map(dict(thresholds)).astype(float)
     else:
         thr = float(thresholds)
-    wm["hit"] = wm["z"] > thr
+    wm["hit"] = decide(z=wm["z"], threshold=thr)
     return wm.groupby(list(by))["hit"].mean().mul(100.0)
 
 

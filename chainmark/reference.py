@@ -49,14 +49,25 @@ import math
 import os
 import platform
 import random
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
+
+from . import __version__
+from .detect import detect
+from .gates import Gate
 from .jsonio import atomic_write, to_jsonable
-from .settings import ATTACK_SEED, DEFAULT_MODEL, GENERATION_SEED
+from .keys import hkdf, key_fingerprint
+from .partition import states_of
+from .prompts import load_prompts, prompt_grid
+from .settings import ATTACK_SEED, DEFAULT_MODEL, GENERATION_SEED, get_settings
+from .store import default_runs_dir, lock_run_folder
+from .topology import cycle_topology
 
 #: The published label the reference key is derived from (HKDF-SHA-256).
 REFERENCE_LABEL = "chainmark-book/reference-run/v1"
@@ -72,8 +83,6 @@ MIN_REWRITE_TOKENS = 16
 
 def reference_key() -> bytes:
     """The reference run's key: HKDF of :data:`REFERENCE_LABEL` (public, not secret)."""
-    from .keys import hkdf
-
     return hkdf(REFERENCE_LABEL.encode("utf-8"), b"chainmark/v1/reference-key")
 
 
@@ -137,9 +146,6 @@ def reference_dir(model_name: str | None = None) -> Path:
     ships inside the package (``chainmark/data/reference``); other models
     (Colab) go to ``runs/reference/<model>`` beside the book's runs.
     """
-    from .store import default_runs_dir
-    from .settings import get_settings
-
     model_name = model_name or get_settings().model
     env = os.environ.get(REFERENCE_ENV, "").strip()
     if env:
@@ -204,8 +210,6 @@ def _batches(items_by_domain: Mapping[str, list[tuple[str, int, str]]], size: in
 
 
 def _grid(domains: Sequence[str], n: int) -> dict[str, list[tuple[str, int, str]]]:
-    from .prompts import load_prompts
-
     return {d: [(d, i, p) for i, p in enumerate(load_prompts(d, n))] for d in domains}
 
 
@@ -252,14 +256,9 @@ def cells(protocol: Protocol = PROTOCOL, experiments: Sequence[str] = EXPERIMENT
 
 
 def topology_for(S: int, k: int = 1) -> Any:
-    """The k-regular topology of the reference: clockwork (k = 1), soft cycle (2), offsets 1..k."""
-    from .topology import Topology
-
-    if k == 1:
-        return Topology.clockwork(S)
-    if k == 2:
-        return Topology.soft_cycle(S)
-    return Topology.from_offsets(S, tuple(range(1, k + 1)))
+    """The k-regular topology of the reference: :func:`chainmark.topology.cycle_topology` (clockwork for
+    k = 1, soft cycle for 2, offsets 1..k), the function that also resolves a regime's topology names."""
+    return cycle_topology(S, k)
 
 
 class _Context:
@@ -276,9 +275,6 @@ class _Context:
     def _gates(self) -> dict[float, Any]:
         """Thresholds for every budget, from one unwatermarked pilot; stored in ``gates.json``."""
         from .embed import pilot_signal
-        from .gates import Gate
-        from .prompts import prompt_grid
-
         p, file = self.protocol, self.root / "gates.json"
         exact = {r: Gate.calibrate("high_entropy", r, []) for r in p.rhos if r in (0.0, 1.0)}  # tau = -inf/+inf
         if file.exists():
@@ -406,8 +402,6 @@ def _environment(model: Any) -> dict[str, Any]:
     import torch
     import transformers
 
-    from . import __version__
-
     param = next(model.parameters())
     return {"chainmark_version": __version__, "git_commit": _git_commit(), "torch": torch.__version__,
             "transformers": transformers.__version__, "device": str(param.device),
@@ -450,8 +444,6 @@ def _manifest(root: Path, protocol: Protocol, model_name: str) -> dict[str, Any]
     file = root / MANIFEST
     if file.exists():
         return json.loads(file.read_text("utf-8"))
-    from .keys import key_fingerprint
-
     return {"format": "chainmark-reference/1", "model": model_name, "weights_sha256": _weights_sha256(model_name),
             "key_label": REFERENCE_LABEL, "key_fingerprint": key_fingerprint(reference_key()),
             "protocol": protocol.describe(), "seeds": {"generation": protocol.seed, "attack": protocol.attack_seed,
@@ -486,10 +478,6 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
     new batches (to show resuming). Batches are written whole, so an
     interruption loses at most the batch in flight.
     """
-    import shutil
-
-    from .settings import get_settings
-
     model_name = model_name or get_settings().model
     root = Path(root) if root is not None else reference_dir(model_name)
     for e in fresh:
@@ -500,8 +488,6 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
         for name in (MANIFEST, "gates.json"):
             (root / name).unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
-    from .store import lock_run_folder
-
     with lock_run_folder(root):  # one writer per reference folder (a second one stops at once)
         return _run_locked(root, model, tokenizer, experiments, protocol, progress, stop_after, model_name)
 
@@ -803,8 +789,6 @@ def _rows(cell: Cell, r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _null_rows(root: Path, protocol: Protocol, scorers: Mapping[str, tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every stored unwatermarked text scored by extra model-free ChainMark detectors (S or k)."""
-    from .detect import detect
-
     key, rows = reference_key(), []
     for experiment in ("head_to_head", "null"):
         for cell, r in _iter_records(root, experiment, protocol):
@@ -816,9 +800,7 @@ def _null_rows(root: Path, protocol: Protocol, scorers: Mapping[str, tuple[Any, 
                              "detector": name, "domain": r["domain"], "prompt_index": r["prompt_index"],
                              "seed": r.get("seed"), "attack": "clean", "n_tokens": r["n_tokens"],
                              "edit_fraction": 0.0, "rewrite_failed": False, "watermarked": False,
-                             "rho_realised": 0.0, "self_ppl": r["self_ppl"], "phi": d.phi, "z": d.z,
-                             "p_value": d.p_value, "decision": d.is_watermarked, "n_scored": d.n_transitions,
-                             **extra})
+                             "rho_realised": 0.0, "self_ppl": r["self_ppl"], **d.to_dict("record"), **extra})
     return rows
 
 
@@ -872,11 +854,7 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
     unwatermarked cell gives the baseline perplexity and ``baseline_texts``. Raises ``ValueError``
     while a cell of the grid is missing (see ``chainmark reference status``).
     """
-    import numpy as np
-
     from .experiments import _token_strings
-    from .partition import states_of
-
     root = Path(root) if root is not None else read_dir()
     alpha = protocol.alpha if alpha is None else float(alpha)
     by_cell: dict[str, tuple[Cell, list[dict[str, Any]]]] = {}
@@ -920,8 +898,6 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
                 "rho_realised": ex["rho_realised"], "self_ppl": ex["self_ppl"],
             },
         })
-    from .gates import Gate
-
     stored = {float(r): float(t) for r, t in json.loads((root / "gates.json").read_text("utf-8"))["tau"].items()}
     taus = {str(float(r)): stored[float(r)] if float(r) in stored else Gate.calibrate("high_entropy", r, []).tau
             for r in protocol.explorer_rho}

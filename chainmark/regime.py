@@ -1,20 +1,31 @@
-"""The detection regime: the public document a deployer publishes so that anyone can audit.
+"""The detection regime: the settings an audit applies, and the public document that publishes them.
 
-It names S, the topology, alpha, the operating threshold, the shortest text
-that may be judged, the tokenizer (by name and by a fingerprint of its
-vocabulary) and the key's fingerprint, never the key. :func:`regime_document`
-writes it; :func:`regime_problems` checks a parsed one field by field, so
-that a regime file can never silently change a verdict (a NaN threshold, a
-string where a boolean belongs). The command line (``chainmark regime``,
-``chainmark detect --regime``) is a thin layer over these functions.
+A :class:`Regime` holds everything that decides a verdict: S and the
+topology (hence k and p0 = k/S), alpha, the operating z threshold, whether
+repeated pairs count once, the shortest text that may be judged, the
+tokenizer (by name, revision and a fingerprint of its vocabulary) and the
+key's fingerprint, never the key. It owns the decision (:meth:`Regime.decide`,
+:meth:`Regime.label`) and reads and writes the regime file
+(:meth:`Regime.from_file`, :meth:`Regime.from_document`,
+:meth:`Regime.to_document`). :func:`regime_document` checks a deployer's
+settings and writes the document; :func:`regime_problems` checks a parsed one
+field by field, so that a regime file can never silently change a verdict (a
+NaN threshold, a string where a boolean belongs). The command line
+(``chainmark regime``, ``chainmark detect --regime``) is a thin layer over
+these.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from typing import Any, Callable
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
-from .limits import MAX_STATES
+from .limits import MAX_REGIME_BYTES, MAX_STATES
+from .topology import TOPOLOGY_K, Topology, resolve_topology
+from .verdict import Verdict, decide
 
 #: Format tag of the published regime document.
 REGIME_FORMAT = "chainmark-regime/1"
@@ -65,60 +76,34 @@ def regime_document(
     ``tokenizer_revision`` records the Hub revision (commit hash) it was
     loaded at, so an auditor loads the same files.
     """
-    from .calibrate import z_alpha as critical_z
     from .detect import check_alpha, check_states
     from .gates import check_gate_kind, check_rho
     from .keys import key_fingerprint
     from .partition import key_bytes
-    from .topology import resolve_topology
 
     if not key_bytes(key):
         raise ValueError("key must be non-empty")
     S = check_states(S)
     alpha = check_alpha(alpha)
     topo = resolve_topology(topology, S)
-    z_alpha = float(critical_z(alpha))
-    if threshold is None:
-        threshold = z_alpha
-    threshold = _check_finite(threshold, "threshold")
-    doc: dict[str, Any] = {
-        "format": REGIME_FORMAT,
-        "scheme": "chainmark",
-        "S": S,
-        "topology": topo.name,
-        "k": topo.k,
-        "p0": topo.p0,
-        "alpha": alpha,
-        "z_alpha": z_alpha,
-        "threshold": threshold,
-        "distinct_pairs": bool(distinct_pairs),
-        "tokenizer": tokenizer_name,
-        "key_fingerprint": key_fingerprint(key),
-    }
-    if tokenizer_revision is not None:
-        if not _is_text(tokenizer_revision):
-            raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
-        doc["tokenizer_revision"] = tokenizer_revision
-    if tokenizer is not None:
-        doc["tokenizer_fingerprint"] = tokenizer_fingerprint(tokenizer)
-        doc["vocab_size"] = len(tokenizer)
-    if n_min is not None:
-        if isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2:
-            raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
-        doc["n_min"] = n_min
-    if rho is not None:
-        doc["rho"] = check_rho(rho)
-    if gate is not None:
-        doc["gate"] = check_gate_kind(gate)
-    if recalibration is not None:
-        doc["recalibration"] = dict(recalibration)
-    return doc
+    if threshold is not None:
+        threshold = _check_finite(threshold, "threshold")
+    if tokenizer_revision is not None and not _is_text(tokenizer_revision):
+        raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
+    if n_min is not None and (isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2):
+        raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
+    regime = Regime(
+        S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=bool(distinct_pairs),
+        n_min=n_min, tokenizer=tokenizer_name, tokenizer_revision=tokenizer_revision,
+        tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
+        vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
+        rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
+        recalibration=None if recalibration is None else dict(recalibration))
+    return regime.to_document()
 
 
 #: Gate kinds a regime may name (as :data:`chainmark.gates.GATE_KINDS`, without importing torch).
 GATE_NAMES = ("all", "high_entropy", "low_entropy", "top2_gap")
-#: Successors per state of each topology a regime may name.
-TOPOLOGY_K = {"clockwork": 1, "soft_cycle": 2}
 
 
 def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
@@ -184,5 +169,221 @@ def regime_problems(doc: Any) -> list[str]:
     return problems
 
 
-__all__ = ["GATE_NAMES", "REGIME_FIELDS", "REGIME_FORMAT", "TOPOLOGY_K", "regime_document", "regime_problems",
-           "tokenizer_fingerprint"]
+#: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
+_OPTIONAL = ("tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+#: What the command line may set on top of a published regime (``chainmark detect``'s options).
+OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "n_min", "tokenizer", "tokenizer_revision")
+
+
+class RegimeError(ValueError):
+    """A regime document (or a regime's settings) that cannot be applied; the message names every problem."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The detection settings an audit applies, and the decision they lead to.
+
+    The defaults are the detector's: S = 5, clockwork, alpha = 0.01, no
+    threshold (flag when p < alpha), every transition scored, no length
+    floor. A published regime (:func:`regime_document`) always carries an
+    operating ``threshold`` on z (z_alpha unless recalibrated), and then a
+    text is flagged when z exceeds it. ``n_min`` is the shortest text (in
+    tokens) that is judged at all; ``tokenizer`` names the tokenizer (None:
+    the embedded model's). The key appears only as its fingerprint.
+    """
+
+    S: int = 5
+    topology: str = "clockwork"
+    alpha: float = 0.01
+    threshold: float | None = None
+    distinct_pairs: bool = False
+    n_min: int | None = None
+    tokenizer: str | None = None
+    tokenizer_revision: str | None = None
+    tokenizer_fingerprint: str | None = None
+    vocab_size: int | None = None
+    key_fingerprint: str | None = None
+    rho: float | None = None
+    gate: str | None = None
+    recalibration: dict[str, Any] | None = field(default=None, hash=False)
+
+    def __post_init__(self) -> None:
+        problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
+                    for name, (accepts, wanted) in REGIME_FIELDS.items()
+                    if name in _FIELD_NAMES and name != "n_min" and getattr(self, name) is not None
+                    and not accepts(getattr(self, name))]
+        if self.n_min is not None and not _is_int(self.n_min, 0):
+            problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
+        if problems:
+            raise RegimeError("; ".join(problems))
+
+    # ---- the settings, derived ----------------------------------------
+    @property
+    def topo(self) -> Topology:
+        """The topology over S states (a ``ValueError`` when the two do not fit, e.g. soft_cycle with S = 2)."""
+        return resolve_topology(self.topology, self.S)
+
+    @property
+    def k(self) -> int:
+        """Successors per state."""
+        return TOPOLOGY_K[self.topology]
+
+    @property
+    def p0(self) -> float:
+        """The null rate of a legal transition, k/S."""
+        return self.topo.p0
+
+    @property
+    def z_alpha(self) -> float:
+        """The analytic one-sided threshold on z at alpha."""
+        from .calibrate import z_alpha
+
+        return float(z_alpha(self.alpha))
+
+    @property
+    def operating_threshold(self) -> float:
+        """The z threshold a published regime applies: ``threshold``, or z_alpha when none is set."""
+        return self.threshold if self.threshold is not None else self.z_alpha
+
+    @property
+    def tokenizer_label(self) -> str:
+        """The tokenizer's name, the embedded model's when none is named."""
+        from .tokenizer import default_model_name
+
+        return self.tokenizer or default_model_name()
+
+    def detector_args(self) -> dict[str, Any]:
+        """The keyword arguments :func:`chainmark.detect.detect` (and ``detect_text``) take from this regime."""
+        return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "distinct_pairs": bool(self.distinct_pairs)}
+
+    # ---- the decision -------------------------------------------------
+    def too_short(self, verdict: Verdict) -> bool:
+        """True when the text has no scored position or fewer tokens than ``n_min``: it is not judged."""
+        return verdict.n_scored < 1 or verdict.n_tokens < (self.n_min or 0)
+
+    def decide(self, verdict: Verdict) -> bool:
+        """Whether this regime flags the text: long enough, and p < alpha, or z > threshold when one is set."""
+        return not self.too_short(verdict) and bool(
+            decide(z=verdict.z, p_value=verdict.p_value, alpha=self.alpha, threshold=self.threshold))
+
+    def label(self, verdict: Verdict) -> str:
+        """The decision in words, as the audit prints it: 'WATERMARKED', 'not detected' or 'too short'."""
+        if self.too_short(verdict):
+            return "too short"
+        return "WATERMARKED" if self.decide(verdict) else "not detected"
+
+    def check_key(self, key: bytes | str) -> None:
+        """A ``RegimeError`` when the regime names a key fingerprint and ``key`` has another."""
+        from .keys import key_fingerprint
+
+        seen = key_fingerprint(key)
+        if self.key_fingerprint not in (None, seen):
+            raise RegimeError(f"the key's fingerprint {seen} does not match the regime's "
+                              f"{self.key_fingerprint}: wrong key file?")
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """A ``RegimeError`` when the regime names a vocabulary fingerprint and ``tokenizer`` has another."""
+        if not self.tokenizer_fingerprint:
+            return
+        seen = tokenizer_fingerprint(tokenizer)
+        if seen != self.tokenizer_fingerprint:
+            raise RegimeError(
+                f"tokenizer mismatch: {self.tokenizer_label!r} has vocabulary fingerprint "
+                f"{seen}, the regime was published for {self.tokenizer_fingerprint}; detection "
+                "with another tokenizer sees different token ids and finds nothing")
+
+    # ---- the regime file ----------------------------------------------
+    @classmethod
+    def from_document(cls, doc: Any) -> "Regime":
+        """The regime of a parsed regime document, checked field by field (:func:`regime_problems`).
+
+        Fields the document leaves out (or sets to null) take the defaults;
+        ``k``, ``p0`` and ``z_alpha`` follow from S, the topology and alpha.
+        """
+        problems = regime_problems(doc)
+        if problems:
+            raise RegimeError("; ".join(problems))
+        return cls(**{name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None})
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Regime":
+        """Read a regime file: at most :data:`~chainmark.limits.MAX_REGIME_BYTES` of UTF-8 JSON, checked."""
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_REGIME_BYTES + 1)
+        if len(data) > MAX_REGIME_BYTES:
+            raise RegimeError(f"{path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RegimeError(f"{path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
+        except json.JSONDecodeError as exc:
+            raise RegimeError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+        return cls.from_document(doc)
+
+    def to_document(self) -> dict[str, Any]:
+        """The published regime document (JSON-ready; the format :func:`regime_problems` checks).
+
+        ``threshold`` is always written: the operating threshold, z_alpha when
+        none is set. Optional fields are written when set.
+        """
+        topo = self.topo
+        doc: dict[str, Any] = {
+            "format": REGIME_FORMAT,
+            "scheme": "chainmark",
+            "S": self.S,
+            "topology": topo.name,
+            "k": topo.k,
+            "p0": topo.p0,
+            "alpha": self.alpha,
+            "z_alpha": self.z_alpha,
+            "threshold": self.operating_threshold,
+            "distinct_pairs": bool(self.distinct_pairs),
+            "tokenizer": self.tokenizer,
+            "key_fingerprint": self.key_fingerprint,
+        }
+        doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
+        if doc.get("recalibration") is not None:
+            doc["recalibration"] = dict(doc["recalibration"])
+        problems = regime_problems(doc)
+        if problems:
+            raise RegimeError("this regime cannot be published: " + "; ".join(problems))
+        return doc
+
+    def to_json(self) -> str:
+        """The regime file's text, as ``chainmark regime`` writes it."""
+        return json.dumps(self.to_document(), indent=2, allow_nan=False)
+
+    # ---- an audit's settings --------------------------------------------
+    @classmethod
+    def resolve(cls, document: Mapping[str, Any] | None = None, **options: Any) -> "Regime":
+        """The regime an audit applies: explicit options win over the published document, the document over
+        the defaults.
+
+        ``options`` are :data:`OPTIONS` (``chainmark detect``'s), None meaning
+        not given. Two settings of a document do not carry over where they no
+        longer belong: its tokenizer revision when another tokenizer is named
+        without one, and its threshold when another alpha is given without
+        one (the threshold was set for the document's alpha).
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {OPTIONS}")
+        regime = cls.from_document(document) if document is not None else cls()
+        regime = dataclasses.replace(regime, **{k: v for k, v in options.items() if v is not None})
+        if document is not None and options.get("tokenizer") is not None and options.get("tokenizer_revision") is None:
+            regime = dataclasses.replace(regime, tokenizer_revision=None)
+        if (document is not None and options.get("alpha") is not None and options.get("threshold") is None
+                and options["alpha"] != document.get("alpha")):
+            regime = dataclasses.replace(regime, threshold=None)
+        return regime
+
+    def replace(self, **changes: Any) -> "Regime":
+        """A copy with some settings changed (checked like any regime)."""
+        return dataclasses.replace(self, **changes)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
+
+
+__all__ = ["GATE_NAMES", "OPTIONS", "REGIME_FIELDS", "REGIME_FORMAT", "TOPOLOGY_K", "Regime", "RegimeError",
+           "regime_document", "regime_problems", "tokenizer_fingerprint"]

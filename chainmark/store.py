@@ -17,9 +17,6 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-import pandas as pd
-from filelock import FileLock, Timeout
-
 from .gates import Gate
 from .jsonio import atomic_write, atomic_write_json, to_jsonable
 
@@ -198,6 +195,8 @@ def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
     when the block ends or the process dies, so a killed run never leaves
     its folder locked.
     """
+    from filelock import FileLock, Timeout  # the generation extra: only a writer needs it
+
     path = Path(path)
     lock = FileLock(str(path / LOCK_FILE))
     try:
@@ -213,6 +212,8 @@ def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 def records_frame(records: Sequence[Mapping[str, Any]]) -> Any:
     """One tidy row per (record, detector, condition): condition ``clean`` or an attack label."""
+    import pandas as pd  # the generation extra: reading and writing records needs only the standard library
+
     rows = []
     for r in records:
         base = {"id": r["id"], "method": r["method"], "watermarked": r["watermarked"], "domain": r["domain"],

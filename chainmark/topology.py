@@ -162,7 +162,23 @@ def null_moments(topology: Topology, n: int) -> tuple[float, float]:
 
 
 TopologyLike = Union[str, Topology]
-TOPOLOGY_NAMES = ("clockwork", "soft_cycle")
+#: Successors per state (k) of each topology that has a name: the names a regime or the command line uses.
+TOPOLOGY_K = {"clockwork": 1, "soft_cycle": 2}
+TOPOLOGY_NAMES = tuple(TOPOLOGY_K)
+
+
+def cycle_topology(S: int, k: int = 1) -> Topology:
+    """The k-regular cycle over S states: state s may be followed by s + 1, ..., s + k (mod S).
+
+    k = 1 is :meth:`Topology.clockwork` and k = 2 :meth:`Topology.soft_cycle`
+    (their names are :data:`TOPOLOGY_K`); a larger k gives offsets 1..k. The
+    one place that turns a named topology or a reference cell's k into a matrix.
+    """
+    if k == 1:
+        return Topology.clockwork(S)
+    if k == 2:
+        return Topology.soft_cycle(S)
+    return Topology.from_offsets(S, tuple(range(1, k + 1)))
 
 
 def resolve_topology(topology: TopologyLike, S: int) -> Topology:
@@ -172,8 +188,7 @@ def resolve_topology(topology: TopologyLike, S: int) -> Topology:
         if topology.S != S:
             raise ValueError(f"topology has S = {topology.S} states but S = {S} was asked for")
         return topology
-    if topology == "clockwork":
-        return Topology.clockwork(S)
-    if topology in ("soft_cycle", "soft-cycle"):
-        return Topology.soft_cycle(S)
+    name = "soft_cycle" if topology == "soft-cycle" else topology
+    if isinstance(name, str) and name in TOPOLOGY_K:
+        return cycle_topology(S, TOPOLOGY_K[name])
     raise ValueError(f"topology must be one of {TOPOLOGY_NAMES} or a Topology, got {topology!r}")

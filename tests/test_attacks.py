@@ -1,4 +1,4 @@
-"""Tests for chainmark.attacks: the edit counts, determinism, delta_eff, the (1-delta)^2 law."""
+"""Tests for chainmark.attacks: the edit counts, determinism, delta_eff, the (1-delta)^2 law, the Monte Carlo."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,9 @@ import pytest
 
 from chainmark import attacks as A
 from chainmark.detect import detect
+from chainmark.experiments import simulate_watermarked_ids
 from chainmark.partition import state_table
+from chainmark.topology import Topology
 
 KEY = b"attack-test-key"
 V = 49152  # the embedded model's logit width: a realistic, near-uniform partition
@@ -20,22 +22,12 @@ S = 5
 
 def watermarked_sequences(count: int, n: int, rho: float, seed: int = 7) -> np.ndarray:
     """Synthetic ChainMark output: each step is forced to the next state with probability rho."""
-    table = state_table(KEY, V, S)
-    by_state = [np.flatnonzero(table == s) for s in range(S)]
-    rng = np.random.default_rng(seed)
-    out = np.empty((count, n), dtype=np.int64)
-    out[:, 0] = rng.integers(0, V, size=count)
-    for i in range(1, n):
-        free = rng.integers(0, V, size=count)
-        nxt = (table[out[:, i - 1]] + 1) % S
-        forced = np.array([by_state[s][rng.integers(len(by_state[s]))] for s in nxt])
-        out[:, i] = np.where(rng.random(count) < rho, forced, free)
-    return out
+    return simulate_watermarked_ids(count, n, KEY, S, rho, V, seed=seed)
 
 
 def mean_ratio_and_se(seqs: np.ndarray, attack) -> tuple[float, float]:
     """Mean and standard error of z_post / z_pre over sequences, item i with stream i."""
-    attacked = attack.apply([row.tolist() for row in seqs])
+    attacked = attack.apply_ids([row.tolist() for row in seqs])
     ratios = np.array([detect(b, KEY, S).z / detect(a.tolist(), KEY, S).z
                        for a, b in zip(seqs, attacked)])
     return float(ratios.mean()), float(ratios.std(ddof=1) / math.sqrt(len(ratios)))
@@ -61,7 +53,7 @@ def partition_slack(gap: float, delta: float) -> float:
 @pytest.mark.parametrize("n", [1, 13, 100, 200])
 def test_substitution_edits_exactly_ceil_delta_n_positions(delta, n):
     ids = list(range(1, n + 1))  # no id is 0 ...
-    out = A.substitute(ids, delta, vocab_size=1, seed=43)  # ... and every draw is 0
+    out = A.Substitution(delta, vocab_size=1, seed=43).edit(ids)  # ... and every draw is 0
     changed = sum(a != b for a, b in zip(ids, out))
     assert len(out) == n
     assert changed == math.ceil(round(delta * n, 9)) == A.n_edits(delta, n)
@@ -75,23 +67,23 @@ def test_n_edits_ignores_float_noise():
 
 def test_substitution_draws_may_equal_the_original():
     ids = [0, 1] * 100
-    out = A.substitute(ids, 1.0, vocab_size=2, seed=43)
+    out = A.Substitution(1.0, vocab_size=2, seed=43).edit(ids)
     assert sum(a == b for a, b in zip(ids, out)) > 50  # about half, by chance
 
 
 def test_attacks_are_deterministic_under_a_seed():
     ids = list(range(500, 800))
-    for fn in (lambda s: A.substitute(ids, 0.3, V, seed=s), lambda s: A.delete(ids, 0.3, seed=s),
-               lambda s: A.insert(ids, 0.3, V, seed=s)):
-        assert fn(43) == fn(43)
-        assert fn(43) != fn(44)
-    assert A.substitute(ids, 0.3, V) == A.substitute(ids, 0.3, V, seed=43)  # the paper's seed
+    for attack in (A.Substitution(0.3, V), A.Deletion(0.3), A.Insertion(0.3, V)):
+        assert attack.edit(ids, 43) == attack.edit(ids, 43)
+        assert attack.edit(ids, 43) != attack.edit(ids, 44)
+        assert attack.edit(ids) == attack.edit(ids, 43)  # the attack's own seed: the paper's 43
+    assert A.Substitution(0.3, V, seed=44).edit(ids) == A.Substitution(0.3, V).edit(ids, 44)
 
 
 def test_larger_delta_edits_a_superset():
     ids = list(range(1000, 1400))
-    small = A.substitute(ids, 0.1, V)
-    large = A.substitute(ids, 0.3, V)
+    small = A.Substitution(0.1, V).edit(ids)
+    large = A.Substitution(0.3, V).edit(ids)
     edited_small = {i for i, (a, b) in enumerate(zip(ids, small)) if a != b}
     assert all(large[i] == small[i] for i in edited_small)
 
@@ -99,9 +91,10 @@ def test_larger_delta_edits_a_superset():
 def test_substitution_accepts_arrays_and_tensors():
     torch = pytest.importorskip("torch")
     ids = list(range(50))
-    want = A.substitute(ids, 0.2, V)
-    assert A.substitute(np.array(ids), 0.2, V) == want
-    assert A.substitute(torch.tensor(ids), 0.2, V) == want
+    sub = A.Substitution(0.2, V)
+    want = sub.edit(ids)
+    assert sub.edit(np.array(ids)) == want
+    assert sub.edit(torch.tensor(ids)) == want
 
 
 # --------------------------------------------------------------------------- deletion / insertion
@@ -116,8 +109,8 @@ def _is_subsequence(short: list[int], long: list[int]) -> bool:
 def test_deletion_and_insertion_counts(delta):
     ids = list(range(10, 210))
     m = A.n_edits(delta, len(ids))
-    deleted = A.delete(ids, delta)
-    inserted = A.insert(ids, delta, V)
+    deleted = A.Deletion(delta).edit(ids)
+    inserted = A.Insertion(delta, V).edit(ids)
     assert len(deleted) == len(ids) - m and _is_subsequence(deleted, ids)
     assert len(inserted) == len(ids) + m and _is_subsequence(ids, inserted)
 
@@ -127,7 +120,7 @@ def test_insertion_positions_are_uniform():
     n, trials = 4, 5000
     counts = np.zeros(n + 1)
     for s in range(trials):
-        out = A.insert([1] * n, 0.25, vocab_size=1, seed=s)  # inserted token is 0
+        out = A.Insertion(0.25, vocab_size=1).edit([1] * n, s)  # inserted token is 0
         counts[out.index(0)] += 1
     expected = trials / (n + 1)
     chi2 = float(((counts - expected) ** 2 / expected).sum())
@@ -153,10 +146,10 @@ def test_edit_fraction_known_pairs(original, attacked, expected):
 
 def test_edit_fraction_of_attacks_matches_their_rate():
     ids = list(range(300, 700))
-    assert A.edit_fraction(ids, A.delete(ids, 0.2)) == pytest.approx(0.2)
-    assert A.edit_fraction(ids, A.insert(ids, 0.2, V)) == pytest.approx(0.2)
+    assert A.edit_fraction(ids, A.Deletion(0.2).edit(ids)) == pytest.approx(0.2)
+    assert A.edit_fraction(ids, A.Insertion(0.2, V).edit(ids)) == pytest.approx(0.2)
     # substitution: at most ceil(delta n) edits; fewer only if a draw repeats the original
-    assert 0.19 <= A.edit_fraction(ids, A.substitute(ids, 0.2, V)) <= 0.2
+    assert 0.19 <= A.edit_fraction(ids, A.Substitution(0.2, V).edit(ids)) <= 0.2
 
 
 def test_edit_fraction_rejects_an_empty_original():
@@ -189,6 +182,85 @@ def test_mean_z_ratio_after_deletion_and_insertion(kind, delta):
     assert abs(mean - predicted) <= 4 * se + partition_slack(gap, delta), (mean, predicted, se)
 
 
+# --------------------------------------------------------------------------- the theorem's Monte Carlo on states
+
+
+def _reference_walks(trials, n, S, rho, rng, successors=None):
+    """The walk simulation as chapter 7 first wrote it (clockwork) and as its k = 2 exercise did: the
+    package's simulate_walks must draw the same numbers in the same order."""
+    states = np.empty((trials, n), dtype=np.int64)
+    states[:, 0] = rng.integers(0, S, trials)
+    for i in range(1, n):
+        forced = rng.random(trials) < rho
+        if successors is None:
+            states[:, i] = np.where(forced, (states[:, i - 1] + 1) % S, rng.integers(0, S, trials))
+        else:
+            step = successors[states[:, i - 1], rng.integers(0, successors.shape[1], trials)]
+            states[:, i] = np.where(forced, step, rng.integers(0, S, trials))
+    return states
+
+
+def _reference_blind(states, delta, S, rng):
+    hit = rng.random(states.shape) < delta
+    return np.where(hit, rng.integers(0, S, states.shape), states)
+
+
+@pytest.mark.parametrize("S, rho", [(3, 0.25), (5, 0.5), (12, 1.0), (5, 0.0)])
+def test_simulate_walks_draws_like_the_chapters_first_simulation(S, rho):
+    mine, ref = np.random.default_rng(43), np.random.default_rng(43)
+    for n in (1, 2, 40):
+        walks = A.simulate_walks(50, n, S, rho, mine)
+        want = _reference_walks(50, n, S, rho, ref)
+        assert walks.dtype == np.int64 and walks.shape == (50, n)
+        np.testing.assert_array_equal(walks, want)
+        for d in (0.0, 0.3, 1.0):  # one generator shared by walks and attacks, in the chapter's order
+            np.testing.assert_array_equal(A.blind_substitution(walks, d, S, mine), _reference_blind(want, d, S, ref))
+    np.testing.assert_array_equal(A.simulate_walks(20, 30, S, rho, 7), A.simulate_walks(20, 30, S, rho, 7))
+    np.testing.assert_array_equal(A.simulate_walks(20, 30, S, rho), A.simulate_walks(20, 30, S, rho, 43))
+
+
+def test_simulate_walks_on_a_k_regular_topology():
+    soft = Topology.soft_cycle(5)
+    succ = np.array([soft.successors(s) for s in range(5)])
+    walks = A.simulate_walks(300, 60, 5, 1.0, np.random.default_rng(1), topology=soft)
+    np.testing.assert_array_equal(walks, _reference_walks(300, 60, 5, 1.0, np.random.default_rng(1), succ))
+    assert soft.is_valid(walks[:, :-1], walks[:, 1:]).all()  # rho = 1: every step legal
+    assert A.simulate_walks(5, 9, 5, 0.5, 3, topology="soft_cycle").shape == (5, 9)
+    with pytest.raises(ValueError, match="k-regular"):
+        irregular = Topology.from_matrix([[0, 1, 1], [1, 0, 0], [1, 0, 0]], allow_irregular=True)
+        A.simulate_walks(5, 9, 3, 0.5, topology=irregular)
+
+
+@pytest.mark.parametrize("delta", [0.1, 0.3, 0.5])
+def test_blind_substitution_on_walks_follows_the_law(delta):
+    S, rho, trials, n = 5, 0.5, 4000, 100
+    rng = np.random.default_rng(5)
+    walks = A.simulate_walks(trials, n, S, rho, rng)
+
+    def excess(w):
+        return (((w[:, 1:] - w[:, :-1]) % S == 1).mean(axis=1) - 1 / S)
+
+    before, after = excess(walks), excess(A.blind_substitution(walks, delta, S, rng))
+    ratio = after.mean() / before.mean()
+    se = after.std(ddof=1) / np.sqrt(trials) / before.mean()
+    assert abs(ratio - (1 - delta) ** 2) <= 4 * se + 0.01, (ratio, (1 - delta) ** 2, se)
+
+
+def test_monte_carlo_argument_errors():
+    with pytest.raises(ValueError, match="trials"):
+        A.simulate_walks(0, 10, 5, 0.5)
+    with pytest.raises(TypeError, match="n"):
+        A.simulate_walks(10, 2.5, 5, 0.5)
+    with pytest.raises(ValueError, match="rho"):
+        A.simulate_walks(10, 10, 5, 1.5)
+    with pytest.raises(ValueError, match="S"):
+        A.simulate_walks(10, 10, 1, 0.5)
+    with pytest.raises(ValueError, match="delta"):
+        A.blind_substitution(np.zeros((2, 3), dtype=int), -0.1, 5)
+    with pytest.raises(TypeError, match="integer"):
+        A.blind_substitution(np.zeros((2, 3)), 0.1, 5)
+
+
 def test_predicted_ratio_limits():
     assert A.predicted_z_ratio("substitution", 0.2) == pytest.approx(0.64)
     assert A.predicted_z_ratio("substitution", 0.2, 10 ** 6) == pytest.approx(0.64, abs=1e-5)
@@ -214,40 +286,50 @@ def test_attack_registry_and_levels():
         A.make_attack("shuffle")
 
 
-def test_apply_gives_each_item_its_own_stream():
+def test_apply_ids_gives_each_item_its_own_stream():
     ids = list(range(100, 300))
     sub = A.Substitution(0.2, V, seed=43)
-    first, second = sub.apply([ids, ids])
+    first, second = sub.apply_ids([ids, ids])
     assert first != second
-    assert sub.apply([ids, ids]) == [first, second]
-    assert sub(ids) == A.substitute(ids, 0.2, V, seed=43)
+    assert sub.apply_ids([ids, ids]) == [first, second]
+    # item i gets the i-th stream spawned from the seed; edit alone uses the seed itself
+    streams = np.random.SeedSequence(43).spawn(2)
+    assert [first, second] == [sub.edit(ids, np.random.default_rng(s)) for s in streams]
+    assert sub.edit(ids) == sub.edit(ids, 43) != first
+    assert sub.apply_ids([ids], object()) == [first]  # a tokenizer is accepted and not needed
 
 
-def test_apply_keyed_derives_each_stream_from_the_seed_and_the_name():
+def test_apply_ids_with_names_derives_each_stream_from_the_seed_and_the_name():
     ids = list(range(100, 300))
     sub = A.Substitution(0.2, V, seed=43)
-    a, b = sub.apply_keyed([ids, ids], ["m/wiki/0000", "m/wiki/0001"])
+    a, b = sub.apply_ids([ids, ids], names=["m/wiki/0000", "m/wiki/0001"])
     assert a != b
     # the name, not the position, picks the stream: reordered or alone, the same edits
-    assert sub.apply_keyed([ids, ids], ["m/wiki/0001", "m/wiki/0000"]) == [b, a]
-    assert sub.apply_keyed([ids], ["m/wiki/0001"]) == [b]
-    assert A.Substitution(0.2, V, seed=44).apply_keyed([ids], ["m/wiki/0001"]) != [b]
+    assert sub.apply_ids([ids, ids], names=["m/wiki/0001", "m/wiki/0000"]) == [b, a]
+    assert sub.apply_ids([ids], names=["m/wiki/0001"]) == [b]
+    assert A.Substitution(0.2, V, seed=44).apply_ids([ids], names=["m/wiki/0001"]) != [b]
     # the stream is record_seed's, and it is nested in delta like the plain attack
-    assert b == A.substitute(ids, 0.2, V, seed=np.random.default_rng(A.record_seed(43, "m/wiki/0001")))
-    small = A.Substitution(0.1, V, seed=43).apply_keyed([ids], ["m/wiki/0001"])[0]
+    assert b == sub.edit(ids, np.random.default_rng(A.record_seed(43, "m/wiki/0001")))
+    assert b == sub.edit(ids, A.record_seed(43, "m/wiki/0001"))
+    small = A.Substitution(0.1, V, seed=43).apply_ids([ids], names=["m/wiki/0001"])[0]
     assert {i for i, (x, y) in enumerate(zip(ids, small)) if x != y} <= \
         {i for i, (x, y) in enumerate(zip(ids, b)) if x != y}
     # a stable hash: the same words on every machine and every Python (no PYTHONHASHSEED)
     assert A.record_seed(43, "chainmark/wiki/0003").spawn_key == A.record_seed(43, "chainmark/wiki/0003").spawn_key
     assert A.record_seed(43, "x").spawn_key == (1108767021, 1152394935, 2843501057, 4113739003)
     with pytest.raises(ValueError, match="one entry per item"):
-        sub.apply_keyed([ids, ids], ["only one"])
+        sub.apply_ids([ids, ids], names=["only one"])
     with pytest.raises(TypeError, match="names"):
-        sub.apply_keyed([ids], "m/wiki/0000")
+        sub.apply_ids([ids], names="m/wiki/0000")
     with pytest.raises(TypeError, match="Generator"):
         A.record_seed(np.random.default_rng(0), "x")
     with pytest.raises(TypeError, match="record"):
         A.record_seed(43, 7)
+
+
+def upper(texts, source, target):
+    """A stand-in Translator: (texts, source, target) -> texts."""
+    return [t.upper() for t in texts]
 
 
 def test_text_attack_through_apply_ids():
@@ -258,72 +340,91 @@ def test_text_attack_through_apply_ids():
         def __call__(self, text, add_special_tokens=False):
             return {"input_ids": [ord(c) for c in text]}
 
-    bt = A.BackTranslation("fr", translator=lambda text: text.upper())
+    bt = A.BackTranslation("fr", upper)
     assert bt.apply_ids([[104, 105]], Tok()) == [[72, 73]]
+    assert bt.apply_ids([[104, 105]], Tok(), names=["m/wiki/0000"]) == [[72, 73]]  # names do not matter
     with pytest.raises(ValueError, match="tokenizer"):
         bt.apply_ids([[104, 105]])
+    with pytest.raises(ValueError, match="one entry per item"):
+        bt.apply_ids([[104, 105]], Tok(), names=[])
+
+
+def test_a_token_attack_does_not_take_text():
+    with pytest.raises(TypeError, match="apply_ids"):
+        A.Substitution(0.2, V).apply_text(["some text"])
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
 def test_bad_delta_is_a_value_error(bad):
     with pytest.raises(ValueError, match="delta"):
-        A.substitute([1, 2, 3], bad, V)
+        A.Substitution(bad, V)
 
 
 def test_bad_types_are_type_errors():
     with pytest.raises(TypeError, match="delta"):
-        A.delete([1, 2, 3], "0.2")
+        A.Deletion("0.2")
     with pytest.raises(TypeError, match="delta"):
-        A.delete([1, 2, 3], True)
+        A.Deletion(True)
     with pytest.raises(TypeError, match="token_ids"):
-        A.substitute("some text", 0.2, V)
+        A.Substitution(0.2, V).edit("some text")
     with pytest.raises(ValueError, match="vocab_size"):
-        A.insert([1, 2], 0.5, 0)
+        A.Insertion(0.5, 0)
     with pytest.raises(ValueError, match="token_ids"):
-        A.substitute([1, -2, 3], 0.2, V)
+        A.Substitution(0.2, V).edit([1, -2, 3])
 
 
 def test_empty_and_tiny_inputs():
-    assert A.substitute([], 0.5, V) == [] and A.delete([], 0.5) == [] and A.insert([], 0.5, V) == []
-    assert A.delete([7], 1.0) == []
-    assert len(A.insert([7], 1.0, V)) == 2
+    assert A.Substitution(0.5, V).edit([]) == [] and A.Deletion(0.5).edit([]) == []
+    assert A.Insertion(0.5, V).edit([]) == []
+    assert A.Deletion(1.0).edit([7]) == []
+    assert len(A.Insertion(1.0, V).edit([7])) == 2
 
 
 # --------------------------------------------------------------------------- back-translation plumbing
 
 
-def test_back_translate_calls_a_three_argument_translator_per_leg():
+def test_back_translation_calls_the_translator_once_per_leg_on_the_whole_batch():
     calls = []
 
-    def translator(text, src, tgt):
-        calls.append((text, src, tgt))
-        return f"{tgt}:{text}"
+    def translator(texts, source, target):
+        calls.append((list(texts), source, target))
+        return [f"{source}>{target}|{t}" for t in texts]
 
-    out = A.back_translate(["hello", "world"], pivot="zh", translator=translator)
-    assert out == ["en:zh:hello", "en:zh:world"]
-    assert calls[:2] == [("hello", "en", "zh"), ("zh:hello", "zh", "en")]
-
-
-def test_back_translate_batched_and_round_trip_callables():
-    class Batched:
-        batched = True
-
-        def __call__(self, texts, src, tgt):
-            return [f"{src}>{tgt}|{t}" for t in texts]
-
-    assert A.back_translate(["a", "b"], "de", Batched()) == ["de>en|en>de|a", "de>en|en>de|b"]
-    assert A.back_translate(["a"], "ru", translator=lambda t: t * 2) == ["aa"]
+    bt = A.BackTranslation("zh", translator)
+    assert bt.apply_text(["hello", "world"]) == ["zh>en|en>zh|hello", "zh>en|en>zh|world"]
+    assert calls == [(["hello", "world"], "en", "zh"), (["en>zh|hello", "en>zh|world"], "zh", "en")]
+    assert A.BackTranslation("de", translator, source="fr").apply_text(["a"]) == ["de>fr|fr>de|a"]
+    assert bt.apply_text([]) == []
+    assert bt.describe() == {"attack": "back_translation", "level": "text", "pivot": "zh", "source": "en",
+                             "translator": "translator"}
 
 
-def test_back_translate_argument_errors():
-    with pytest.raises(ValueError, match="language"):
-        A.back_translate(["a"], pivot="klingon", translator=lambda t: t)
-    with pytest.raises(ValueError, match="translator"):
-        A.back_translate(["a"], pivot="fr")  # neither a translator nor a model
+def test_back_translation_takes_one_translator_protocol():
+    # a model id, None, a one-argument round trip, a non-callable: each a TypeError that says what to pass
+    with pytest.raises(TypeError, match=r"Seq2SeqTranslator\('facebook/nllb"):
+        A.BackTranslation("zh", "facebook/nllb-200-distilled-600M")
+    with pytest.raises(TypeError, match="LMTranslator"):
+        A.BackTranslation("zh", None)
+    with pytest.raises(TypeError, match="texts, source, target"):
+        A.BackTranslation("zh", lambda text: text)
     with pytest.raises(TypeError, match="translator"):
-        A.back_translate(["a"], pivot="fr", translator=42)
+        A.BackTranslation("zh", 42)
+    # a per-text translator (text, source, target) -> text is caught when it returns one string
+    with pytest.raises(TypeError, match="list of strings"):
+        A.BackTranslation("zh", lambda text, source, target: f"{target}:{text}").apply_text(["a"])
+    with pytest.raises(ValueError, match="returned 1 texts for 2"):
+        A.BackTranslation("zh", lambda texts, source, target: texts[:1]).apply_text(["a", "b"])
+    with pytest.raises(TypeError, match="position 0"):
+        A.BackTranslation("zh", lambda texts, source, target: [None] * len(texts)).apply_text(["a"])
+
+
+def test_back_translation_argument_errors():
+    with pytest.raises(ValueError, match="language"):
+        A.BackTranslation("klingon", upper)
+    with pytest.raises(ValueError, match="language"):
+        A.BackTranslation("fr", upper, source="klingon")
     with pytest.raises(TypeError, match="texts"):
-        A.back_translate("a single string", pivot="fr", translator=lambda t: t)
+        A.BackTranslation("fr", upper).apply_text("a single string")
 
 
 def test_language_codes():
@@ -362,11 +463,11 @@ def test_seq2seq_translator_runs_the_nllb_code_path():
 
     model.generate = spy
     translator = A.Seq2SeqTranslator(model, tok, max_new_tokens=4, num_beams=1)
-    out = A.back_translate(["hello world", "abc"], pivot="zh", translator=translator)
+    out = A.BackTranslation("zh", translator).apply_text(["hello world", "abc"])
     assert len(out) == 2 and all(isinstance(t, str) for t in out)
     assert seen == [("eng_Latn", tok.convert_tokens_to_ids("zho_Hans")),
                     ("zho_Hans", tok.convert_tokens_to_ids("eng_Latn"))]
-    bt = A.BackTranslation("fr", translator=translator)
+    bt = A.BackTranslation("fr", translator)
     assert bt.describe()["translator"] == translator.name
 
 
@@ -408,9 +509,11 @@ def test_paraphrase_and_lm_back_translation_with_the_embedded_model():
 
     model, tok = load_model()
     text = "The cat sat on the warm mat and watched the rain fall outside."
-    first = A.paraphrase([text, ""], model, tok, max_new_tokens=24)
+    para = A.Paraphrase(model, tok, max_new_tokens=24)
+    first = para.apply_text([text, ""])
     assert first[1] == "" and isinstance(first[0], str) and first[0].strip()
-    assert A.paraphrase([text, ""], model, tok, max_new_tokens=24) == first  # seeded
-    bt = A.back_translate([text], pivot="fr", model=model, tokenizer=tok, max_new_tokens=24)
+    assert para.apply_text([text, ""]) == first  # seeded
+    translator = A.LMTranslator(model, tok, max_new_tokens=24)
+    bt = A.BackTranslation("fr", translator).apply_text([text])
     assert len(bt) == 1 and isinstance(bt[0], str)
-    assert "causal LM" in A.translator_name(A.resolve_translator(None, model, tok))
+    assert "causal LM" in A.translator_name(translator)

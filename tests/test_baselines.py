@@ -175,6 +175,28 @@ def test_sweet_scores_only_high_entropy_positions():
         B.sweet_detect(ids, sweet, V, ent[:-1])
 
 
+def test_a_baseline_result_is_a_verdict_with_its_own_names_and_record_form():
+    from chainmark.methods import KGWMethod
+    from chainmark.verdict import Verdict
+
+    cfg = B.KGWConfig(KEY)
+    ids = _green_chain(cfg, 20)
+    r = B.kgw_detect(ids, cfg, V)
+    assert isinstance(r, Verdict) and r.method == "kgw"
+    assert (r.n_green, r.gamma, r.decision) == (r.n_hits, r.p0, r.is_watermarked) == (19, 0.5, True)
+    for name in ("n_green", "gamma", "decision"):
+        with pytest.raises(AttributeError):
+            setattr(r, name, 0)
+    assert list(r.to_dict()) == ["phi", "z", "p_value", "is_watermarked", "n_tokens", "n_scored", "n_green",
+                                 "gamma", "alpha", "p_value_binomial"]
+    record = r.to_dict("record")
+    assert record == {"phi": r.phi, "z": r.z, "p_value": r.p_value, "decision": r.is_watermarked,
+                      "n_scored": r.n_scored, "n_green": r.n_green, "p_value_binomial": r.p_value_binomial}
+    assert list(record) == ["phi", "z", "p_value", "decision", "n_scored", "n_green", "p_value_binomial"]
+    assert KGWMethod(cfg).detect([ids], vocab_size=V, alpha=0.01) == [record]  # what the runner stores
+    assert not B.kgw_detect([5], cfg, V).to_dict("record")["decision"]
+
+
 def test_tail_p_values_show_where_the_normal_approximation_fails():
     small = B.tail_p_values(30, 50)
     assert small["transformers"] == pytest.approx(small["norm_sf"], rel=1e-9)

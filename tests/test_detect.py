@@ -32,7 +32,9 @@ from chainmark.detect import (
 from chainmark.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
 from chainmark.gates import Gate
 from chainmark.partition import state_table
+from chainmark.regime import Regime
 from chainmark.topology import Topology
+from chainmark.verdict import Verdict, decide
 
 KEYS = [b"\x00" * 32, b"another key", "a str key, UTF-8 encoded"]
 VOCAB = 49152
@@ -684,3 +686,60 @@ def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_t
         assert np.allclose(sig, g.entropy, atol=2e-3)
         res = lr_detect(g.token_ids, key, gate_probabilities(sig[1:], gate), n_null=5000)
         assert res.is_watermarked
+
+
+# ---------------------------------------------------------------- one verdict type, one decision rule
+
+RESULT_KEYS = ["phi", "z", "p_value", "log_p_value", "is_watermarked", "n_tokens", "n_transitions", "n_valid",
+               "S", "k", "p0", "alpha"]
+AUDIT_KEYS = ["n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "threshold", "is_watermarked",
+              "decision", "S", "k", "topology", "alpha", "distinct_pairs", "tokenizer", "key_fingerprint"]
+
+
+def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), b"k", 5)
+    assert isinstance(res, Verdict)
+    assert (res.n_transitions, res.n_valid, res.decision) == (res.n_scored, res.n_hits, res.is_watermarked)
+    assert (res.n_scored, res.n_hits, res.is_watermarked, res.p0) == (39, 39, True, 0.2)
+    for name in ("n_transitions", "n_valid", "decision"):
+        with pytest.raises(AttributeError):
+            setattr(res, name, 0)
+    lr = lr_detect(np.arange(30), b"k", np.full(29, 0.3), n_null=200)
+    assert isinstance(lr, Verdict) and (lr.n_transitions, lr.n_valid) == (lr.n_scored, lr.n_hits)
+    assert lr.n_scored == 29 and lr.phi == lr.n_hits / 29 and lr.decision == lr.is_watermarked
+
+
+def test_to_dict_writes_the_published_forms():
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(4)), b"k", 5)
+    assert list(res.to_dict()) == RESULT_KEYS
+    assert list(res.to_dict(include_masks=True)) == RESULT_KEYS + ["valid_mask", "scored_mask"]
+    assert json.loads(json.dumps(res.to_dict(include_masks=True))) == res.to_dict(include_masks=True)
+    record = res.to_dict("record")  # what a stored record keeps, field for field
+    assert record == {"phi": res.phi, "z": res.z, "p_value": res.p_value, "decision": res.is_watermarked,
+                      "n_scored": res.n_transitions}
+    assert list(record) == ["phi", "z", "p_value", "decision", "n_scored"]
+    assert type(record["decision"]) is bool and type(record["n_scored"]) is int
+    regime = Regime(threshold=2.0, n_min=50, key_fingerprint="fp")
+    audit = res.to_dict("audit", regime=regime)  # a row of `chainmark detect --json`, after "file"
+    assert list(audit) == AUDIT_KEYS
+    assert (audit["threshold"], audit["is_watermarked"], audit["decision"]) == (2.0, False, "too short")
+    assert audit["key_fingerprint"] == "fp" and audit["topology"] == "clockwork"
+    with pytest.raises(ValueError, match="form"):
+        res.to_dict("nonsense")
+    with pytest.raises(ValueError, match="regime"):
+        res.to_dict("audit")
+    lr = lr_detect(np.arange(30), b"k", np.full(29, 0.3), n_null=200)
+    assert list(lr.to_dict()) == ["llr", "critical_value", "p_value", "z", "is_watermarked", "n_tokens",
+                                  "n_transitions", "n_valid", "expected_gated", "p0", "alpha", "n_null"]
+
+
+def test_the_decision_rule_at_its_boundaries():
+    assert not decide(z=9.0, p_value=0.01, alpha=0.01)  # p = alpha is not below alpha
+    assert decide(z=0.0, p_value=np.nextafter(0.01, 0.0), alpha=0.01)
+    assert not decide(z=2.5, p_value=0.0, alpha=0.01, threshold=2.5)  # a threshold replaces p < alpha
+    assert decide(z=np.nextafter(2.5, 3.0), p_value=1.0, alpha=0.01, threshold=2.5)
+    assert decide(z=np.array([1.0, 2.0, 3.0, np.nan]), threshold=2.0).tolist() == [False, False, True, False]
+    with pytest.raises(ValueError, match="p_value and alpha"):
+        decide(z=1.0)
+    for res in detect_batch(np.random.default_rng(5).integers(0, VOCAB, (20, 30)), b"k", 3, alpha=0.2):
+        assert res.is_watermarked == decide(z=res.z, p_value=res.p_value, alpha=0.2)

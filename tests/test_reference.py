@@ -277,7 +277,7 @@ def test_reading_the_reference_ignores_the_live_model(monkeypatch):
     try:
         assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
         assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
-        from chainmark.records import load_reference
+        from chainmark.reference import load_reference
 
         assert len(load_reference("kregular")) > 0
     finally:

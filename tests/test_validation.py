@@ -124,9 +124,10 @@ CASES = [
     # ---- the one id normaliser, at every call site ----------------------------
     ("lr_detect 2-D", lambda: lr_detect([[1, 2]], KEY, []), ValueError, ["token_ids", "one-dimensional"]),
     ("lr_detect negative id", lambda: lr_detect([1, -2], KEY, [0.5]), ValueError, ["token_ids", "non-negative"]),
-    ("substitute 2-D", lambda: attacks.substitute([[1, 2]], 0.5, 10), ValueError, ["token_ids", "one-dimensional"]),
-    ("substitute floats", lambda: attacks.substitute([1.5, 2.0], 0.5, 10), TypeError, ["token_ids", "integers"]),
-    ("delete negative id", lambda: attacks.delete([1, -2], 0.5), ValueError, ["token_ids", "non-negative"]),
+    ("substitute 2-D", lambda: attacks.Substitution(0.5, 10).edit([[1, 2]]), ValueError,
+     ["token_ids", "one-dimensional"]),
+    ("substitute floats", lambda: attacks.Substitution(0.5, 10).edit([1.5, 2.0]), TypeError, ["token_ids", "integers"]),
+    ("delete negative id", lambda: attacks.Deletion(0.5).edit([1, -2]), ValueError, ["token_ids", "non-negative"]),
     ("keyed_scrub id >= vocab", lambda: attacks.keyed_scrub([1, 100], KEY, 100), ValueError,
      ["token_ids", "[0, 99]"]),
     ("kgw_detect negative id", lambda: baselines.kgw_detect([1, -2], baselines.KGWConfig(KEY), 100), ValueError,
@@ -233,11 +234,11 @@ def test_every_id_call_site_takes_tensors_and_numpy_scalars():
     forms = [ids, np.array(ids), list(np.array(ids)), [torch.tensor(t) for t in ids], torch.tensor(ids),
              tuple(np.array(ids, dtype=np.uint16))]
     kgw = baselines.KGWConfig(KEY)
-    ref = (detect(ids, KEY).to_dict(), attacks.substitute(ids, 0.5, 100), attacks.delete(ids, 0.5),
+    ref = (detect(ids, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(ids), attacks.Deletion(0.5).edit(ids),
            attacks.keyed_scrub(ids, KEY, 100), baselines.kgw_detect(ids, kgw, 100).z,
            lr_detect(ids, KEY, [0.5] * 7).llr)
     for form in forms:
-        got = (detect(form, KEY).to_dict(), attacks.substitute(form, 0.5, 100), attacks.delete(form, 0.5),
+        got = (detect(form, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(form), attacks.Deletion(0.5).edit(form),
                attacks.keyed_scrub(form, KEY, 100), baselines.kgw_detect(form, kgw, 100).z,
                lr_detect(form, KEY, [0.5] * 7).llr)
         assert got == ref, type(form)
@@ -273,7 +274,7 @@ def test_as_token_array_is_the_one_normaliser_for_texts_and_batches():
 def test_tensors_on_the_gpu_are_read_back():
     ids = torch.tensor([3, 17, 42, 5, 99], device="cuda")
     assert detect(ids, KEY).to_dict() == detect(ids.tolist(), KEY).to_dict()
-    assert attacks.delete(ids, 0.4) == attacks.delete(ids.tolist(), 0.4)
+    assert attacks.Deletion(0.4).edit(ids) == attacks.Deletion(0.4).edit(ids.tolist())
     assert [r.z for r in detect_batch(ids[None, :], KEY)] == [detect(ids, KEY).z]
 
 

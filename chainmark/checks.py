@@ -1,0 +1,81 @@
+"""Argument checks shared by the whole package: one place that says what a valid S, alpha, rho or n is.
+
+Every public function validates its arguments before it computes anything,
+with an error that names the parameter: a wrong type is a ``TypeError``, a
+value out of range a ``ValueError``. The checks of one concept stay with it
+(a gate kind in :mod:`chainmark.gates`, a key in :mod:`chainmark.keys`);
+the ones every layer needs are here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .limits import MAX_STATES
+
+
+def is_number(x: object) -> bool:
+    """A real number (Python or numpy), not a bool."""
+    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+
+
+def check_int(value: object, name: str, low: int) -> int:
+    """An integer (Python or numpy, not bool) of at least ``low``, as an ``int``.
+
+    The one integer check of the package: a non-integer is a ``TypeError``, a
+    value below ``low`` a ``ValueError``, both naming the parameter.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value}")
+    return int(value)
+
+
+def check_num_states(S: object) -> int:
+    """Validate a state count: an integer of at least 2."""
+    return check_int(S, "S", 2)
+
+
+def check_states(S: object) -> int:
+    """A state count for detection: an integer in [2, MAX_STATES], checked before any topology is built."""
+    S = check_num_states(S)
+    if S > MAX_STATES:
+        raise ValueError(f"S must be at most {MAX_STATES} (a larger S leaves too few tokens per state "
+                         f"to carry a watermark), got {S}")
+    return S
+
+
+def check_alpha(alpha: object, name: str = "alpha") -> float:
+    """A significance level must lie strictly between 0 and 1."""
+    if not is_number(alpha):
+        raise TypeError(f"{name} must be a number in (0, 1), got {type(alpha).__name__}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"{name} must lie in (0, 1), got {alpha}")
+    return float(alpha)
+
+
+def check_rho(rho: object, name: str = "rho") -> float:
+    """A budget must be a real number in [0, 1]."""
+    if not is_number(rho):
+        raise TypeError(f"{name} must be a number in [0, 1], got {type(rho).__name__}")
+    if not (0.0 <= float(rho) <= 1.0):
+        raise ValueError(f"{name} must lie in [0, 1], got {rho}")
+    return float(rho)
+
+
+def check_rho_positive(rho: object, name: str = "rho") -> float:
+    """A watermark budget for calibration must lie in (0, 1]: rho = 0 carries no signal."""
+    if not is_number(rho):
+        raise TypeError(f"{name} must be a number in (0, 1], got {type(rho).__name__}")
+    if not 0.0 < float(rho) <= 1.0:
+        raise ValueError(f"{name} must lie in (0, 1] (rho = 0 embeds nothing to detect), got {rho}")
+    return float(rho)
+
+
+def check_length(n: object, name: str = "n") -> int:
+    """A text length in tokens: an integer >= 2 (one transition at least)."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"{name} must be an integer number of tokens >= 2, got {type(n).__name__}")
+    if n < 2:
+        raise ValueError(f"{name} must be >= 2 tokens (a text of n tokens has n - 1 transitions), got {n}")
+    return int(n)

@@ -1,0 +1,196 @@
+"""Tests of the detection regime object (chainmark.regime.Regime): its file, its settings and its decision.
+
+The command line's use of it (``chainmark regime``, ``chainmark detect --regime``) is tested in
+test_cli.py and test_hard_edges.py; here the object itself, without a tokenizer or a model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from chainmark.calibrate import z_alpha
+from chainmark.detect import detect
+from chainmark.keys import key_fingerprint
+from chainmark.limits import MAX_REGIME_BYTES
+from chainmark.regime import (REGIME_FORMAT, TOPOLOGY_K, Regime, RegimeError, regime_document, regime_problems,
+                              tokenizer_fingerprint)
+from chainmark.topology import Topology, cycle_topology, resolve_topology
+from chainmark.verdict import Verdict
+
+KEY = b"regime-test-key-0123456789abcdef"
+
+
+class _Vocab:
+    """The two things a regime asks of a tokenizer: its vocabulary and its length."""
+
+    def get_vocab(self):
+        return {"a": 0, "b": 1, "c": 2}
+
+    def __len__(self):
+        return 3
+
+
+def _verdict(z: float = 0.0, p: float = 0.5, n_tokens: int = 100, n_scored: int = 99) -> Verdict:
+    return Verdict(phi=0.5, z=z, p_value=p, is_watermarked=False, n_tokens=n_tokens, n_scored=n_scored,
+                   n_hits=n_scored // 2, p0=0.2, alpha=0.01)
+
+
+# ---------------------------------------------------------------- the file
+
+
+def test_a_published_document_round_trips_through_the_file(tmp_path):
+    doc = regime_document(KEY, 3, 0.001, topology="soft_cycle", threshold=2.5, tokenizer_name="org/tok",
+                          tokenizer=_Vocab(), tokenizer_revision="0123abcd", n_min=200, rho=0.5,
+                          gate="high_entropy", distinct_pairs=True, recalibration={"method": "sd", "n_null": 500})
+    path = tmp_path / "regime.json"
+    regime = Regime.from_document(doc)
+    path.write_text(regime.to_json() + "\n", "utf-8")
+    back = Regime.from_file(path)
+    assert back == regime and back.to_document() == doc
+    assert json.loads(path.read_text("utf-8")) == doc  # the format is the document, key for key
+    assert list(regime.to_document()) == list(doc)
+    assert (back.S, back.topology, back.k, back.alpha, back.threshold, back.distinct_pairs, back.n_min) == \
+           (3, "soft_cycle", 2, 0.001, 2.5, True, 200)
+    assert back.key_fingerprint == key_fingerprint(KEY)
+    assert back.tokenizer_fingerprint == tokenizer_fingerprint(_Vocab())
+    assert "key" not in doc and regime_problems(doc) == []
+
+
+def test_a_regime_without_a_threshold_publishes_z_alpha():
+    doc = regime_document(KEY, 5, 0.01)
+    assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)
+    assert list(doc) == ["format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
+                         "distinct_pairs", "tokenizer", "key_fingerprint"]
+    assert Regime(alpha=0.01).to_document()["threshold"] == z_alpha(0.01)  # the operating threshold
+    assert Regime.from_document(doc).to_document() == doc
+
+
+def test_older_and_sparser_documents_still_read():
+    """Fields a document leaves out, or sets to null, take the defaults; derived ones are recomputed."""
+    regime = Regime.from_document({"format": REGIME_FORMAT, "S": 4, "threshold": None, "tokenizer": None})
+    assert regime == Regime(S=4)
+    assert (regime.topology, regime.alpha, regime.threshold, regime.n_min, regime.k) == \
+           ("clockwork", 0.01, None, None, 1)
+    assert regime.p0 == 0.25 and regime.operating_threshold == z_alpha(0.01)
+
+
+def test_bad_documents_and_files_are_refused_by_name(tmp_path):
+    good = regime_document(KEY, 5, 0.01)
+    with pytest.raises(RegimeError, match='"k" is 2, but the clockwork topology has k = 1'):
+        Regime.from_document({**good, "k": 2})
+    with pytest.raises(RegimeError, match=r'"threshold" must be a finite number or null.*"distinct_pairs"'):
+        Regime.from_document({**good, "threshold": float("nan"), "distinct_pairs": 1})
+    with pytest.raises(RegimeError, match="unknown field"):
+        Regime.from_document({**good, "thresold": 3.0})
+    with pytest.raises(RegimeError, match=REGIME_FORMAT):
+        Regime.from_document({"S": 5})
+    assert issubclass(RegimeError, ValueError)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(RegimeError, match="not JSON"):
+        Regime.from_file(bad)
+    big = tmp_path / "big.json"
+    big.write_text(" " * (MAX_REGIME_BYTES + 1))
+    with pytest.raises(RegimeError, match="larger than"):
+        Regime.from_file(big)
+    with pytest.raises(FileNotFoundError):
+        Regime.from_file(tmp_path / "none.json")
+
+
+def test_a_regime_checks_its_settings():
+    for kwargs, word in [({"S": 1}, '"S"'), ({"topology": "spiral"}, '"topology"'), ({"alpha": 1.0}, '"alpha"'),
+                         ({"threshold": float("inf")}, '"threshold"'), ({"distinct_pairs": 1}, '"distinct_pairs"'),
+                         ({"n_min": -1}, '"n_min"'), ({"gate": "x"}, '"gate"'), ({"rho": 2.0}, '"rho"')]:
+        with pytest.raises(RegimeError, match=word):
+            Regime(**kwargs)
+    with pytest.raises(ValueError, match="soft_cycle needs S >= 3"):  # S and the topology do not fit
+        Regime(S=2, topology="soft_cycle").topo
+    with pytest.raises(RegimeError, match="n_min"):  # an audit's floor of 0 or 1 is not a publishable n_min
+        Regime(n_min=1).to_document()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Regime().S = 7
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def test_without_a_threshold_a_regime_flags_when_p_is_below_alpha():
+    regime = Regime(alpha=0.01)
+    assert not regime.decide(_verdict(z=9.0, p=0.01))  # p = alpha: not flagged
+    assert regime.decide(_verdict(z=0.0, p=float(np.nextafter(0.01, 0.0))))
+    assert regime.label(_verdict(p=0.001)) == "WATERMARKED" and regime.label(_verdict(p=0.5)) == "not detected"
+
+
+def test_with_a_threshold_a_regime_flags_when_z_exceeds_it():
+    regime = Regime(alpha=0.01, threshold=2.5)
+    assert not regime.decide(_verdict(z=2.5, p=0.0))  # z = threshold: not flagged, whatever p says
+    assert regime.decide(_verdict(z=float(np.nextafter(2.5, 3.0)), p=0.9))
+
+
+def test_a_text_below_the_length_floor_is_not_judged():
+    regime = Regime(threshold=1.0, n_min=50)
+    assert regime.decide(_verdict(z=5.0, n_tokens=50)) and not regime.too_short(_verdict(n_tokens=50))
+    short = _verdict(z=5.0, n_tokens=49)
+    assert regime.too_short(short) and not regime.decide(short) and regime.label(short) == "too short"
+    nothing = _verdict(z=5.0, p=0.0, n_tokens=1, n_scored=0)  # no transition: never judged, even with no floor
+    assert Regime().label(nothing) == "too short" and not Regime().decide(nothing)
+
+
+def test_the_regime_and_the_detector_agree_where_no_threshold_is_set():
+    rng = np.random.default_rng(0)
+    regime = Regime(S=3, alpha=0.2)
+    for ids in rng.integers(0, 1000, (30, 25)):
+        res = detect(ids, KEY, **regime.detector_args())
+        assert regime.decide(res) == res.is_watermarked
+
+
+# ---------------------------------------------------------------- an audit's settings
+
+
+def test_explicit_options_win_over_the_document_and_the_document_over_the_defaults():
+    doc = regime_document(KEY, 3, 0.05, topology="soft_cycle", threshold=1.5, tokenizer_name="org/tok",
+                          tokenizer_revision="abc", n_min=40, distinct_pairs=True)
+    assert Regime.resolve() == Regime()
+    assert Regime.resolve(None, S=7, threshold=None) == Regime(S=7)
+    from_doc = Regime.resolve(doc)
+    assert (from_doc.S, from_doc.topology, from_doc.threshold, from_doc.n_min) == (3, "soft_cycle", 1.5, 40)
+    assert Regime.resolve(doc, n_min=0, S=4).n_min == 0 and Regime.resolve(doc, S=4).S == 4
+    # another alpha drops the threshold published for the document's alpha; the same alpha keeps it
+    assert Regime.resolve(doc, alpha=0.01).threshold is None
+    assert Regime.resolve(doc, alpha=0.05).threshold == 1.5
+    assert Regime.resolve(doc, alpha=0.01, threshold=2.0).threshold == 2.0
+    # another tokenizer named without a revision does not inherit the document's revision
+    assert Regime.resolve(doc, tokenizer="other/tok").tokenizer_revision is None
+    assert Regime.resolve(doc, tokenizer="other/tok", tokenizer_revision="def").tokenizer_revision == "def"
+    with pytest.raises(TypeError, match="unknown regime option"):
+        Regime.resolve(doc, min_tokens=3)
+
+
+def test_a_regime_checks_the_key_and_the_tokenizer():
+    regime = Regime.from_document(regime_document(KEY, 5, 0.01, tokenizer=_Vocab()))
+    regime.check_key(KEY)
+    regime.check_tokenizer(_Vocab())
+    with pytest.raises(RegimeError, match="does not match the regime's"):
+        regime.check_key(b"another key entirely")
+
+    class Other(_Vocab):
+        def get_vocab(self):
+            return {"a": 1, "b": 0, "c": 2}
+
+    with pytest.raises(RegimeError, match="tokenizer mismatch"):
+        regime.check_tokenizer(Other())
+    Regime().check_key(b"any key")  # a regime that names no fingerprint accepts any key and tokenizer
+    Regime().check_tokenizer(Other())
+
+
+def test_named_topologies_and_the_reference_resolve_through_one_function():
+    from chainmark.reference import topology_for
+
+    for name, k in TOPOLOGY_K.items():
+        assert resolve_topology(name, 7) == cycle_topology(7, k) == topology_for(7, k)
+        assert resolve_topology(name, 7).name == name == cycle_topology(7, k).name
+        assert Regime(S=7, topology=name).k == k == resolve_topology(name, 7).k
+    assert cycle_topology(7, 3) == Topology.from_offsets(7, (1, 2, 3)) == topology_for(7, 3)
