@@ -23,6 +23,12 @@ Monte Carlo on state sequences (the check of the (1 - delta)^2 law).
 token-level edit distance divided by the original length (delta_eff), and
 :func:`keyed_scrub` / :func:`keyed_forge` show what an adversary who knows the
 key's states can do, which is why the key must stay secret.
+
+Longer than 600 lines because the attacks share one protocol that lives here
+(the :class:`Attack` interface, the per-record seeding every stored record
+depends on, the validation of delta and ids, :func:`make_attack`'s names for
+the records); each attack class is short, and splitting them over modules
+would split the seeding that ``chainmark reference verify`` must reproduce.
 """
 from __future__ import annotations
 

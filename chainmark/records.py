@@ -249,19 +249,17 @@ def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any,
                   record_ids: Sequence[str]) -> tuple[list[list[int]], list[str] | None]:
     """Attacked token ids (and texts, for text-level attacks) of a batch of outputs.
 
-    A token-level attack with ``apply_keyed`` (every attack of
-    :mod:`chainmark.attacks`) edits output k with the stream derived from its
-    seed and ``record_ids[k]`` (:func:`chainmark.attacks.record_seed`); other
-    objects are called through ``apply``. Text-level attacks rewrite the
-    whole batch at once with their own seed.
+    A token-level attack (:class:`chainmark.attacks.Attack`) edits output k
+    with the stream derived from its seed and ``record_ids[k]``
+    (``apply_ids(..., names=record_ids)``, see
+    :func:`chainmark.attacks.record_seed`). A text-level attack rewrites the
+    outputs' texts as one batch with its own seed (``apply_text``).
     """
     if getattr(attack, "level", "tokens") == "text":
-        texts = attack.apply([o.text for o in outputs])
+        texts = attack.apply_text([o.text for o in outputs])
         ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
         return ids, list(texts)
-    items = [o.token_ids for o in outputs]
-    keyed = getattr(attack, "apply_keyed", None)
-    edited = keyed(items, list(record_ids)) if keyed is not None else attack.apply(items)
+    edited = attack.apply_ids([o.token_ids for o in outputs], names=list(record_ids))
     return [list(map(int, x)) for x in edited], None
 
 

@@ -167,10 +167,16 @@ def test_the_auditors_cli_runs_without_torch_and_agrees_with_the_full_install(tm
 def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
     """``pip install .`` in a fresh virtual environment: no torch, transformers or matplotlib, and
     ``chainmark detect`` there gives the full install's verdict on the same text and key."""
+    import shutil
+
+    source = tmp_path / "source"  # a copy: building in the working tree would leave build/ there
+    shutil.copytree(PACKAGE, source / "chainmark", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-           "-c", str(ROOT / "constraints.txt"), str(ROOT)]
+           "-c", str(ROOT / "constraints.txt"), str(source)]
     done = subprocess.run(pip, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format", "json"],

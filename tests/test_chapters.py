@@ -289,7 +289,7 @@ def test_the_bare_rate_check_can_fail():
 #: chainmark.records.generate_resumable; chainmark.quality.repeated_ngram_share (n=4, and n=2 for pairs);
 #: chainmark.detect.first_occurrences; chainmark.calibrate.rate_estimate and RateEstimate.format.
 RETIRED_COPIES = frozenset({"generate_with_progress", "repeated_share", "repeated_pair_share", "distinct_pair_share",
-                            "rate_row", "with_ci", "share_ci"})
+                            "rate_row", "with_ci", "share_ci", "simulate_walks", "blind_substitution"})
 
 
 def defined_names(source: str) -> set[str]:
