@@ -183,6 +183,14 @@ examples:
   chainmark detect --key-file acme.key --S 3 --topology soft_cycle --alpha 0.001 *.txt
   chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt
   echo "some text" | chainmark detect --key-file acme.key -
+  chainmark detect --key-file acme.key --test exact forum_posts/*.txt
+
+The tests (--test): z, the paper's z-test on every transition (the default);
+distinct, the same on each distinct token pair once; exact, a binomial test on
+the transitions that reach a token for the first time (a spanning forest of
+the text's tokens), whose false-positive rate is at most alpha for every text
+under a random key, repetitive ones included; it decides by its p-value and
+has no z threshold. The table shows how many transitions each test scored.
 
 Every input is read before anything is scored: if one cannot be read, is not
 text in the given encoding, is empty or larger than --max-bytes, nothing is
@@ -190,8 +198,8 @@ scored and the exit code is 2. Values from --regime (checked field by field)
 are used unless the option is given explicitly.
 --json prints one JSON object per input (fields file, n_tokens,
 n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
-S, k, topology, alpha, tokenizer, key_fingerprint); such a file of
-unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
+S, k, topology, alpha, distinct_pairs, test, tokenizer, key_fingerprint); such
+a file of unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
 
 _RECAL_EPILOG = """\
 the --null file (JSON lines): one JSON object per line with a numeric "z"
@@ -243,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--threshold", type=_finite_float(), metavar="Z",
                    help="operating z threshold (e.g. from recalibrate); default: z_alpha")
     d.add_argument("--distinct-pairs", action="store_true", default=None,
-                   help="score each distinct token pair once (repetitive text)")
+                   help="score each distinct token pair once (repetitive text); the same as --test distinct")
+    d.add_argument("--test", choices=("z", "distinct", "exact"),
+                   help="z: every transition, the paper's z-test (the default); distinct: each distinct pair once; "
+                        "exact: a binomial test on a spanning forest of the text's tokens, whose false-positive "
+                        "rate is at most alpha for every text (decides by its p-value, no z threshold)")
     d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
                    help="report texts shorter than N tokens as 'too short' instead of deciding "
                         "(default: the regime's n_min, else 0)")
@@ -324,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
+    g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help)")
     g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
     g.set_defaults(func=_cmd_regime)
 
@@ -653,7 +666,8 @@ def _detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) ->
     """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published
     document, the document over the defaults."""
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
-                          distinct_pairs=args.distinct_pairs, n_min=args.min_tokens, tokenizer=args.tokenizer,
+                          distinct_pairs=args.distinct_pairs, test=args.test, n_min=args.min_tokens,
+                          tokenizer=args.tokenizer,
                           tokenizer_revision=args.tokenizer_revision)
 
 
@@ -681,11 +695,12 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     tokenizer = _load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
     regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
     # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
-    regime = regime.replace(threshold=regime.operating_threshold, key_fingerprint=key_fingerprint(key))
+    regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
+                            key_fingerprint=key_fingerprint(key))
     rows = []
     for label, text in texts:
         res = detect_text(text, tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
-                          distinct_pairs=regime.distinct_pairs)
+                          test=regime.effective_test)
         rows.append({"file": label, **res.to_dict("audit", regime=regime)})
     if args.json:
         for row in rows:
@@ -712,7 +727,8 @@ def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
     topo = regime.topo
     lines = [
         f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={regime.alpha:g}, "
-        f"threshold z > {regime.threshold:.3f}{', distinct pairs' if regime.distinct_pairs else ''}",
+        + ("exact binomial test on a spanning forest, p < alpha" if regime.exact else
+           f"threshold z > {regime.threshold:.3f}{', distinct pairs' if regime.distinct_pairs else ''}"),
         f"tokenizer {rows[0]['tokenizer']}, key fingerprint {regime.key_fingerprint}",
         line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
         f"{detected} of {len(rows)} input(s) detected as watermarked",
@@ -869,7 +885,7 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
                               tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
-                              distinct_pairs=args.distinct_pairs)
+                              distinct_pairs=args.distinct_pairs, test=args.test)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
         raise UsageError(str(exc)) from None
     text = json.dumps(doc, indent=2, allow_nan=False)

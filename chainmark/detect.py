@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
-from scipy.special import log_ndtr, ndtr
+from scipy.special import bdtrc, log_ndtr, ndtr
 
 from .checks import check_alpha, check_states
 from .partition import Key, as_token_array, check_int, key_bytes, states_of
@@ -120,6 +120,7 @@ class DetectionResult(Verdict):
                   ("threshold", "regime.threshold"), ("is_watermarked", "regime.flagged"),
                   ("decision", "regime.label"), "S", "k", ("topology", "regime.topology"),
                   ("alpha", "regime.alpha"), ("distinct_pairs", "regime.distinct_pairs"),
+                  ("test", "regime.effective_test"),
                   ("tokenizer", "regime.tokenizer_label"), ("key_fingerprint", "regime.key_fingerprint")),
     }
     MASKS: ClassVar[tuple[str, ...]] = ("valid_mask", "scored_mask")
@@ -214,13 +215,17 @@ def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionR
 
 
 def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
-            valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
-    """phi, z, p-value and decision from m scored transitions of which c are legal."""
+            valid: np.ndarray, scored: np.ndarray, exact: bool = False) -> DetectionResult:
+    """phi, z, p-value and decision from m scored transitions of which c are legal.
+
+    The p-value is the normal tail of z, or with ``exact`` the binomial tail
+    P(Binomial(m, p0) >= c); z is reported either way.
+    """
     if m == 0:
         return _empty_result(n_tokens, topology, alpha)
     phi = c / m
     z = z_score(phi, topology.p0, m)
-    p = p_value(z)
+    p = binomial_p_value(c, m, topology.p0) if exact else p_value(z)
     return _verdict(phi, z, p, bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens, m, c, topology, alpha,
                     valid, scored)
 
@@ -253,7 +258,7 @@ def score_states(
 
 
 def _score(states: np.ndarray, topology: Topology, alpha: float, scored: np.ndarray | None,
-           n_tokens: int) -> DetectionResult:
+           n_tokens: int, exact: bool = False) -> DetectionResult:
     """score_states without the argument checks (the detector's states are valid by construction)."""
     n = int(states.size)
     if n < 2:
@@ -264,7 +269,7 @@ def _score(states: np.ndarray, topology: Topology, alpha: float, scored: np.ndar
         m, c = n - 1, int(np.count_nonzero(valid))
     else:
         m, c = int(np.count_nonzero(scored)), int(np.count_nonzero(valid & scored))
-    return _result(n_tokens, m, c, topology, alpha, valid, scored)
+    return _result(n_tokens, m, c, topology, alpha, valid, scored, exact)
 
 
 # --------------------------------------------------------------------------
@@ -295,6 +300,68 @@ def first_occurrences(ids: np.ndarray) -> np.ndarray:
     return mask
 
 
+#: The tests the detector offers. ``"z"``: every transition, the paper's z-test (normal tail).
+#: ``"distinct"``: each distinct pair (t_i, t_{i+1}) once, same z-test. ``"exact"``: the transitions of a
+#: spanning forest of the text's token graph (:func:`spanning_forest`), an exact binomial test whose size
+#: is at most alpha for every text under a uniformly random key.
+TESTS = ("z", "distinct", "exact")
+
+
+def check_test(test: object) -> str:
+    """A test name from :data:`TESTS`."""
+    if test not in TESTS:
+        raise ValueError(f"test must be one of {TESTS}, got {test!r}")
+    return str(test)
+
+
+def spanning_forest(ids: Any) -> np.ndarray:
+    """Mask over transitions: True where t_{i+1} is a token the text has not used before.
+
+    These transitions form a spanning forest of the text's token graph (nodes:
+    its distinct tokens; edges: its transitions): reading the transitions in
+    order and keeping one only when it joins two tokens not yet connected by
+    kept ones (a union-find) keeps exactly these, because the tokens of a text
+    read so far are always connected by the walk itself, so a transition joins
+    something new only when its second token is new. The mask depends on the
+    token ids alone, never on the key. Under a uniformly random key the states
+    of distinct tokens are independent and uniform, so the new token's state is
+    fresh: with a k-regular topology each kept transition is legal with
+    probability k/S independently of all the others, and the legal count is
+    exactly Binomial(m, k/S) for any text, whatever it repeats (m = distinct
+    tokens - 1). Repeated pairs and transitions that close a cycle, which make
+    the z-test's false-positive rate drift, are what this drops.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
+    dense = ids.size >= 2 and ids.dtype.kind in "iu" and int(ids.min()) >= 0
+    return _forest(ids, int(ids.max()) if dense else None)
+
+
+def _forest(ids: np.ndarray, top: int | None) -> np.ndarray:
+    """:func:`spanning_forest` for checked ids; ``top`` is their largest value when all are >= 0."""
+    n = int(ids.size)
+    if n < 2:
+        return np.zeros(max(n - 1, 0), dtype=bool)
+    index = np.int32 if n < 2**31 else np.int64  # half the memory traffic of int64: about 3x faster
+    positions = np.arange(n, dtype=index)
+    if top is not None and top < max(4 * n, 1 << 20):
+        first = np.full(top + 1, n, dtype=index)  # each id's first position, in one scatter
+        np.minimum.at(first, ids, positions)
+        new = first[ids] == positions
+    else:  # sparse or huge ids: sort instead of a table over the id range
+        new = np.zeros(n, dtype=bool)
+        new[np.unique(ids, return_index=True)[1]] = True
+    return new[1:]  # transition i reaches token i + 1: kept when that token is new
+
+
+def binomial_p_value(c: int, m: int, p0: float) -> float:
+    """Exact one-sided p-value P(Binomial(m, p0) >= c): the exact test's tail (1 when m = 0)."""
+    if m == 0 or c <= 0:
+        return 1.0
+    return float(bdtrc(c - 1, m, p0))  # scipy.stats.binom.sf without its per-call overhead
+
+
 def _is_sequence(item: Any) -> bool:
     """True for a list, tuple, array or tensor of at least one dimension (a row), not for a scalar."""
     if isinstance(item, (list, tuple)):
@@ -320,7 +387,7 @@ def _reject_batch(token_ids: Any) -> None:
 
 
 def _detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
-                    distinct_pairs: object) -> tuple[Topology, float]:
+                    distinct_pairs: object, test: object = None) -> tuple[Topology, float, str]:
     """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
 
     Everything is checked before any id is read, so a bad argument is
@@ -334,10 +401,15 @@ def _detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
     if not isinstance(distinct_pairs, (bool, np.bool_)):
         raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
-    return topo, alpha
+    if test is None:
+        return topo, alpha, "distinct" if distinct_pairs else "z"
+    test = check_test(test)
+    if distinct_pairs and test != "distinct":
+        raise ValueError(f"distinct_pairs=True is the 'distinct' test; it cannot be combined with test={test!r}")
+    return topo, alpha, test
 
 
-def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, distinct_pairs: bool,
+def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, test: str,
                 vocab_size: int | None) -> DetectionResult:
     """Score one text once the arguments are checked."""
     if isinstance(token_ids, np.ndarray) and token_ids.ndim == 1 and token_ids.dtype.kind in "iu" \
@@ -348,8 +420,11 @@ def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, distinct
         if ids.size < 2:
             return _empty_result(int(ids.size), topo, alpha)
     states = states_of(ids, key, topo.S, vocab_size)
-    scored = first_occurrences(ids) if distinct_pairs else None
-    return _score(states, topo, alpha, scored, int(ids.size))
+    if test == "exact":  # states_of has checked the ids: non-negative integers
+        scored = _forest(ids, vocab_size - 1 if vocab_size is not None else int(ids.max()))
+    else:
+        scored = first_occurrences(ids) if test == "distinct" else None
+    return _score(states, topo, alpha, scored, int(ids.size), exact=test == "exact")
 
 
 def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
@@ -383,6 +458,8 @@ def detect(
     alpha: float = 0.01,
     distinct_pairs: bool = False,
     vocab_size: int | None = None,
+    *,
+    test: str | None = None,
 ) -> DetectionResult:
     """Test one token sequence for the ChainMark watermark.
 
@@ -394,13 +471,17 @@ def detect(
 
     ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
     repeated n-grams otherwise count several times and break the
-    independence the z-test assumes. ``vocab_size`` (when known) rejects ids
-    outside the vocabulary and saves a pass over the ids. ``S`` is at most
-    :data:`~chainmark.limits.MAX_STATES`.
+    independence the z-test assumes. ``test`` picks the test by name
+    (:data:`TESTS`): ``"z"`` (the default, every transition), ``"distinct"``
+    (the same as ``distinct_pairs=True``) or ``"exact"``, the binomial test
+    on a spanning forest of the text (:func:`spanning_forest`), whose
+    false-positive rate is at most alpha for every text. ``vocab_size`` (when
+    known) rejects ids outside the vocabulary and saves a pass over the ids.
+    ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
-    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    topo, alpha, test = _detection_args(key, S, topology, alpha, distinct_pairs, test)
     _reject_batch(token_ids)
-    return _detect_one(token_ids, key, topo, alpha, bool(distinct_pairs), vocab_size)
+    return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
 
 
 def detect_batch(
@@ -411,6 +492,8 @@ def detect_batch(
     alpha: float = 0.01,
     distinct_pairs: bool = False,
     vocab_size: int | None = None,
+    *,
+    test: str | None = None,
 ) -> list[DetectionResult]:
     """Test many token sequences; always a list of results, one per text, equal to :func:`detect` on each.
 
@@ -420,7 +503,7 @@ def detect_batch(
     are those of :func:`detect`. One text (a flat sequence of ids) is an
     error naming :func:`detect`.
     """
-    topo, alpha = _detection_args(key, S, topology, alpha, distinct_pairs)
+    topo, alpha, test = _detection_args(key, S, topology, alpha, distinct_pairs, test)
     if isinstance(batch, (str, bytes)):
         raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
     ndim = getattr(batch, "ndim", None)
@@ -429,9 +512,9 @@ def detect_batch(
             raise ValueError(f"batch must be 2-D (one row per text), got shape {tuple(batch.shape)}"
                              + ("; score one text with detect" if ndim == 1 else ""))
         ids = as_token_array(batch, vocab_size, ndim=2)
-        if not distinct_pairs:
+        if test == "z":
             return _detect_matrix(ids, key, topo, alpha, vocab_size)
-        return [_detect_one(row, key, topo, alpha, True, vocab_size) for row in ids]
+        return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in ids]
     try:
         rows = list(batch)
     except TypeError:
@@ -441,7 +524,7 @@ def detect_batch(
         if not _is_sequence(row):
             raise TypeError(f"batch must hold sequences of token ids (one per text), got "
                             f"{type(row).__name__} at position {i}; score one text with detect")
-    return [_detect_one(row, key, topo, alpha, bool(distinct_pairs), vocab_size) for row in rows]
+    return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in rows]
 
 
 def detect_text(
@@ -453,6 +536,8 @@ def detect_text(
     alpha: float = 0.01,
     distinct_pairs: bool = False,
     vocab_size: int | None = None,
+    *,
+    test: str | None = None,
 ) -> DetectionResult:
     """The auditor's path: tokenize the text without special tokens, then detect.
 
@@ -467,7 +552,7 @@ def detect_text(
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if vocab_size is None:
         vocab_size = len(tokenizer)
-    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size)
+    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size, test=test)
 
 
 def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01,

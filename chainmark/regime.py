@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .detect import TESTS
+from .gates import GATE_KINDS
 from .limits import MAX_REGIME_BYTES, MAX_STATES
 from .topology import TOPOLOGY_K, Topology, resolve_topology
 from .verdict import Verdict, decide
@@ -67,6 +69,7 @@ def regime_document(
     gate: str | None = None,
     distinct_pairs: bool = False,
     recalibration: dict[str, Any] | None = None,
+    test: str | None = None,
 ) -> dict[str, Any]:
     """The public detection regime a deployer publishes (JSON-ready; no key).
 
@@ -74,9 +77,10 @@ def regime_document(
     z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
     fingerprint so that an auditor's tokenizer can be checked against it;
     ``tokenizer_revision`` records the Hub revision (commit hash) it was
-    loaded at, so an auditor loads the same files.
+    loaded at, so an auditor loads the same files. ``test`` names the test
+    (:data:`chainmark.detect.TESTS`); the exact test publishes no z threshold.
     """
-    from .detect import check_alpha, check_states
+    from .detect import check_alpha, check_states, check_test
     from .gates import check_gate_kind, check_rho
     from .keys import key_fingerprint
     from .partition import key_bytes
@@ -98,12 +102,13 @@ def regime_document(
         tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
         vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
         rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
-        recalibration=None if recalibration is None else dict(recalibration))
+        recalibration=None if recalibration is None else dict(recalibration),
+        test=None if test is None else check_test(test))
     return regime.to_document()
 
 
-#: Gate kinds a regime may name (as :data:`chainmark.gates.GATE_KINDS`, without importing torch).
-GATE_NAMES = ("all", "high_entropy", "low_entropy", "top2_gap")
+#: Gate kinds a regime may name (the gate logic is model-free: no torch behind this import).
+GATE_NAMES = GATE_KINDS
 
 
 def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
@@ -133,6 +138,7 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "z_alpha": (_is_number, "a finite number"),
     "threshold": (lambda v: v is None or _is_number(v), "a finite number or null"),
     "distinct_pairs": (lambda v: isinstance(v, bool), "true or false"),
+    "test": (lambda v: v in TESTS, f"one of {list(TESTS)}"),
     "tokenizer": (lambda v: v is None or _is_text(v), "a string or null"),
     "key_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
     "tokenizer_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
@@ -170,9 +176,9 @@ def regime_problems(doc: Any) -> list[str]:
 
 
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
-_OPTIONAL = ("tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+_OPTIONAL = ("test", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
-OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "n_min", "tokenizer", "tokenizer_revision")
+OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
 
 
 class RegimeError(ValueError):
@@ -206,6 +212,7 @@ class Regime:
     rho: float | None = None
     gate: str | None = None
     recalibration: dict[str, Any] | None = field(default=None, hash=False)
+    test: str | None = None
 
     def __post_init__(self) -> None:
         problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
@@ -214,6 +221,10 @@ class Regime:
                     and not accepts(getattr(self, name))]
         if self.n_min is not None and not _is_int(self.n_min, 0):
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
+        if self.test == "exact" and self.threshold is not None:
+            problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
+        if self.test is not None and self.distinct_pairs and self.test != "distinct":
+            problems.append(f'"distinct_pairs" is the \'distinct\' test; it cannot be combined with "test": {self.test!r}')
         if problems:
             raise RegimeError("; ".join(problems))
 
@@ -241,6 +252,17 @@ class Regime:
         return float(z_alpha(self.alpha))
 
     @property
+    def effective_test(self) -> str:
+        """The test this regime applies (:data:`chainmark.detect.TESTS`): ``test``, else ``"distinct"``
+        with ``distinct_pairs``, else the paper's ``"z"``."""
+        return self.test or ("distinct" if self.distinct_pairs else "z")
+
+    @property
+    def exact(self) -> bool:
+        """True for the exact binomial test, which decides by its p-value alone (no threshold on z)."""
+        return self.effective_test == "exact"
+
+    @property
     def operating_threshold(self) -> float:
         """The z threshold a published regime applies: ``threshold``, or z_alpha when none is set."""
         return self.threshold if self.threshold is not None else self.z_alpha
@@ -254,7 +276,7 @@ class Regime:
 
     def detector_args(self) -> dict[str, Any]:
         """The keyword arguments :func:`chainmark.detect.detect` (and ``detect_text``) take from this regime."""
-        return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "distinct_pairs": bool(self.distinct_pairs)}
+        return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "test": self.effective_test}
 
     # ---- the decision -------------------------------------------------
     def too_short(self, verdict: Verdict) -> bool:
@@ -262,9 +284,11 @@ class Regime:
         return verdict.n_scored < 1 or verdict.n_tokens < (self.n_min or 0)
 
     def decide(self, verdict: Verdict) -> bool:
-        """Whether this regime flags the text: long enough, and p < alpha, or z > threshold when one is set."""
+        """Whether this regime flags the text: long enough, and p < alpha, or z > threshold when one is set
+        (the exact test always decides by its exact p-value)."""
+        threshold = None if self.exact else self.threshold
         return not self.too_short(verdict) and bool(
-            decide(z=verdict.z, p_value=verdict.p_value, alpha=self.alpha, threshold=self.threshold))
+            decide(z=verdict.z, p_value=verdict.p_value, alpha=self.alpha, threshold=threshold))
 
     def label(self, verdict: Verdict) -> str:
         """The decision in words, as the audit prints it: 'WATERMARKED', 'not detected' or 'too short'."""
@@ -336,7 +360,7 @@ class Regime:
             "p0": topo.p0,
             "alpha": self.alpha,
             "z_alpha": self.z_alpha,
-            "threshold": self.operating_threshold,
+            "threshold": None if self.exact else self.operating_threshold,
             "distinct_pairs": bool(self.distinct_pairs),
             "tokenizer": self.tokenizer,
             "key_fingerprint": self.key_fingerprint,
@@ -369,7 +393,12 @@ class Regime:
         if unknown:
             raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {OPTIONS}")
         regime = cls.from_document(document) if document is not None else cls()
-        regime = dataclasses.replace(regime, **{k: v for k, v in options.items() if v is not None})
+        given = {k: v for k, v in options.items() if v is not None}
+        if "test" in given:  # a test named here replaces the document's, distinct pairs and z threshold included
+            given.setdefault("distinct_pairs", given["test"] == "distinct")
+            if given["test"] == "exact":
+                given["threshold"] = None
+        regime = dataclasses.replace(regime, **given)
         if document is not None and options.get("tokenizer") is not None and options.get("tokenizer_revision") is None:
             regime = dataclasses.replace(regime, tokenizer_revision=None)
         if (document is not None and options.get("alpha") is not None and options.get("threshold") is None

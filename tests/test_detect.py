@@ -693,7 +693,7 @@ def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_t
 RESULT_KEYS = ["phi", "z", "p_value", "log_p_value", "is_watermarked", "n_tokens", "n_transitions", "n_valid",
                "S", "k", "p0", "alpha"]
 AUDIT_KEYS = ["n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "threshold", "is_watermarked",
-              "decision", "S", "k", "topology", "alpha", "distinct_pairs", "tokenizer", "key_fingerprint"]
+              "decision", "S", "k", "topology", "alpha", "distinct_pairs", "test", "tokenizer", "key_fingerprint"]
 
 
 def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
