@@ -256,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="z: every transition, the paper's z-test (the default); distinct: each distinct pair once; "
                         "exact: a binomial test on a spanning forest of the text's tokens, whose false-positive "
                         "rate is at most alpha for every text (decides by its p-value, no z threshold)")
+    d.add_argument("--certificate", metavar="FILE.json", help="check this key-audit certificate (chainmark key "
+                   "audit) against the key, tokenizer, S and topology first (exit 2 when it does not fit)")
     d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
                    help="report texts shorter than N tokens as 'too short' instead of deciding "
                         "(default: the regime's n_min, else 0)")
@@ -337,8 +339,50 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help)")
+    g.add_argument("--certificate", metavar="FILE.json", help="the key's audit certificate (chainmark key audit) to "
+                   "publish inside the regime; it must be for this key, tokenizer, S and topology")
     g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
     g.set_defaults(func=_cmd_regime)
+
+    # key audit ------------------------------------------------------------
+    key_cmd = sub.add_parser("key", help="key tools: audit a key's false-positive rate before deployment",
+                             description="Key tools. `chainmark key audit` scores unwatermarked text under one "
+                                         "key with every test and writes a certificate.", formatter_class=fmt)
+    ksub = key_cmd.add_subparsers(dest="key_command", metavar="ACTION")
+    ka = ksub.add_parser("audit", help="the key's false-positive rate on a corpus, per test; a certificate",
+                         description="Audit a key before deploying it: score a corpus of text that was not "
+                                     "written with the key (by default the book's reference null, 1,200 texts "
+                                     "of the embedded model, and windows of the Python Language Reference's "
+                                     "prose) under this key with the z-test, distinct pairs and the exact test, "
+                                     "and report each test's false-positive rate with its 95% interval, the "
+                                     "threshold that would hold alpha on this corpus, and a verdict for the "
+                                     "test you will deploy. The certificate (JSON: key fingerprint, tokenizer "
+                                     "fingerprint, S, topology, corpus fingerprint and size, rates, thresholds, "
+                                     "package version; never the key) goes into the regime with "
+                                     "`chainmark regime --certificate`, where `chainmark detect --regime` checks it.",
+                         epilog="exit codes: 0 the key holds alpha for --test on the corpus, 1 it does not "
+                                "(the certificate is written either way), 2 a usage error.\n"
+                                "examples:\n  chainmark key audit --key-file acme.key --S 5 --out acme.audit.json\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --corpus forum/*.txt --test z",
+                         formatter_class=fmt)
+    ka.add_argument("--key-file", metavar="KEY", help="the key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
+    ka.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the embedded model's)")
+    ka.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer")
+    ka.add_argument("--S", type=_int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
+    ka.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
+    ka.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), default=0.01,
+                    help="significance level (default 0.01)")
+    ka.add_argument("--test", choices=("z", "distinct", "exact"), default="exact",
+                    help="the test the deployment will use: the verdict is for it (default exact)")
+    ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
+                    "default corpus: .txt files (one text each) or .jsonl files (one text per line, in --text-field)")
+    ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
+    ka.add_argument("--max-bytes", type=_int_at_least(1), default=64 * DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                    help="refuse corpus files larger than N bytes in all")
+    ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
+    ka.add_argument("--json", action="store_true", help="print the certificate instead of the table")
+    ka.set_defaults(func=_cmd_key_audit)
+    key_cmd.set_defaults(func=_cmd_key_help, key_parser=key_cmd)
 
     # reference ------------------------------------------------------------
     ref = sub.add_parser("reference", help="run, inspect or verify the committed reference run",
@@ -379,6 +423,98 @@ def build_parser() -> argparse.ArgumentParser:
     rv.set_defaults(func=_cmd_reference_verify)
     ref.set_defaults(func=_cmd_reference_help, reference_parser=ref)
     return parser
+
+
+def _cmd_key_help(args: argparse.Namespace) -> int:
+    args.key_parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]]]:
+    """The corpus a key is audited on, as token ids: the caller's files, or the book's default corpus."""
+    if args.corpus:
+        texts = []
+        total = 0
+        for path in args.corpus:
+            p = Path(path)
+            try:
+                data = p.read_bytes()
+            except OSError as exc:
+                raise UsageError(f"cannot read the corpus file {path} ({exc.strerror or exc})") from None
+            total += len(data)
+            if total > args.max_bytes:
+                raise UsageError(f"the corpus is larger than --max-bytes {args.max_bytes}")
+            try:
+                content = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"{path} is not UTF-8 text (byte offset {exc.start})") from None
+            if p.suffix == ".jsonl":
+                for number, line in enumerate(content.split("\n"), 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise UsageError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+                    text = row.get(args.text_field) if isinstance(row, dict) else None
+                    if not isinstance(text, str):
+                        raise UsageError(f"{path}, line {number}: no text field {args.text_field!r}")
+                    texts.append(text)
+            else:
+                texts.append(content)
+        name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
+        return name, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    from . import reference
+    from .corpora import CORPUS_NAME, human_windows
+
+    model_texts = ([r["output"] for r in reference.load_texts("null")]
+                   + [r["output"] for r in reference.load_texts("head_to_head") if r["method"] == "none"])
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in model_texts]
+    human = [w.tolist() for w in human_windows(tokenizer, 200)]
+    name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
+            f"200 tokens of {CORPUS_NAME}")
+    return name, ids + human
+
+
+def _cmd_key_audit(args: argparse.Namespace) -> int:
+    from . import __version__
+    from .keyaudit import audit_key, format_audit
+
+    key = _load_key(args.key_file)
+    tokenizer = _load_tokenizer(args.tokenizer, args.tokenizer_revision)
+    try:
+        resolve_topology_checked = Regime(S=args.S, topology=args.topology).topo
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out) if args.out else None
+    if out is not None and (out.exists() or out.is_symlink()):
+        raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
+    name, texts = _audit_corpus(args, tokenizer)
+    try:
+        cert = audit_key(key, texts, S=args.S, topology=resolve_topology_checked, alpha=args.alpha,
+                         deploy_test=args.test, vocab_size=len(tokenizer))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    cert = {**cert, "tokenizer": _tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "package_version": __version__}
+    cert["corpus"] = {"name": name, **cert["corpus"]}
+    text = json.dumps(cert, indent=2, allow_nan=False)
+    if out is not None:
+        _create_file(out, text + "\n")
+        print(f"wrote the key-audit certificate to {out}", file=sys.stderr)
+    print(text if args.json else format_audit(cert))
+    return EXIT_OK if cert["verdict"] == "pass" else EXIT_DETECTED
+
+
+def _read_certificate(path: str) -> dict[str, Any]:
+    from .keyaudit import read_certificate
+
+    try:
+        return read_certificate(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read the certificate {path} ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _cmd_reference_help(args: argparse.Namespace) -> int:
@@ -694,6 +830,9 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     texts = _read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
     tokenizer = _load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
     regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
+    if args.certificate:  # a certificate given here replaces the one the regime carries
+        regime = regime.replace(key_audit=_read_certificate(args.certificate))
+    regime.check_certificate(key, tokenizer)  # a key-audit certificate must be this key's, tokenizer's, S's
     # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
@@ -885,9 +1024,11 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
                               tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
-                              distinct_pairs=args.distinct_pairs, test=args.test)
+                              distinct_pairs=args.distinct_pairs, test=args.test,
+                              key_audit=_read_certificate(args.certificate) if args.certificate else None)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
         raise UsageError(str(exc)) from None
+    Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...
     text = json.dumps(doc, indent=2, allow_nan=False)
     if args.out:
         _create_file(Path(args.out), text + "\n")

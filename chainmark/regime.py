@@ -70,6 +70,7 @@ def regime_document(
     distinct_pairs: bool = False,
     recalibration: dict[str, Any] | None = None,
     test: str | None = None,
+    key_audit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The public detection regime a deployer publishes (JSON-ready; no key).
 
@@ -103,7 +104,8 @@ def regime_document(
         vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
         rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
         recalibration=None if recalibration is None else dict(recalibration),
-        test=None if test is None else check_test(test))
+        test=None if test is None else check_test(test),
+        key_audit=None if key_audit is None else dict(key_audit))
     return regime.to_document()
 
 
@@ -148,6 +150,7 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
     "gate": (lambda v: v in GATE_NAMES, f"one of {list(GATE_NAMES)}"),
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
+    "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
 }
 
 
@@ -176,7 +179,7 @@ def regime_problems(doc: Any) -> list[str]:
 
 
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
-_OPTIONAL = ("test", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+_OPTIONAL = ("test", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
 OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
 
@@ -213,6 +216,7 @@ class Regime:
     gate: str | None = None
     recalibration: dict[str, Any] | None = field(default=None, hash=False)
     test: str | None = None
+    key_audit: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
@@ -305,6 +309,20 @@ class Regime:
             raise RegimeError(f"the key's fingerprint {seen} does not match the regime's "
                               f"{self.key_fingerprint}: wrong key file?")
 
+    def check_certificate(self, key: bytes | str, tokenizer: Any) -> None:
+        """A ``RegimeError`` when the regime carries a key-audit certificate made for another key,
+        tokenizer, S or topology (:func:`chainmark.keyaudit.certificate_problems`)."""
+        if self.key_audit is None:
+            return
+        from .keyaudit import certificate_problems
+        from .keys import key_fingerprint
+
+        problems = certificate_problems(self.key_audit, key_fingerprint=key_fingerprint(key),
+                                        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), S=self.S,
+                                        topology=self.topology)
+        if problems:
+            raise RegimeError("the regime's key-audit certificate does not fit this audit: " + "; ".join(problems))
+
     def check_tokenizer(self, tokenizer: Any) -> None:
         """A ``RegimeError`` when the regime names a vocabulary fingerprint and ``tokenizer`` has another."""
         if not self.tokenizer_fingerprint:
@@ -366,8 +384,9 @@ class Regime:
             "key_fingerprint": self.key_fingerprint,
         }
         doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
-        if doc.get("recalibration") is not None:
-            doc["recalibration"] = dict(doc["recalibration"])
+        for name in ("recalibration", "key_audit"):
+            if doc.get(name) is not None:
+                doc[name] = json.loads(json.dumps(doc[name]))  # a copy the caller cannot change
         problems = regime_problems(doc)
         if problems:
             raise RegimeError("this regime cannot be published: " + "; ".join(problems))
