@@ -101,6 +101,40 @@ def audit_key(
     }
 
 
+def fpr_across_keys(
+    texts: Sequence[Sequence[int]],
+    keys: Sequence[Key],
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    tests: Sequence[str] = TESTS,
+    vocab_size: int | None = None,
+) -> list[dict[str, Any]]:
+    """Each key's false-positive rate on the same unwatermarked ``texts``, for each test.
+
+    One row per (key, test): the key's fingerprint, texts scored, flagged at
+    alpha, the rate and its 95% Clopper-Pearson interval. The spread of the
+    rows of one test is how much the rate depends on the key; their mean is
+    the rate over random keys, which the exact test bounds by alpha for
+    every text.
+    """
+    alpha = check_alpha(alpha)
+    tests = [check_test(t) for t in tests]
+    topo = resolve_topology(topology, S)
+    kept = [np.asarray(t, dtype=np.int64) for t in texts if len(t) >= 2]
+    if not kept or not keys:
+        raise ValueError("fpr_across_keys needs at least one text of two tokens and one key")
+    rows = []
+    for key in keys:
+        fingerprint = key_fingerprint(key)
+        for test in tests:
+            est = rate_estimate([detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test).is_watermarked
+                                 for ids in kept])
+            rows.append({"key": fingerprint, "test": test, "texts": est.trials, "flagged": est.hits,
+                         "fpr": est.rate, "ci_low": est.low, "ci_high": est.high})
+    return rows
+
+
 def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, tokenizer_fingerprint: str | None = None,
                          S: int | None = None, topology: str | None = None) -> list[str]:
     """What is wrong with a certificate, or with using it for this key, tokenizer, S and topology (empty: fine)."""
@@ -151,4 +185,4 @@ def format_audit(cert: Mapping[str, Any]) -> str:
 
 
 __all__ = ["CERTIFICATE_FORMAT", "audit_key", "certificate_problems", "corpus_fingerprint", "format_audit",
-           "read_certificate"]
+           "fpr_across_keys", "read_certificate"]

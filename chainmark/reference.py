@@ -941,3 +941,49 @@ def load_reference(name: str, model_name: str | None = None) -> Any:
 
 
 # --------------------------------------------------------------------------- resumable plain generation
+
+
+def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike | None = None,
+                   protocol: Protocol = PROTOCOL, tokenizer: Any = None) -> list[dict[str, Any]]:
+    """Every ChainMark text of the head-to-head, clean and under each stored attack, scored by each test.
+
+    The attacked ids are rebuilt from the record: a substitution with the
+    attack seed and the record's stream (:func:`chainmark.attacks.record_seed`),
+    checked against the stored z-test score; the paraphrase from its stored
+    text, through ``tokenizer`` (default: the embedded model's, whatever
+    ``CHAINMARK_MODEL`` names). One row per
+    (text, condition, test): ``flagged`` at the protocol's alpha, z, p, the
+    transitions scored.
+    """
+    from .attacks import Substitution
+    from .detect import TESTS
+    from .tokenizer import load_tokenizer
+
+    tests = tuple(TESTS if tests is None else tests)
+    tok = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)  # the run's own tokenizer
+    key, topo, p = reference_key(), topology_for(protocol.S), protocol
+    vocab = len(tok)
+    rows: list[dict[str, Any]] = []
+    for r in load_texts("head_to_head", root, protocol):
+        if r["method"] != "chainmark":
+            continue
+        conditions = {"clean": list(r["token_ids"])}
+        for label, stored in r.get("attacks", {}).items():
+            if label.startswith("sub"):
+                ids = Substitution(float(label[3:]), vocab, seed=p.attack_seed).apply_ids(
+                    [r["token_ids"]], names=[r["id"]])[0]
+                again = detect(ids, key, p.S, topo, p.alpha, vocab_size=vocab)
+                if not math.isclose(again.z, stored["z"], rel_tol=1e-9, abs_tol=1e-9):
+                    raise ValueError(f"{r['id']} {label}: the rebuilt attack scores z = {again.z}, the record "
+                                     f"{stored['z']}: the attack's seeding has changed")
+                conditions[label] = ids
+            elif "text" in stored:
+                conditions[label] = tok(stored["text"], add_special_tokens=False)["input_ids"]
+        for condition, ids in conditions.items():
+            for test in tests:
+                res = detect(ids, key, p.S, topo, p.alpha, vocab_size=vocab, test=test)
+                rows.append({"id": r["id"], "domain": r["domain"], "condition": condition, "test": test,
+                             "flagged": bool(res.is_watermarked), "z": res.z, "p_value": res.p_value,
+                             "n_tokens": res.n_tokens, "n_scored": res.n_scored})
+    return rows
+
