@@ -120,3 +120,18 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     (tmp_path / "bad.jsonl").write_text("{not json\n", "utf-8")
     assert cli.main(args + ["--corpus", str(tmp_path / "bad.jsonl")]) == 2
     assert cli.main(["key"]) == 2  # the group alone prints its help
+
+
+def test_fpr_across_keys_gives_one_row_per_key_and_test():
+    from chainmark.keyaudit import fpr_across_keys
+
+    keys = [b"first-key-0123456789abcdef", b"second-key-0123456789abcde"]
+    rows = fpr_across_keys(repetitive_corpus(60), keys, S=5, vocab_size=400)
+    assert [(r["key"], r["test"]) for r in rows] == [(key_fingerprint(k), t) for k in keys
+                                                    for t in ("z", "distinct", "exact")]
+    for row in rows:
+        assert row["texts"] == 60 and row["ci_low"] <= row["fpr"] <= row["ci_high"]
+    one = audit_key(keys[0], repetitive_corpus(60), S=5, vocab_size=400)
+    assert rows[0]["flagged"] == one["tests"]["z"]["flagged"]  # the same scores as the audit
+    with pytest.raises(ValueError, match="at least one text"):
+        fpr_across_keys([], keys)

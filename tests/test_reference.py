@@ -282,3 +282,25 @@ def test_reading_the_reference_ignores_the_live_model(monkeypatch):
         assert len(load_reference("kregular")) > 0
     finally:
         get_settings.cache_clear()
+
+
+def test_scores_by_test_rebuilds_every_attack_of_the_head_to_head():
+    """Each stored substitution is rebuilt from its seed (checked against the stored z inside), each paraphrase
+    re-tokenized; the z-test on the rebuilt clean texts gives the stored decisions."""
+    import collections
+
+    from chainmark.reference import load_texts, scores_by_test
+
+    rows = scores_by_test()
+    counts = collections.Counter((r["condition"], r["test"]) for r in rows)
+    assert set(counts.values()) == {400} and len(counts) == 15
+    stored = {r["id"]: r["detection"]["chainmark"]["decision"] for r in load_texts("head_to_head")
+              if r["method"] == "chainmark"}
+    for r in rows:
+        if r["condition"] == "clean" and r["test"] == "z":
+            assert r["flagged"] == stored[r["id"]]
+        if r["test"] == "exact":  # distinct tokens - 1 of the n - 1 transitions
+            assert r["n_scored"] <= max(r["n_tokens"] - 1, 0)
+    exact = [r["n_scored"] for r in rows if r["test"] == "exact" and r["condition"] == "clean"]
+    every = [r["n_scored"] for r in rows if r["test"] == "z" and r["condition"] == "clean"]
+    assert sum(exact) < 0.8 * sum(every)
