@@ -42,6 +42,7 @@ file. The logic each command runs lives in the core modules it calls.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -630,19 +631,35 @@ def _run(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if sys.stdout is None:  # started with standard output closed (`>&-`): results would be lost
+        return _fail("standard output is closed: the results would be lost (redirect it to a file or a pipe)")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not after the exit code is decided
+        return code
     except (UsageError, RegimeError) as exc:  # a regime that does not fit the key, tokenizer or options
         return _fail(str(exc))
     except BrokenPipeError:
         return _output_closed()
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            return _internal(exc)
+        return _fail(f"cannot write the results to standard output ({exc.strerror or exc}); nothing more was written")
     except KeyboardInterrupt:  # in-process callers: the program itself exits from _interrupted
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected") or 2
-        message = " ".join(str(exc).split()) or "(no message)"
-        print(f"chainmark: internal error: {type(exc).__name__}: {message} "
-              f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal(exc)
+
+
+#: Errors of a write to standard output that are the caller's to fix (a full disk, a closed descriptor).
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG)
+
+
+def _internal(exc: BaseException) -> int:
+    message = " ".join(str(exc).split()) or "(no message)"
+    print(f"chainmark: internal error: {type(exc).__name__}: {message} "
+          f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _output_closed() -> int:
@@ -979,7 +996,9 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
 # keygen, regime
 # ---------------------------------------------------------------------------
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from .keys import derive_key, key_fingerprint, read_key_file
+    """Write a key file and print its fingerprint. The fingerprint is printed (and flushed) first: if standard
+    output cannot take it, no key is written, so a key never exists without the fingerprint that names it."""
+    from .keys import derive_key, generate_key, key_fingerprint, read_key_file
 
     if (args.from_master is None) != (args.context is None):
         raise UsageError("--from-master and --context go together")
@@ -994,13 +1013,14 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
         _warn_if_not_private(args.from_master)
         if not args.context:
             raise UsageError("--context must be a non-empty string")
-        key = _write_key(out, derive_key(master, args.context))
+        key = derive_key(master, args.context)
         how = f"derived for context {args.context!r} from master {key_fingerprint(master)}"
     else:
-        key = _write_key(out, None)
-        how = "random"
-    print(f"wrote a {len(key)}-byte key ({how}) to {out} with permissions 0600", file=sys.stderr)
+        key, how = generate_key(), "random"
     print(key_fingerprint(key))
+    sys.stdout.flush()  # an OSError here (a full disk) ends the command before the key exists
+    _write_key(out, key)
+    print(f"wrote a {len(key)}-byte key ({how}) to {out} with permissions 0600", file=sys.stderr)
     return EXIT_OK
 
 
