@@ -487,7 +487,7 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
         resolve_topology_checked = Regime(S=args.S, topology=args.topology).topo
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    out = Path(args.out) if args.out else None
+    out = _out_path(args.out, "certificate") if args.out else None
     if out is not None and (out.exists() or out.is_symlink()):
         raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
     name, texts = _audit_corpus(args, tokenizer)
@@ -536,10 +536,22 @@ def _cmd_reference_run(args: argparse.Namespace) -> int:
     return _cmd_reference_status(argparse.Namespace(dir=args.dir, cells=False, json=False))
 
 
+def _reference_folder(value: str | None) -> Path | None:
+    """``--dir`` of the reference commands: an existing folder (a usage error otherwise), or None for the default."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError("--dir is empty: give the reference run's folder, or leave --dir out for the default")
+    path = Path(value)
+    if not path.is_dir():
+        raise UsageError(f"--dir {value}: {'not a folder' if path.exists() else 'no such folder'}")
+    return path
+
+
 def _cmd_reference_status(args: argparse.Namespace) -> int:
     from . import reference
 
-    root = Path(args.dir) if args.dir else reference.reference_dir()
+    root = _reference_folder(args.dir) or reference.reference_dir()
     rows = reference.status(root, reference.PROTOCOL)
     if args.json:
         for row in rows:
@@ -563,7 +575,7 @@ def _cmd_reference_status(args: argparse.Namespace) -> int:
 def _cmd_reference_verify(args: argparse.Namespace) -> int:
     from . import reference
 
-    root = Path(args.dir) if args.dir else None
+    root = _reference_folder(args.dir)
     try:
         checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
     except FileNotFoundError as exc:  # no reference run, or no stored batch, in the folder
@@ -625,7 +637,7 @@ def _run(argv: Sequence[str] | None) -> int:
     """Parse the arguments and run the command; problems of the caller's are code 2, anything else 3."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else list(argv)))
     except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)
         return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
     if not getattr(args, "func", None):
@@ -660,6 +672,30 @@ def _internal(exc: BaseException) -> int:
     print(f"chainmark: internal error: {type(exc).__name__}: {message} "
           f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
     return EXIT_INTERNAL
+
+
+#: Options whose value may be a negative number ("--threshold -1e300"); argparse reads a value that starts
+#: with "-" and is not a plain decimal as the next option, so such a value is attached ("--threshold=-1e300").
+_NUMERIC_OPTIONS = ("--threshold",)
+
+
+def _negative_values_attached(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _NUMERIC_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            try:
+                float(argv[i + 1])
+            except ValueError:
+                pass
+            else:
+                out.append(f"{arg}={argv[i + 1]}")
+                i += 2
+                continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 def _output_closed() -> int:
@@ -868,9 +904,15 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _printable(label: str) -> str:
+    """A file name as the table shows it: control characters, line and paragraph separators escaped, so a
+    name with a newline or an escape sequence cannot draw a row of its own or recolour the terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in label)
+
+
 def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
     head = ["file", "tokens", "scored", "valid", "phi", "z", "p-value", "decision"]
-    body = [[r["file"], str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
+    body = [[_printable(r["file"]), str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
              f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     numeric = {1, 2, 3, 4, 5, 6}
@@ -941,7 +983,9 @@ def _null_lines(source: str, max_bytes: int) -> list[str]:
     """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
     label = "<stdin>" if source == "-" else f"null file {source}"
     text = _read_input(source, label, max_bytes, not_text=": not JSON lines")
-    return text.splitlines()
+    # JSON Lines end lines with "\n" only; str.splitlines would also split at U+2028, U+0085 and
+    # other characters a JSON string may hold raw (a "\r" before "\n" is JSON whitespace)
+    return text.split("\n")
 
 
 def _cmd_recalibrate(args: argparse.Namespace) -> int:
@@ -1002,7 +1046,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
     if (args.from_master is None) != (args.context is None):
         raise UsageError("--from-master and --context go together")
-    out = Path(args.out)
+    out = _out_path(args.out, "key file")
     if out.exists() or out.is_symlink():
         raise UsageError(f"{out} exists; refusing to overwrite a key file (choose another --out)")
     if args.from_master is not None:
@@ -1051,10 +1095,23 @@ def _cmd_regime(args: argparse.Namespace) -> int:
     Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...
     text = json.dumps(doc, indent=2, allow_nan=False)
     if args.out:
-        _create_file(Path(args.out), text + "\n")
+        _create_file(_out_path(args.out, "regime"), text + "\n")
         print(f"wrote the detection regime to {args.out}", file=sys.stderr)
     print(text)
     return EXIT_OK
+
+
+def _out_path(value: str, what: str) -> Path:
+    """The path an ``--out`` option names: a file to create, never a folder, standard output or nothing."""
+    if not value.strip():
+        raise UsageError(f"--out is empty: give the path of the {what} to create")
+    if value == "-":
+        raise UsageError(f"--out - would create a file named '-'; give the path of the {what} to create "
+                         "(leave --out out to print it)" if what != "key file" else
+                         "--out - would create a file named '-'; give the path of the key file to create")
+    if value.endswith(("/", os.sep)) or Path(value).is_dir():
+        raise UsageError(f"--out {value} names a folder; give the path of the {what} to create inside it")
+    return Path(value)
 
 
 def _create_file(path: Path, text: str) -> None:

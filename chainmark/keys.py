@@ -115,8 +115,17 @@ def check_key_bytes(key: bytes, source: str) -> bytes:
 
 def _make_folder(folder: Path) -> None:
     """Create a missing folder for key files, open to its owner only (whatever the umask)."""
+    missing = []
+    for part in (folder, *folder.parents):  # every folder this creates, not only the last, is private
+        if part.exists() or part.is_symlink():
+            break
+        missing.append(part)
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for part in reversed(missing):
+            part.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(part, 0o700)  # whatever the umask
+        if not folder.is_dir():
+            raise FileExistsError(folder)
     except FileExistsError:  # the name exists, but not as a folder
         raise NotADirectoryError(f"{folder} is not a folder") from None
 

@@ -37,3 +37,76 @@ def test_a_full_disk_is_an_error_and_keygen_writes_no_key_it_cannot_name(tmp_pat
     assert done.returncode == 2 and "No space left" in done.stderr and "internal error" not in done.stderr
     done = shell(f"{CLI} keygen --out lost.key > /dev/full", tmp_path)
     assert done.returncode == 2 and not (tmp_path / "lost.key").exists()
+
+
+def test_a_null_file_is_split_at_newlines_only(tmp_path):
+    """A raw U+2028 or U+0085 inside a JSON string is legal JSON Lines (and CRLF line ends are too)."""
+    import json
+
+    lines = [json.dumps({"file": f"doc\u2028{i}\u0085.txt", "z": 0.1 * (i % 13) - 0.6}, ensure_ascii=False)
+             for i in range(400)]
+    (tmp_path / "null.jsonl").write_text("\r\n".join(lines) + "\r\n", "utf-8")
+    done = shell(f"{CLI} recalibrate --null null.jsonl --alpha 0.05 --json", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_null"] == 400
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch, capsys):
+    from chainmark import cli
+
+    monkeypatch.delenv("CHAINMARK_KEY", raising=False)
+    monkeypatch.delenv("CHAINMARK_KEY_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args):
+        code = cli.main([str(a) for a in args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_out_must_name_a_file_to_create(tmp_path, in_process):
+    (tmp_path / "folder").mkdir()
+    for value, says in (("nodir/", "names a folder"), ("folder", "names a folder"), ("-", "a file named '-'"),
+                        ("", "--out is empty")):
+        code, _, err = in_process("keygen", "--out", value)
+        assert code == 2 and says in err, (value, err)
+    assert not (tmp_path / "nodir").exists() and not (tmp_path / "-").exists()
+
+
+def test_keygen_makes_every_new_folder_private(tmp_path, in_process):
+    code, _, _ = in_process("keygen", "--out", "new/sub/x.key")
+    assert code == 0
+    for folder in (tmp_path / "new", tmp_path / "new" / "sub"):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+
+
+def test_a_negative_threshold_is_read_as_a_number(tmp_path, in_process):
+    (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    code, out, err = in_process("detect", "--key-file", "k.key", "--S", "5", "--threshold", "-1e300", "--json",
+                                "t.txt")
+    assert code == 0, err
+    import json
+
+    assert json.loads(out.splitlines()[0])["threshold"] == -1e300
+
+
+def test_control_characters_in_a_file_name_cannot_draw_a_row(tmp_path, in_process):
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    name = "evil\nx.txt  99  99  99  1.000  99.0  0.00e+00  WATERMARKED\x1b[2J"
+    (tmp_path / name).write_text("Some text to score. " * 5, "utf-8")
+    code, out, _ = in_process("detect", "--key-file", "k.key", "--S", "5", name)
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("evil")]
+    assert len(rows) == 1 and "\\n" in rows[0] and "\\x1b" in rows[0] and "\x1b" not in out
+
+
+def test_the_reference_commands_refuse_a_missing_folder(tmp_path, in_process):
+    for action in ("status", "verify"):
+        code, _, err = in_process("reference", action, "--dir", tmp_path / "missing")
+        assert code == 2 and "no such folder" in err
+    (tmp_path / "file").write_text("x")
+    assert in_process("reference", "status", "--dir", tmp_path / "file")[0] == 2
