@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
 from .limits import DEFAULT_MAX_INPUT_BYTES, MAX_REGIME_BYTES, MAX_STATES
-from .regime import (REGIME_FORMAT, Regime, RegimeError, regime_document, regime_problems,  # noqa: F401
+from .regime import (REGIME_FORMAT, Regime, RegimeError, parse_regime_text, published_regime_problems,  # noqa: F401
+                     regime_document, regime_problems,
                      tokenizer_fingerprint)
 
 EXIT_OK = 0
@@ -340,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help)")
+    g.add_argument("--trades-fpr-for-power", action="store_true",
+                   help="allow a --threshold below z_alpha: the regime then says, and every audit warns, that it "
+                        "flags more than alpha of unwatermarked text in exchange for power")
     g.add_argument("--certificate", metavar="FILE.json", help="the key's audit certificate (chainmark key audit) to "
                    "publish inside the regime; it must be for this key, tokenizer, S and topology")
     g.add_argument("--out", metavar="FILE", help="write the JSON here (default: standard output)")
@@ -842,10 +846,11 @@ def _load_regime(path: str) -> dict[str, Any]:
     text = _read_input(path, f"regime file {path}", MAX_REGIME_BYTES, too_large=": not a regime file",
                        not_text=": not a regime file")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"regime file {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
-    problems = regime_problems(doc)
+        doc = parse_regime_text(text)
+    except ValueError as exc:
+        raise UsageError(f"regime file {path} {exc}" if str(exc).startswith("not JSON")
+                         else f"regime file {path}: {exc}") from None
+    problems = published_regime_problems(doc)
     if problems:
         raise UsageError(f"regime file {path}: " + "; ".join(problems))
     return doc
@@ -886,6 +891,10 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     if args.certificate:  # a certificate given here replaces the one the regime carries
         regime = regime.replace(key_audit=_read_certificate(args.certificate))
     regime.check_certificate(key, tokenizer)  # a key-audit certificate must be this key's, tokenizer's, S's
+    if regime.trades_fpr_for_power:
+        _warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
+              f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "
+              "(trades_fpr_for_power)")
     # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
@@ -1089,7 +1098,8 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
                               distinct_pairs=args.distinct_pairs, test=args.test,
-                              key_audit=_read_certificate(args.certificate) if args.certificate else None)
+                              key_audit=_read_certificate(args.certificate) if args.certificate else None,
+                              trades_fpr_for_power=args.trades_fpr_for_power)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
         raise UsageError(str(exc)) from None
     Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...

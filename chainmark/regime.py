@@ -71,6 +71,7 @@ def regime_document(
     recalibration: dict[str, Any] | None = None,
     test: str | None = None,
     key_audit: dict[str, Any] | None = None,
+    trades_fpr_for_power: bool = False,
 ) -> dict[str, Any]:
     """The public detection regime a deployer publishes (JSON-ready; no key).
 
@@ -97,6 +98,10 @@ def regime_document(
         raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
     if n_min is not None and (isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2):
         raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
+    if tokenizer is None:  # a published regime names its tokenizer by its vocabulary fingerprint
+        from .tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_name, revision=tokenizer_revision)
     regime = Regime(
         S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=bool(distinct_pairs),
         n_min=n_min, tokenizer=tokenizer_name, tokenizer_revision=tokenizer_revision,
@@ -105,7 +110,8 @@ def regime_document(
         rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
         recalibration=None if recalibration is None else dict(recalibration),
         test=None if test is None else check_test(test),
-        key_audit=None if key_audit is None else dict(key_audit))
+        key_audit=None if key_audit is None else dict(key_audit),
+        trades_fpr_for_power=True if trades_fpr_for_power else None)
     return regime.to_document()
 
 
@@ -151,6 +157,8 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "gate": (lambda v: v in GATE_NAMES, f"one of {list(GATE_NAMES)}"),
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
+    "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
+    "digest": (lambda v: isinstance(v, str) and len(v) == 64, "a 64-digit hexadecimal SHA-256"),
 }
 
 
@@ -178,8 +186,84 @@ def regime_problems(doc: Any) -> list[str]:
     return problems
 
 
+#: Fields a published regime must carry, not null (``threshold`` may be null for the exact test alone).
+PUBLISHED_REQUIRED = ("format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
+                      "distinct_pairs", "tokenizer_fingerprint", "key_fingerprint", "digest")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise ValueError(f'the field "{name}" appears twice: a reader could take either value')
+        seen[name] = value
+    return seen
+
+
+def parse_regime_text(text: str) -> Any:
+    """Parse a regime file's JSON, refusing a field that appears twice and nesting deeper than a regime's."""
+    depth = max_depth = 0
+    for ch in text:  # json's recursion limit is far deeper than a regime; refuse a bomb before parsing it
+        if ch in "[{":
+            depth += 1
+            max_depth = max(max_depth, depth)
+            if max_depth > 32:
+                raise ValueError("nested more than 32 levels deep: not a regime file")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def regime_digest(doc: Mapping[str, Any]) -> str:
+    """SHA-256 of a regime's canonical form (every field but the digest, sorted keys, no spaces)."""
+    import hashlib
+
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def published_regime_problems(doc: Any) -> list[str]:
+    """:func:`regime_problems`, plus what a published regime must satisfy so that it cannot flip a verdict
+    unnoticed: the required fields present and not null, the redundant fields (k, p0, z_alpha) equal to
+    what S, the topology and alpha give, a threshold no lower than z_alpha unless ``trades_fpr_for_power``
+    says so (none at all for the exact test), and the digest of the canonical form."""
+    problems = regime_problems(doc)
+    if problems:
+        return problems
+    test = doc.get("test") or ("distinct" if doc.get("distinct_pairs") else "z")
+    for name in PUBLISHED_REQUIRED:
+        if name not in doc:
+            problems.append(f'"{name}" is missing')
+        elif doc[name] is None and not (name == "threshold" and test == "exact"):
+            problems.append(f'"{name}" is null')
+    if problems:
+        return problems
+    from .calibrate import z_alpha
+
+    S, k, alpha = doc["S"], doc["k"], doc["alpha"]
+    if not math.isclose(doc["p0"], k / S, rel_tol=1e-12, abs_tol=1e-15):
+        problems.append(f'"p0" is {doc["p0"]}, but k/S = {k}/{S} = {k / S}')
+    za = float(z_alpha(alpha))
+    if not math.isclose(doc["z_alpha"], za, rel_tol=1e-9, abs_tol=1e-12):
+        problems.append(f'"z_alpha" is {doc["z_alpha"]}, but alpha = {alpha} gives {za}')
+    threshold = doc["threshold"]
+    if test == "exact" and threshold is not None:
+        problems.append('"threshold" must be null for the exact test, which decides by its p-value')
+    if threshold is not None and threshold < za - 1e-9 and doc.get("trades_fpr_for_power") is not True:
+        problems.append(f'"threshold" {threshold} lies below z_alpha = {za:.4f} for alpha = {alpha}: it would flag '
+                        'more than alpha of unwatermarked text; a regime that does so on purpose says '
+                        '"trades_fpr_for_power": true')
+    if not problems and doc["digest"] != regime_digest(doc):
+        problems.append('"digest" does not match the document: it was changed after it was written')
+    return problems
+
+
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
-_OPTIONAL = ("test", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+_OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
 OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
 
@@ -217,6 +301,7 @@ class Regime:
     recalibration: dict[str, Any] | None = field(default=None, hash=False)
     test: str | None = None
     key_audit: dict[str, Any] | None = field(default=None, hash=False)
+    trades_fpr_for_power: bool | None = None
 
     def __post_init__(self) -> None:
         problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
@@ -348,6 +433,15 @@ class Regime:
         return cls(**{name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None})
 
     @classmethod
+    def from_published(cls, doc: Any) -> "Regime":
+        """The regime of a *published* document: every field checked, the redundant ones against what they
+        are derived from, and the digest (:func:`published_regime_problems`)."""
+        problems = published_regime_problems(doc)
+        if problems:
+            raise RegimeError("; ".join(problems))
+        return cls.from_document(doc)
+
+    @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Regime":
         """Read a regime file: at most :data:`~chainmark.limits.MAX_REGIME_BYTES` of UTF-8 JSON, checked."""
         with open(path, "rb") as fh:
@@ -355,12 +449,12 @@ class Regime:
         if len(data) > MAX_REGIME_BYTES:
             raise RegimeError(f"{path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
         try:
-            doc = json.loads(data.decode("utf-8"))
+            doc = parse_regime_text(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise RegimeError(f"{path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
-        except json.JSONDecodeError as exc:
-            raise RegimeError(f"{path} is not JSON ({exc.msg}, line {exc.lineno})") from None
-        return cls.from_document(doc)
+        except ValueError as exc:
+            raise RegimeError(f"{path}: {exc}") from None
+        return cls.from_published(doc)
 
     def to_document(self) -> dict[str, Any]:
         """The published regime document (JSON-ready; the format :func:`regime_problems` checks).
@@ -387,7 +481,8 @@ class Regime:
         for name in ("recalibration", "key_audit"):
             if doc.get(name) is not None:
                 doc[name] = json.loads(json.dumps(doc[name]))  # a copy the caller cannot change
-        problems = regime_problems(doc)
+        doc["digest"] = regime_digest(doc)
+        problems = published_regime_problems(doc)
         if problems:
             raise RegimeError("this regime cannot be published: " + "; ".join(problems))
         return doc
@@ -433,5 +528,6 @@ class Regime:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
 
 
-__all__ = ["GATE_NAMES", "OPTIONS", "REGIME_FIELDS", "REGIME_FORMAT", "TOPOLOGY_K", "Regime", "RegimeError",
+__all__ = ["GATE_NAMES", "OPTIONS", "PUBLISHED_REQUIRED", "REGIME_FIELDS", "REGIME_FORMAT", "TOPOLOGY_K", "Regime",
+           "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest",
            "regime_document", "regime_problems", "tokenizer_fingerprint"]

@@ -110,3 +110,29 @@ def test_the_reference_commands_refuse_a_missing_folder(tmp_path, in_process):
         assert code == 2 and "no such folder" in err
     (tmp_path / "file").write_text("x")
     assert in_process("reference", "status", "--dir", tmp_path / "file")[0] == 2
+
+
+def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
+    import json
+
+    from chainmark.regime import regime_digest
+
+    (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    assert in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--out", "r.json")[0] == 0
+    text = (tmp_path / "r.json").read_text("utf-8")
+    doc = json.loads(text)
+    cases = {
+        "twice.json": (text.rstrip()[:-1] + ', "threshold": -10}', "appears twice"),
+        "low.json": (json.dumps({**doc, "threshold": -10, "digest": regime_digest({**doc, "threshold": -10})}),
+                     "lies below z_alpha"),
+        "edited.json": (json.dumps({**doc, "threshold": 3.0}), '"digest" does not match'),
+        "bare.json": (json.dumps({"format": "chainmark-regime/1"}), "is missing"),
+        "nokey.json": (json.dumps({**doc, "key_fingerprint": None}), '"key_fingerprint" is null'),
+        "deep.json": ("[" * 5000 + "]" * 5000, "nested more than 32 levels"),
+    }
+    for name, (content, says) in cases.items():
+        (tmp_path / name).write_text(content, "utf-8")
+        code, out, err = in_process("detect", "--regime", name, "--key-file", "k.key", "t.txt")
+        assert code == 2 and out == "" and says in err, (name, code, err)
+    assert in_process("detect", "--regime", "r.json", "--key-file", "k.key", "t.txt")[0] == 0

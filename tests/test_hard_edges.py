@@ -170,7 +170,15 @@ def test_2_bad_regime_fields_are_refused_by_name(capsys, tmp_path, key_file, reg
 
 
 def test_2_a_valid_regime_still_applies(capsys, tmp_path, key_file, regime):
+    from chainmark.regime import regime_digest
+
     _edit_regime(regime, "threshold", "2.5")
+    code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
+                       write(tmp_path, "marked.txt", watermarked_text()))
+    assert code == cli.EXIT_USAGE and '"digest" does not match' in err  # an edit without a new digest
+    doc = json.loads(regime.read_text())
+    doc["digest"] = regime_digest(doc)  # the deployer re-publishes it
+    regime.write_text(json.dumps(doc))
     code, out, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                        write(tmp_path, "marked.txt", watermarked_text()))
     assert code == 0 and json.loads(out)["threshold"] == 2.5 and json.loads(out)["is_watermarked"]

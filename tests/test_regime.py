@@ -42,7 +42,7 @@ def _verdict(z: float = 0.0, p: float = 0.5, n_tokens: int = 100, n_scored: int 
 
 
 def test_a_published_document_round_trips_through_the_file(tmp_path):
-    doc = regime_document(KEY, 3, 0.001, topology="soft_cycle", threshold=2.5, tokenizer_name="org/tok",
+    doc = regime_document(KEY, 3, 0.001, topology="soft_cycle", threshold=3.5, tokenizer_name="org/tok",
                           tokenizer=_Vocab(), tokenizer_revision="0123abcd", n_min=200, rho=0.5,
                           gate="high_entropy", distinct_pairs=True, recalibration={"method": "sd", "n_null": 500})
     path = tmp_path / "regime.json"
@@ -53,7 +53,7 @@ def test_a_published_document_round_trips_through_the_file(tmp_path):
     assert json.loads(path.read_text("utf-8")) == doc  # the format is the document, key for key
     assert list(regime.to_document()) == list(doc)
     assert (back.S, back.topology, back.k, back.alpha, back.threshold, back.distinct_pairs, back.n_min) == \
-           (3, "soft_cycle", 2, 0.001, 2.5, True, 200)
+           (3, "soft_cycle", 2, 0.001, 3.5, True, 200)
     assert back.key_fingerprint == key_fingerprint(KEY)
     assert back.tokenizer_fingerprint == tokenizer_fingerprint(_Vocab())
     assert "key" not in doc and regime_problems(doc) == []
@@ -63,8 +63,11 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
     doc = regime_document(KEY, 5, 0.01)
     assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)
     assert list(doc) == ["format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
-                         "distinct_pairs", "tokenizer", "key_fingerprint"]
-    assert Regime(alpha=0.01).to_document()["threshold"] == z_alpha(0.01)  # the operating threshold
+                         "distinct_pairs", "tokenizer", "key_fingerprint", "tokenizer_fingerprint", "vocab_size",
+                         "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
+    assert Regime(alpha=0.01).operating_threshold == z_alpha(0.01)
+    with pytest.raises(RegimeError, match='"key_fingerprint" is null'):  # not a regime anyone can publish
+        Regime(alpha=0.01).to_document()
     assert Regime.from_document(doc).to_document() == doc
 
 
@@ -151,16 +154,16 @@ def test_the_regime_and_the_detector_agree_where_no_threshold_is_set():
 
 
 def test_explicit_options_win_over_the_document_and_the_document_over_the_defaults():
-    doc = regime_document(KEY, 3, 0.05, topology="soft_cycle", threshold=1.5, tokenizer_name="org/tok",
-                          tokenizer_revision="abc", n_min=40, distinct_pairs=True)
+    doc = regime_document(KEY, 3, 0.05, topology="soft_cycle", threshold=1.8, tokenizer_name="org/tok",
+                          tokenizer=_Vocab(), tokenizer_revision="abc", n_min=40, distinct_pairs=True)
     assert Regime.resolve() == Regime()
     assert Regime.resolve(None, S=7, threshold=None) == Regime(S=7)
     from_doc = Regime.resolve(doc)
-    assert (from_doc.S, from_doc.topology, from_doc.threshold, from_doc.n_min) == (3, "soft_cycle", 1.5, 40)
+    assert (from_doc.S, from_doc.topology, from_doc.threshold, from_doc.n_min) == (3, "soft_cycle", 1.8, 40)
     assert Regime.resolve(doc, n_min=0, S=4).n_min == 0 and Regime.resolve(doc, S=4).S == 4
     # another alpha drops the threshold published for the document's alpha; the same alpha keeps it
     assert Regime.resolve(doc, alpha=0.01).threshold is None
-    assert Regime.resolve(doc, alpha=0.05).threshold == 1.5
+    assert Regime.resolve(doc, alpha=0.05).threshold == 1.8
     assert Regime.resolve(doc, alpha=0.01, threshold=2.0).threshold == 2.0
     # another tokenizer named without a revision does not inherit the document's revision
     assert Regime.resolve(doc, tokenizer="other/tok").tokenizer_revision is None
@@ -194,3 +197,53 @@ def test_named_topologies_and_the_reference_resolve_through_one_function():
         assert resolve_topology(name, 7).name == name == cycle_topology(7, k).name
         assert Regime(S=7, topology=name).k == k == resolve_topology(name, 7).k
     assert cycle_topology(7, 3) == Topology.from_offsets(7, (1, 2, 3)) == topology_for(7, 3)
+
+
+# ---------------------------------------------------------------- a published regime cannot flip a verdict
+
+
+def _published(**kw):
+    return regime_document(KEY, 5, 0.01, tokenizer=_Vocab(), **kw)
+
+
+def test_a_published_regime_refuses_every_silent_edit():
+    from chainmark.regime import published_regime_problems, regime_digest
+
+    doc = _published()
+    assert published_regime_problems(doc) == [] and doc["digest"] == regime_digest(doc)
+
+    def problems_after(**edits):
+        bad = {**doc, **edits}
+        return " ".join(published_regime_problems(bad))
+
+    assert "lies below z_alpha" in problems_after(threshold=-10)
+    assert '"digest" does not match' in problems_after(threshold=3.0)  # a valid value, but not what was signed
+    assert '"key_fingerprint" is null' in problems_after(key_fingerprint=None)
+    assert '"tokenizer_fingerprint" is missing' in " ".join(
+        published_regime_problems({k: v for k, v in doc.items() if k != "tokenizer_fingerprint"}))
+    assert '"p0" is 0.5' in problems_after(p0=0.5)
+    assert '"z_alpha" is 1.0' in problems_after(z_alpha=1.0)
+    assert "missing" in " ".join(published_regime_problems({"format": REGIME_FORMAT}))
+    # a lower threshold is published only when the regime says so, and then it is signed like the rest
+    traded = _published(threshold=1.5, trades_fpr_for_power=True)
+    assert traded["trades_fpr_for_power"] is True and published_regime_problems(traded) == []
+    with pytest.raises(RegimeError, match="trades_fpr_for_power"):
+        _published(threshold=1.5)
+    exact = _published(test="exact")
+    assert exact["threshold"] is None and published_regime_problems(exact) == []
+    assert "must be null for the exact test" in " ".join(
+        published_regime_problems({**exact, "threshold": 3.0, "digest": regime_digest({**exact, "threshold": 3.0})}))
+
+
+def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
+    from chainmark.regime import parse_regime_text
+
+    text = json.dumps(_published())
+    with pytest.raises(ValueError, match='"threshold" appears twice'):
+        parse_regime_text(text[:-1] + ', "threshold": -10}')
+    with pytest.raises(ValueError, match="nested more than 32 levels"):
+        parse_regime_text("[" * 10_000 + "]" * 10_000)
+    path = tmp_path / "dup.json"
+    path.write_text(text[:-1] + ', "threshold": -10}', "utf-8")
+    with pytest.raises(RegimeError, match="appears twice"):
+        Regime.from_file(path)
