@@ -86,9 +86,14 @@ def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UsageError(f"{source}, line {number}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise UsageError(f"{source}, line {number}: JSON nested too deeply to be a detector's line") from None
         if not isinstance(obj, dict) or "z" not in obj:
             raise UsageError(f'{source}, line {number}: expected an object with a "z" field')
         z = obj["z"]
+        if isinstance(z, int) and not isinstance(z, bool) and abs(z) > 1e300:  # float(z) would overflow
+            raise UsageError(f'{source}, line {number}: "z" must be a finite number, got an integer of '
+                             f"{len(str(abs(z)))} digits")
         if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z):
             raise UsageError(f'{source}, line {number}: "z" must be a finite number, got {z!r}')
         values.append(float(z))
@@ -100,6 +105,10 @@ def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
 # ---------------------------------------------------------------------------
 # argument types: bad values are usage errors with the allowed range
 # ---------------------------------------------------------------------------
+#: The largest --max-bytes: a safety limit on reading, far above any text a machine holds (2**62 bytes).
+MAX_INPUT_BYTES_LIMIT = 2**62
+
+
 def _int_at_least(low: int):
     def parse(text: str) -> int:
         try:
@@ -265,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the regime's n_min, else 0)")
     d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
                    "included (default utf-8)")
-    d.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+    d.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
                    help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
     d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
     d.add_argument("--fail-on-detect", action="store_true",
@@ -300,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
     r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
-    r.add_argument("--max-bytes", type=_int_at_least(1), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+    r.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
                    help=f"refuse a null file larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
     r.add_argument("--json", action="store_true", help="print a JSON object")
     r.set_defaults(func=_cmd_recalibrate)
@@ -382,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
                     "default corpus: .txt files (one text each) or .jsonl files (one text per line, in --text-field)")
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
-    ka.add_argument("--max-bytes", type=_int_at_least(1), default=64 * DEFAULT_MAX_INPUT_BYTES, metavar="N",
+    ka.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=64 * DEFAULT_MAX_INPUT_BYTES, metavar="N",
                     help="refuse corpus files larger than N bytes in all")
     ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
     ka.add_argument("--json", action="store_true", help="print the certificate instead of the table")
@@ -614,11 +623,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_130_on_interrupt() -> Any:
-    """Install the program's SIGINT handler; returns the previous one (None when it cannot be installed)."""
+    """Install the program's SIGINT handler (and SIGTERM, SIGHUP: a stopped job or a closed terminal end
+    the run the same way, with a message); returns the previous SIGINT handler (None when it cannot be
+    installed)."""
     try:
-        return signal.signal(signal.SIGINT, _interrupted)
+        previous = signal.signal(signal.SIGINT, _interrupted)
     except (ValueError, OSError):  # not the main thread of the main interpreter
         return None
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _interrupted)
+    return previous
 
 
 def _interrupted(signum: int, frame: Any) -> None:
@@ -628,13 +643,14 @@ def _interrupted(signum: int, frame: Any) -> None:
     wherever the signal lands: inside an import, or inside a library that
     would turn the exception into an error of its own (exit 3).
     """
+    name = {signal.SIGINT: "interrupted"}.get(signum) or f"stopped by {signal.Signals(signum).name}"
     try:
         sys.stdout.flush()
-        sys.stderr.write("chainmark: interrupted\n")
+        sys.stderr.write(f"chainmark: {name}; nothing more was written\n")
         sys.stderr.flush()
     except Exception:  # a stream in the middle of a write; the exit code still says it
         pass
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum))
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -738,6 +754,12 @@ def _load_key(path: str | None) -> bytes:
     source = path if path is not None else os.environ.get(KEY_FILE_ENV) or None
     if source is not None:
         _warn_if_not_private(source)
+    from .keys import weak_key_reason
+
+    weak = weak_key_reason(key)
+    if weak:  # the auditor cannot choose the deployer's key, but should know
+        _warn(f"the key is weak: {weak}; a key this easy to guess lets anyone forge or remove the watermark "
+              "(chainmark keygen writes 32 random bytes)")
     return key
 
 
@@ -778,9 +800,12 @@ def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
     import codecs
 
     try:
-        codecs.lookup(encoding)
+        info = codecs.lookup(encoding)
     except LookupError:
         raise UsageError(f"--encoding: unknown text encoding {encoding!r}") from None
+    if not getattr(info, "_is_text_encoding", True):  # rot13, base64, zlib: codecs, not text encodings
+        raise UsageError(f"--encoding: {encoding!r} is not a text encoding (it transforms bytes or text); "
+                         "name the encoding the files are written in, e.g. utf-8 or latin-1")
     if list(paths).count("-") > 1:
         raise UsageError("'-' (standard input) may be given only once")
     texts, problems = [], []
@@ -803,6 +828,8 @@ def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8"
     gives the byte offset, never the bytes (a key file passed by mistake
     must not be echoed).
     """
+    if source == "":
+        raise UsageError("an empty file name was given (an empty argument, e.g. an unset shell variable)")
     try:
         data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
     except FileNotFoundError:
@@ -830,7 +857,19 @@ def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: i
 
 
 def _read_bytes(path: str, max_bytes: int) -> bytes:
-    """At most ``max_bytes + 1`` bytes of a file: enough to tell that it is too large."""
+    """At most ``max_bytes + 1`` bytes of a regular file: enough to tell that it is too large.
+
+    A FIFO, socket or device is refused before it is opened (opening a FIFO with no writer blocks
+    forever); standard input ('-') is the way to pipe text in.
+    """
+    import stat
+
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{path} is not a regular file (a pipe, socket or device); pipe text in through "
+                         "standard input with '-' instead")
     with open(path, "rb") as fh:
         return fh.read(max_bytes + 1)
 
@@ -981,6 +1020,8 @@ def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
         s_star = int(cal.s_star(n, rho, alpha, k=k))
     except (ZeroDivisionError, OverflowError):  # rho * rho underflows, or S* overflows a float
         s_star = None
+    if s_star is None and n > 2**53:
+        raise UsageError(f"--n {n} is beyond any text (more than 2**53 tokens); give the text length in tokens")
     if s_star is None or s_star > MAX_STATES:
         need = "more states than a float can count" if s_star is None else f"S* = {s_star} states"
         raise UsageError(f"these targets need {need}, above the largest S the detector accepts "
@@ -1063,9 +1104,20 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
             master = read_key_file(args.from_master)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        from .keys import weak_key_reason
+
+        weak = weak_key_reason(master)
+        if weak:  # every key derived from it would be as guessable
+            raise UsageError(f"refusing to derive keys from a weak master key ({weak}); write a random master "
+                             "with `chainmark keygen --out master.key`")
         _warn_if_not_private(args.from_master)
         if not args.context:
             raise UsageError("--context must be a non-empty string")
+        try:
+            args.context.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("--context must be text (it holds bytes that are not valid in the "
+                             "terminal's encoding)") from None
         key = derive_key(master, args.context)
         how = f"derived for context {args.context!r} from master {key_fingerprint(master)}"
     else:

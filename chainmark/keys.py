@@ -102,6 +102,22 @@ def generate_key() -> bytes:
 _HEX_TEXT = re.compile(rb"\s*[0-9A-Fa-f]+\s*")
 
 
+def weak_key_reason(key: bytes) -> str | None:
+    """Why a key is weak, or None: too few distinct byte values, or printable text (a password).
+
+    A key from ``keygen`` is 32 random bytes: about 30 distinct values, and the chance that all 32 are
+    printable ASCII is about 1e-14. A key made of a repeated byte or of typed text has a fraction of
+    the entropy its length suggests, and anyone who guesses it can forge or scrub the watermark.
+    """
+    key = bytes(key)
+    distinct = len(set(key))
+    if distinct < 8:
+        return f"it uses only {distinct} distinct byte value{'s' if distinct != 1 else ''}"
+    if all(32 <= b < 127 for b in key):
+        return "it is printable text (a password or a phrase), not random bytes"
+    return None
+
+
 def check_key_bytes(key: bytes, source: str) -> bytes:
     """Refuse a key shorter than MIN_KEY_BYTES or one that is hexadecimal text; messages name ``source``, never the key."""
     if len(key) < MIN_KEY_BYTES:

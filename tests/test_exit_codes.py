@@ -136,3 +136,64 @@ def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
         code, out, err = in_process("detect", "--regime", name, "--key-file", "k.key", "t.txt")
         assert code == 2 and out == "" and says in err, (name, code, err)
     assert in_process("detect", "--regime", "r.json", "--key-file", "k.key", "t.txt")[0] == 0
+
+
+def test_user_caused_conditions_exit_2_not_3(tmp_path, in_process):
+    """Every one of these once ended in 'internal error' (exit 3); each is the caller's to fix."""
+    (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    (tmp_path / "deep.jsonl").write_text("[" * 10_000 + "]" * 10_000 + "\n", "utf-8")
+    (tmp_path / "bigint.jsonl").write_text('{"z": 1' + "0" * 400 + "}\n" + '{"z": 1.0}\n', "utf-8")
+    cases = [
+        (["detect", "--key-file", "k.key", "--encoding", "rot13", "t.txt"], "not a text encoding"),
+        (["detect", "--key-file", "k.key", "--encoding", "base64", "t.txt"], "not a text encoding"),
+        (["detect", "--key-file", "k.key", "--max-bytes", str(2**64), "t.txt"], "--max-bytes"),
+        (["detect", "--key-file", "k.key", ""], "an empty file name"),
+        (["detect", "--key-file", "k.key", "x" * 300 + ".txt"], "cannot be read"),
+        (["recalibrate", "--null", "deep.jsonl", "--alpha", "0.05"], "nested too deeply"),
+        (["recalibrate", "--null", "bigint.jsonl", "--alpha", "0.05"], "an integer of 401 digits"),
+        (["calibrate", "--n", "1" + "0" * 400, "--rho", "0.5", "--alpha", "0.01"], "beyond any text"),
+        (["keygen", "--out", "c.key", "--from-master", "k.key", "--context", "\udcff\udcfe"], "must be text"),
+    ]
+    for args, says in cases:
+        code, _, err = in_process(*args)
+        assert code == 2 and says in err, (args[:3], code, err)
+
+
+def test_a_fifo_is_refused_instead_of_blocking(tmp_path, in_process):
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    os.mkfifo(tmp_path / "pipe")  # no writer: opening it would block forever
+    code, _, err = in_process("detect", "--key-file", "k.key", "pipe")
+    assert code == 2 and "not a regular file" in err
+
+
+def test_weak_keys_are_named_by_detect_and_refused_as_a_master(tmp_path, in_process):
+    from chainmark.keys import weak_key_reason, write_key_file
+
+    (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
+    for name, key in (("zeros.key", bytes(32)), ("password.key", b"passwordpassword"), ("spaces.key", b" " * 16)):
+        write_key_file(tmp_path / name, key)
+        assert weak_key_reason(key)
+        code, _, err = in_process("detect", "--key-file", name, "--S", "5", "t.txt")
+        assert code == 0 and "the key is weak" in err, name
+        code, _, err = in_process("keygen", "--out", f"derived-{name}", "--from-master", name, "--context", "x/1")
+        assert code == 2 and "weak master key" in err and not (tmp_path / f"derived-{name}").exists()
+    assert in_process("keygen", "--out", "strong.key")[0] == 0
+    assert "weak" not in in_process("detect", "--key-file", "strong.key", "--S", "5", "t.txt")[2]
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_end_a_run_with_a_message(tmp_path, signame):
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert shell(f"{CLI} keygen --out k.key", tmp_path).returncode == 0
+    # standard input that never ends keeps the command waiting, as a long run would
+    proc = subprocess.Popen([sys.executable, "-m", "chainmark.cli", "detect", "--key-file", "k.key", "-"],
+                            cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # past the imports
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, signame) and f"stopped by {signame}" in err, (proc.returncode, err)
