@@ -1,4 +1,4 @@
-"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | regime | reference``.
+"""The auditor's command line: ``chainmark detect | calibrate | recalibrate | keygen | key audit | regime | reference``.
 
 ChainMark's promise is that a third party can audit text with nothing but
 the key and the tokenizer. This module is that third party's tool:
@@ -7,9 +7,14 @@ the key and the tokenizer. This module is that third party's tool:
   per-deployment key from a master key (HKDF), and prints only the key's
   fingerprint;
 - ``calibrate`` turns a regulator's targets (n, rho, alpha) into S*;
+- ``key audit`` scores unwatermarked text under one key with every test and
+  writes a certificate (the key's false-positive rates; exit 1 when the key
+  does not hold alpha for the deployed test);
 - ``regime`` writes the public detection regime (S, topology, alpha,
-  threshold, tokenizer, key fingerprint; never the key);
-- ``detect`` scores text files and reports phi, z, the p-value and a decision;
+  threshold, test, tokenizer, key fingerprint, the key's certificate, a
+  digest of it all; never the key);
+- ``detect`` scores text files with the z-test, distinct pairs or the exact
+  test (``--test``) and reports phi, z, the p-value and a decision;
 - ``recalibrate`` sets the operating threshold from the z-scores of
   unwatermarked text of the deployment's own domain;
 - ``reference`` runs, inspects (``status``) and re-checks (``verify``) the
