@@ -934,7 +934,15 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
     if args.certificate:  # a certificate given here replaces the one the regime carries
         regime = regime.replace(key_audit=_read_certificate(args.certificate))
-    regime.check_certificate(key, tokenizer)  # a key-audit certificate must be this key's, tokenizer's, S's
+    # a key-audit certificate must be this key's, tokenizer's, S's and topology's; for another test or alpha
+    # chosen here it does not speak, and the audit says so
+    for note in regime.check_certificate(key, tokenizer, strict_test=False):
+        _warn(f"the regime's key-audit certificate does not cover this audit ({note}): its rates are not certified")
+    if regime.key_audit is not None and regime.key_audit.get("verdict") != "pass":
+        row = regime.key_audit["tests"][regime.key_audit["deploy_test"]]
+        _warn(f"this regime's key failed its audit for the {regime.key_audit['deploy_test']} test: it flagged "
+              f"{100 * row['fpr']:.2f}% [{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of "
+              f"{row['texts']} unwatermarked texts at alpha = {regime.alpha:g} (see the certificate)")
     if regime.trades_fpr_for_power:
         _warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
               f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "

@@ -136,8 +136,10 @@ def fpr_across_keys(
 
 
 def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, tokenizer_fingerprint: str | None = None,
-                         S: int | None = None, topology: str | None = None) -> list[str]:
-    """What is wrong with a certificate, or with using it for this key, tokenizer, S and topology (empty: fine)."""
+                         S: int | None = None, topology: str | None = None, test: str | None = None,
+                         alpha: float | None = None) -> list[str]:
+    """What is wrong with a certificate, or with using it for this key, tokenizer, S, topology, test and alpha
+    (empty: fine). A certificate speaks for the test it was made for (``deploy_test``) at its alpha only."""
     if not isinstance(cert, Mapping) or cert.get("format") != CERTIFICATE_FORMAT:
         return [f"not a {CERTIFICATE_FORMAT} certificate"]
     missing = [f for f in CERTIFICATE_FIELDS if f not in cert]
@@ -145,7 +147,7 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
         return [f"the certificate lacks {', '.join(missing)}"]
     problems = []
     for name, wanted in (("key_fingerprint", key_fingerprint), ("tokenizer_fingerprint", tokenizer_fingerprint),
-                         ("S", S), ("topology", topology)):
+                         ("S", S), ("topology", topology), ("deploy_test", test), ("alpha", alpha)):
         if wanted is not None and cert.get(name) != wanted:
             problems.append(f"the certificate was made for {name} {cert.get(name)!r}, this audit uses {wanted!r}")
     if cert.get("verdict") not in ("pass", "fail"):

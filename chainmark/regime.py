@@ -227,10 +227,15 @@ def regime_digest(doc: Mapping[str, Any]) -> str:
 
 
 def published_regime_problems(doc: Any) -> list[str]:
-    """:func:`regime_problems`, plus what a published regime must satisfy so that it cannot flip a verdict
-    unnoticed: the required fields present and not null, the redundant fields (k, p0, z_alpha) equal to
-    what S, the topology and alpha give, a threshold no lower than z_alpha unless ``trades_fpr_for_power``
-    says so (none at all for the exact test), and the digest of the canonical form."""
+    """:func:`regime_problems`, plus what a published regime must satisfy: the required fields present and
+    not null, the redundant fields (k, p0, z_alpha) equal to what S, the topology and alpha give, a
+    threshold no lower than z_alpha unless ``trades_fpr_for_power`` says so (none at all for the exact
+    test), and the digest of the canonical form.
+
+    The digest catches an edit made by mistake, or by a tool that does not know to recompute it; it is
+    not a signature (anyone can recompute it), so a regime's authenticity comes from where it is
+    published, and the rules above are what keep even a recomputed edit from flipping a verdict
+    silently."""
     problems = regime_problems(doc)
     if problems:
         return problems
@@ -394,19 +399,25 @@ class Regime:
             raise RegimeError(f"the key's fingerprint {seen} does not match the regime's "
                               f"{self.key_fingerprint}: wrong key file?")
 
-    def check_certificate(self, key: bytes | str, tokenizer: Any) -> None:
+    def check_certificate(self, key: bytes | str, tokenizer: Any, *, strict_test: bool = True) -> list[str]:
         """A ``RegimeError`` when the regime carries a key-audit certificate made for another key,
-        tokenizer, S or topology (:func:`chainmark.keyaudit.certificate_problems`)."""
+        tokenizer, S or topology (:func:`chainmark.keyaudit.certificate_problems`), or for another test or
+        alpha. With ``strict_test=False`` (an auditor who chose another test or alpha on the command
+        line) those two are returned as notes instead: the audit is valid, its rate is not certified."""
         if self.key_audit is None:
-            return
+            return []
         from .keyaudit import certificate_problems
         from .keys import key_fingerprint
 
         problems = certificate_problems(self.key_audit, key_fingerprint=key_fingerprint(key),
                                         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), S=self.S,
                                         topology=self.topology)
+        other = certificate_problems(self.key_audit, test=self.effective_test, alpha=self.alpha)
+        if strict_test:
+            problems += other
         if problems:
             raise RegimeError("the regime's key-audit certificate does not fit this audit: " + "; ".join(problems))
+        return other
 
     def check_tokenizer(self, tokenizer: Any) -> None:
         """A ``RegimeError`` when the regime names a vocabulary fingerprint and ``tokenizer`` has another."""

@@ -182,10 +182,29 @@ def test_weak_keys_are_named_by_detect_and_refused_as_a_master(tmp_path, in_proc
     assert "weak" not in in_process("detect", "--key-file", "strong.key", "--S", "5", "t.txt")[2]
 
 
+def _wait_until_blocked(pid: int, timeout: float = 120.0) -> None:
+    """Return once the process has stopped using CPU for a second (it waits on its standard input)."""
+    import time
+
+    def cpu() -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+
+    start, last, still = time.monotonic(), -1, 0
+    while time.monotonic() - start < timeout:
+        now = cpu()
+        still = still + 1 if now == last else 0
+        if still >= 4 and now > 0:
+            return
+        last = now
+        time.sleep(0.25)
+    raise AssertionError("the command never settled into waiting for its input")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_end_a_run_with_a_message(tmp_path, signame):
     import signal
-    import time
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert shell(f"{CLI} keygen --out k.key", tmp_path).returncode == 0
@@ -193,7 +212,7 @@ def test_sigterm_and_sighup_end_a_run_with_a_message(tmp_path, signame):
     proc = subprocess.Popen([sys.executable, "-m", "chainmark.cli", "detect", "--key-file", "k.key", "-"],
                             cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # past the imports
+    _wait_until_blocked(proc.pid)  # past the imports (a signal during them would end Python before main runs)
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + getattr(signal, signame) and f"stopped by {signame}" in err, (proc.returncode, err)

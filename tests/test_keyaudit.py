@@ -90,6 +90,22 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     assert json.loads(regime.read_text("utf-8"))["key_audit"]["key_fingerprint"] == cert["key_fingerprint"]
     assert cli.main(["detect", "--key-file", str(keys["a"]), "--regime", str(regime), str(text)]) == 0
     capsys.readouterr()
+    # a certificate for another test or alpha than the regime's is refused: it does not speak for it
+    assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.01",
+                     "--certificate", str(cert_path)]) == 2  # the regime's test is the z-test
+    assert "deploy_test" in capsys.readouterr().err
+    assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.05", "--test", "exact",
+                     "--certificate", str(cert_path)]) == 2
+    assert "alpha" in capsys.readouterr().err
+    # a certificate that says the key failed can be published, and every audit then says so
+    failed = dict(cert, verdict="fail")
+    (tmp_path / "failed.json").write_text(json.dumps(failed), "utf-8")
+    assert cli.main(["detect", "--key-file", str(keys["a"]), "--S", "5", "--test", "exact", "--certificate",
+                     str(tmp_path / "failed.json"), str(text)]) == 0
+    assert "failed its audit for the exact test" in capsys.readouterr().err
+    # an auditor who applies another test than the certificate's is told the rate is not certified
+    assert cli.main(["detect", "--key-file", str(keys["a"]), "--regime", str(regime), "--test", "z", str(text)]) == 0
+    assert "not certified" in capsys.readouterr().err
     # a certificate for another key, S or topology is refused (exit 2)
     assert cli.main(["regime", "--key-file", str(keys["b"]), "--S", "5", "--alpha", "0.01",
                      "--certificate", str(cert_path)]) == 2
