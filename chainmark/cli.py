@@ -114,6 +114,15 @@ def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
 MAX_INPUT_BYTES_LIMIT = 2**62
 
 
+def _recalibration(text: str) -> dict[str, Any]:
+    """``METHOD:N`` of ``regime --recalibrated``: the recipe and the size of the null corpus it was fitted on."""
+    method, _, n = text.partition(":")
+    if method not in ("sd", "quantile") or not n.isdigit() or int(n) < 2:
+        raise argparse.ArgumentTypeError(f"must be METHOD:N with METHOD sd or quantile and N >= 2 null texts, "
+                                         f"got {text!r}")
+    return {"method": method, "n_null": int(n)}
+
+
 def _int_at_least(low: int):
     def parse(text: str) -> int:
         try:
@@ -355,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help)")
+    g.add_argument("--recalibrated", metavar="METHOD:N", type=_recalibration,
+                   help="record that --threshold was fitted by `chainmark recalibrate --method METHOD` on N null "
+                        "texts (e.g. quantile:412); needed for a fitted threshold below z_alpha")
     g.add_argument("--trades-fpr-for-power", action="store_true",
                    help="allow a --threshold below z_alpha: the regime then says, and every audit warns, that it "
                         "flags more than alpha of unwatermarked text in exchange for power")
@@ -1164,7 +1176,8 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
                               distinct_pairs=args.distinct_pairs, test=args.test,
                               key_audit=_read_certificate(args.certificate) if args.certificate else None,
-                              trades_fpr_for_power=args.trades_fpr_for_power)
+                              trades_fpr_for_power=args.trades_fpr_for_power,
+                              recalibration=args.recalibrated)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
         raise UsageError(str(exc)) from None
     Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...

@@ -229,8 +229,9 @@ def regime_digest(doc: Mapping[str, Any]) -> str:
 def published_regime_problems(doc: Any) -> list[str]:
     """:func:`regime_problems`, plus what a published regime must satisfy: the required fields present and
     not null, the redundant fields (k, p0, z_alpha) equal to what S, the topology and alpha give, a
-    threshold no lower than z_alpha unless ``trades_fpr_for_power`` says so (none at all for the exact
-    test), and the digest of the canonical form.
+    threshold no lower than z_alpha unless the regime records the ``recalibration`` that fitted it on a
+    null corpus or says ``trades_fpr_for_power`` (none at all for the exact test), and the digest of the
+    canonical form.
 
     The digest catches an edit made by mistake, or by a tool that does not know to recompute it; it is
     not a signature (anyone can recompute it), so a regime's authenticity comes from where it is
@@ -258,10 +259,12 @@ def published_regime_problems(doc: Any) -> list[str]:
     threshold = doc["threshold"]
     if test == "exact" and threshold is not None:
         problems.append('"threshold" must be null for the exact test, which decides by its p-value')
-    if threshold is not None and threshold < za - 1e-9 and doc.get("trades_fpr_for_power") is not True:
-        problems.append(f'"threshold" {threshold} lies below z_alpha = {za:.4f} for alpha = {alpha}: it would flag '
-                        'more than alpha of unwatermarked text; a regime that does so on purpose says '
-                        '"trades_fpr_for_power": true')
+    if (threshold is not None and threshold < za - 1e-9 and doc.get("trades_fpr_for_power") is not True
+            and not doc.get("recalibration")):
+        problems.append(f'"threshold" {threshold} lies below z_alpha = {za:.4f} for alpha = {alpha}: on text '
+                        'as the analytic null describes it, it would flag more than alpha; a regime publishes '
+                        'such a threshold only with the "recalibration" that fitted it on a null corpus, or '
+                        'saying "trades_fpr_for_power": true')
     if not problems and doc["digest"] != regime_digest(doc):
         problems.append('"digest" does not match the document: it was changed after it was written')
     return problems

@@ -216,3 +216,15 @@ def test_sigterm_and_sighup_end_a_run_with_a_message(tmp_path, signame):
     proc.send_signal(getattr(signal, signame))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + getattr(signal, signame) and f"stopped by {signame}" in err, (proc.returncode, err)
+
+
+def test_regime_records_how_a_threshold_was_fitted(tmp_path, in_process):
+    import json
+
+    assert in_process("keygen", "--out", "k.key")[0] == 0
+    code, _, err = in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--threshold", "2.0")
+    assert code == 2 and "lies below z_alpha" in err
+    code, out, err = in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--threshold", "2.0",
+                                "--recalibrated", "quantile:412")
+    assert code == 0 and json.loads(out)["recalibration"] == {"method": "quantile", "n_null": 412}, err
+    assert in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--recalibrated", "median:3")[0] == 2

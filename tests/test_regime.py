@@ -229,6 +229,9 @@ def test_a_published_regime_refuses_every_silent_edit():
     assert traded["trades_fpr_for_power"] is True and published_regime_problems(traded) == []
     with pytest.raises(RegimeError, match="trades_fpr_for_power"):
         _published(threshold=1.5)
+    # a threshold fitted on a null corpus may lie below z_alpha (a narrow null): it is published with its record
+    fitted = _published(threshold=2.1, recalibration={"method": "quantile", "n_null": 400})
+    assert published_regime_problems(fitted) == [] and fitted["recalibration"]["n_null"] == 400
     exact = _published(test="exact")
     assert exact["threshold"] is None and published_regime_problems(exact) == []
     assert "must be null for the exact test" in " ".join(
