@@ -464,22 +464,12 @@ def _cmd_key_help(args: argparse.Namespace) -> int:
 def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]]]:
     """The corpus a key is audited on, as token ids: the caller's files, or the book's default corpus."""
     if args.corpus:
-        texts = []
-        total = 0
+        texts: list[str] = []
+        left = args.max_bytes  # the limit holds for the corpus as a whole
         for path in args.corpus:
-            p = Path(path)
-            try:
-                data = p.read_bytes()
-            except OSError as exc:
-                raise UsageError(f"cannot read the corpus file {path} ({exc.strerror or exc})") from None
-            total += len(data)
-            if total > args.max_bytes:
-                raise UsageError(f"the corpus is larger than --max-bytes {args.max_bytes}")
-            try:
-                content = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise UsageError(f"{path} is not UTF-8 text (byte offset {exc.start})") from None
-            if p.suffix == ".jsonl":
+            content = _read_input(path, f"corpus file {path}", left, too_large=" (the corpus exceeds --max-bytes)")
+            left -= len(content.encode("utf-8"))
+            if Path(path).suffix == ".jsonl":
                 for number, line in enumerate(content.split("\n"), 1):
                     if not line.strip():
                         continue
@@ -513,16 +503,13 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
 
     key = _load_key(args.key_file)
     tokenizer = _load_tokenizer(args.tokenizer, args.tokenizer_revision)
-    try:
-        resolve_topology_checked = Regime(S=args.S, topology=args.topology).topo
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    topo = _topology(Regime(S=args.S, topology=args.topology))
     out = _out_path(args.out, "certificate") if args.out else None
     if out is not None and (out.exists() or out.is_symlink()):
         raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
     name, texts = _audit_corpus(args, tokenizer)
     try:
-        cert = audit_key(key, texts, S=args.S, topology=resolve_topology_checked, alpha=args.alpha,
+        cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha,
                          deploy_test=args.test, vocab_size=len(tokenizer))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -1194,9 +1181,7 @@ def _out_path(value: str, what: str) -> Path:
     if not value.strip():
         raise UsageError(f"--out is empty: give the path of the {what} to create")
     if value == "-":
-        raise UsageError(f"--out - would create a file named '-'; give the path of the {what} to create "
-                         "(leave --out out to print it)" if what != "key file" else
-                         "--out - would create a file named '-'; give the path of the key file to create")
+        raise UsageError(f"--out - would create a file named '-'; give the path of the {what} to create")
     if value.endswith(("/", os.sep)) or Path(value).is_dir():
         raise UsageError(f"--out {value} names a folder; give the path of the {what} to create inside it")
     return Path(value)

@@ -43,6 +43,12 @@ def corpus_fingerprint(texts: Sequence[Sequence[int]]) -> str:
     return h.hexdigest()[:16]
 
 
+def _scores(key: Key, texts: Sequence[np.ndarray], topo: Any, alpha: float, test: str,
+            vocab_size: int | None) -> list[Any]:
+    """Every text's verdict under one key and one test (the audit and the across-keys table share it)."""
+    return [detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test) for ids in texts]
+
+
 def _threshold(values: np.ndarray, alpha: float, upper: bool) -> float | None:
     """The corpus threshold that holds alpha: on z (flag above), or on p (flag below); None if too few texts."""
     try:
@@ -77,7 +83,7 @@ def audit_key(
         raise ValueError("the corpus has no text of two tokens or more: nothing to audit the key on")
     tests: dict[str, Any] = {}
     for test in TESTS:
-        results = [detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test) for ids in kept]
+        results = _scores(key, kept, topo, alpha, test, vocab_size)
         flags = np.array([r.is_watermarked for r in results])
         est = rate_estimate(flags)
         z = np.array([r.z for r in results])
@@ -128,8 +134,7 @@ def fpr_across_keys(
     for key in keys:
         fingerprint = key_fingerprint(key)
         for test in tests:
-            est = rate_estimate([detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test).is_watermarked
-                                 for ids in kept])
+            est = rate_estimate([r.is_watermarked for r in _scores(key, kept, topo, alpha, test, vocab_size)])
             rows.append({"key": fingerprint, "test": test, "texts": est.trials, "flagged": est.hits,
                          "fpr": est.rate, "ci_low": est.low, "ci_high": est.high})
     return rows
