@@ -52,6 +52,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
@@ -866,8 +867,6 @@ def _read_bytes(path: str, max_bytes: int) -> bytes:
     A FIFO, socket or device is refused before it is opened (opening a FIFO with no writer blocks
     forever); standard input ('-') is the way to pipe text in.
     """
-    import stat
-
     mode = os.stat(path).st_mode
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(path)
@@ -1104,7 +1103,7 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     """Write a key file and print its fingerprint. The fingerprint is printed (and flushed) first: if standard
     output cannot take it, no key is written, so a key never exists without the fingerprint that names it."""
-    from .keys import derive_key, generate_key, key_fingerprint, read_key_file
+    from .keys import derive_key, generate_key, key_fingerprint, read_key_file, weak_key_reason
 
     if (args.from_master is None) != (args.context is None):
         raise UsageError("--from-master and --context go together")
@@ -1116,8 +1115,6 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
             master = read_key_file(args.from_master)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
-        from .keys import weak_key_reason
-
         weak = weak_key_reason(master)
         if weak:  # every key derived from it would be as guessable
             raise UsageError(f"refusing to derive keys from a weak master key ({weak}); write a random master "
