@@ -32,8 +32,10 @@ Ctrl-C wherever it lands (even while libraries are being imported).
 
 Inputs are bounded (:mod:`chainmark.limits`): S at most 4096, key files at
 most 4 KiB and at least 16 bytes of raw key (hexadecimal text is refused),
-regime files 1 MiB, texts and null files 4 MiB unless ``--max-bytes`` says
-otherwise. Regime files are checked field by field.
+regime files 1 MiB, null files 4 MiB, texts 1 GiB unless ``--max-bytes`` says
+otherwise. Texts are tokenized and scored in pieces (:mod:`chainmark.stream`),
+so their size limit is a safety limit, not a memory limit. Regime files are
+checked field by field.
 
 The key is read from a file (``--key-file``) or the environment
 (``CHAINMARK_KEY_FILE``, ``CHAINMARK_KEY`` as hex) and is never printed:
@@ -57,7 +59,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence, TextIO
 
-from .limits import DEFAULT_MAX_INPUT_BYTES, MAX_REGIME_BYTES, MAX_STATES
+from .limits import DEFAULT_MAX_CORPUS_BYTES, DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from .regime import (REGIME_FORMAT, Regime, RegimeError, parse_regime_text, published_regime_problems,  # noqa: F401
                      regime_document, regime_problems,
                      tokenizer_fingerprint)
@@ -289,8 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the regime's n_min, else 0)")
     d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
                    "included (default utf-8)")
-    d.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
-                   help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
+    d.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_TEXT_BYTES, metavar="N",
+                   help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_TEXT_BYTES}, 1 GiB: a safety "
+                        "limit; texts are scored in pieces, so memory stays flat whatever their size)")
     d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
     d.add_argument("--fail-on-detect", action="store_true",
                    help="exit with code 1 if any input is detected as watermarked")
@@ -409,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
                     "default corpus: .txt files (one text each) or .jsonl files (one text per line, in --text-field)")
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
-    ka.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=64 * DEFAULT_MAX_INPUT_BYTES, metavar="N",
+    ka.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES, metavar="N",
                     help="refuse corpus files larger than N bytes in all")
     ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
     ka.add_argument("--json", action="store_true", help="print the certificate instead of the table")
@@ -799,9 +802,104 @@ def _tokenizer_label(name: str | None) -> str:
 # ---------------------------------------------------------------------------
 # detect
 # ---------------------------------------------------------------------------
+class _TextInput:
+    """One input of ``detect``, checked in full (readable, within --max-bytes, text in --encoding, not empty)
+    and then streamed again for scoring, so that no input of any size is held in memory whole.
+
+    A file is re-opened to score it; standard input is spooled (in memory up to 8 MiB, then in a temporary
+    file) because it can be read only once; a text-mode stream without a byte buffer (a notebook's, a test's)
+    is held as text.
+    """
+
+    def __init__(self, source: str, label: str, encoding: str, stdin: TextIO, max_bytes: int):
+        self.source, self.label, self.encoding = source, label, encoding
+        self.spool: Any = None
+        self.text: str | None = None
+        if source == "":
+            raise UsageError("an empty file name was given (an empty argument, e.g. an unset shell variable)")
+        try:
+            if source == "-":
+                self._spool_stdin(stdin, max_bytes)
+            else:
+                _check_regular(source, max_bytes, label)
+            nonblank = any(chunk.strip() for chunk in self.chunks(max_bytes))
+        except FileNotFoundError:
+            raise UsageError(f"{label} does not exist") from None
+        except IsADirectoryError:
+            raise UsageError(f"{label} is a folder, not a text file") from None
+        except PermissionError:
+            raise UsageError(f"{label} is not readable by this user") from None
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}); pass --encoding") from None
+        except OSError as exc:
+            raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        if not nonblank:
+            raise UsageError(f"{label}: empty input, nothing to score")
+
+    def _spool_stdin(self, stdin: TextIO, max_bytes: int) -> None:
+        import tempfile
+
+        raw = getattr(stdin, "buffer", None)
+        if raw is None:  # an in-memory text stream
+            self.text = stdin.read(max_bytes + 1)
+            if len(self.text) > max_bytes:
+                raise UsageError(f"{self.label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+            return
+        self.spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+        size = 0
+        while block := raw.read(1 << 20):
+            size += len(block)
+            if size > max_bytes:
+                raise UsageError(f"{self.label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+            self.spool.write(block)
+
+    def chunks(self, max_bytes: int) -> Iterable[str]:
+        """The input's text, a megabyte at a time (decoding errors raise ``UnicodeDecodeError``)."""
+        from .stream import decoded_chunks
+
+        if self.text is not None:
+            yield self.text
+            return
+        if self.spool is not None:
+            self.spool.seek(0)
+            yield from decoded_chunks(self.spool, self.encoding)
+            return
+        with open(self.source, "rb") as fh:
+            yield from decoded_chunks(_Bounded(fh, max_bytes, self.label), self.encoding)
+
+
+class _Bounded:
+    """A binary file that refuses to yield more than ``max_bytes`` (a file growing while it is read)."""
+
+    def __init__(self, fh: Any, max_bytes: int, label: str):
+        self.fh, self.left, self.max_bytes, self.label = fh, max_bytes, max_bytes, label
+
+    def read(self, size: int) -> bytes:
+        data = self.fh.read(size)
+        self.left -= len(data)
+        if self.left < 0:
+            raise UsageError(f"{self.label} is larger than {self.max_bytes} bytes (raise the limit with --max-bytes)")
+        return data
+
+
+def _check_regular(path: str, max_bytes: int, label: str) -> None:
+    """A regular file within ``max_bytes``: a FIFO, socket or device is refused before it is opened (opening
+    a FIFO with no writer blocks forever), a file too large before it is read."""
+    info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{path} is not a regular file (a pipe, socket or device); pipe text in through "
+                         "standard input with '-' instead")
+    if info.st_size > max_bytes:
+        raise UsageError(f"{label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+    with open(path, "rb"):  # readable by this user
+        pass
+
+
 def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
-                 max_bytes: int = DEFAULT_MAX_INPUT_BYTES) -> list[tuple[str, str]]:
-    """Read every input first; collect every problem, then fail once."""
+                 max_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> list[_TextInput]:
+    """Check every input first (each is read once through); collect every problem, then fail once."""
     import codecs
 
     try:
@@ -813,16 +911,16 @@ def _read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
                          "name the encoding the files are written in, e.g. utf-8 or latin-1")
     if list(paths).count("-") > 1:
         raise UsageError("'-' (standard input) may be given only once")
-    texts, problems = [], []
+    inputs, problems = [], []
     for path in paths:
         label = "<stdin>" if path == "-" else path
         try:
-            texts.append((label, _read_text(path, label, encoding, stdin, max_bytes)))
+            inputs.append(_TextInput(path, label, encoding, stdin, max_bytes))
         except UsageError as exc:
             problems.append(str(exc))
     if problems:
         raise UsageError("cannot audit these inputs (nothing was scored):\n  " + "\n  ".join(problems))
-    return texts
+    return inputs
 
 
 def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8", stdin: TextIO | None = None,
@@ -851,14 +949,6 @@ def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8"
         return data if isinstance(data, str) else data.decode(encoding)
     except UnicodeDecodeError as exc:
         raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}){not_text}") from None
-
-
-def _read_text(path: str, label: str, encoding: str, stdin: TextIO, max_bytes: int) -> str:
-    """One input to score: bounded, decoded with ``--encoding``, not empty."""
-    text = _read_input(path, label, max_bytes, encoding, stdin, not_text="; pass --encoding")
-    if not text.strip():
-        raise UsageError(f"{label}: empty input, nothing to score")
-    return text
 
 
 def _read_bytes(path: str, max_bytes: int) -> bytes:
@@ -902,9 +992,19 @@ def _detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) ->
     """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published
     document, the document over the defaults."""
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
-                          distinct_pairs=args.distinct_pairs, test=args.test, n_min=args.min_tokens,
+                          distinct_pairs=args.distinct_pairs, test=_default_test(args, document),
+                          n_min=args.min_tokens,
                           tokenizer=args.tokenizer,
                           tokenizer_revision=args.tokenizer_revision)
+
+
+def _default_test(args: argparse.Namespace, document: dict[str, Any] | None) -> str | None:
+    """The test an audit applies when nothing names one: the exact test, whose false-positive rate holds for
+    every text. A published regime keeps its own (one without "test" means the paper's z-test, or distinct
+    pairs), and a --threshold or --distinct-pairs given alone asks for the z statistic they apply to."""
+    if args.test is not None or document is not None or args.threshold is not None or args.distinct_pairs:
+        return args.test
+    return "exact"
 
 
 def _topology(regime: Regime) -> Any:
@@ -919,8 +1019,8 @@ def _topology(regime: Regime) -> Any:
 
 
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from .detect import detect_text
     from .keys import key_fingerprint
+    from .stream import repetition_warning
 
     published = _load_regime(args.regime) if args.regime else None
     regime = _detect_regime(args, published)
@@ -949,10 +1049,14 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
     rows = []
-    for label, text in texts:
-        res = detect_text(text, tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
-                          test=regime.effective_test)
-        rows.append({"file": label, **res.to_dict("audit", regime=regime)})
+    for item in texts:
+        res, share = _score_input(item, tokenizer, key, regime, topo, args.max_bytes)
+        rows.append({"file": item.label, **res.to_dict("audit", regime=regime),
+                     "repeated_pair_share": round(share, 6)})
+        note = repetition_warning(share, max(res.n_tokens - 1, 0), res, regime.effective_test,
+                                  regime.threshold, regime.alpha)
+        if note:
+            _warn(f"{_printable(item.label)}: {note}")
     if args.json:
         for row in rows:
             print(json.dumps(row, allow_nan=False))
@@ -961,6 +1065,23 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
         return EXIT_DETECTED
     return EXIT_OK
+
+
+def _score_input(item: _TextInput, tokenizer: Any, key: bytes, regime: Regime, topo: Any,
+                 max_bytes: int) -> tuple[Any, float]:
+    """One input scored in pieces (:func:`chainmark.stream.detect_text_stream`): the verdict scoring it whole
+    would give, and its repeated-pair share."""
+    from .stream import UncuttableText, detect_text_stream
+
+    try:
+        return detect_text_stream(item.chunks(max_bytes), tokenizer, key, S=regime.S, topology=topo,
+                                  alpha=regime.alpha, test=regime.effective_test)
+    except UncuttableText as exc:
+        raise UsageError(f"{item.label}: {exc}") from None
+    except UnicodeDecodeError as exc:  # the input changed since it was checked
+        raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{item.label} cannot be read ({exc.strerror or type(exc).__name__})") from None
 
 
 def _printable(label: str) -> str:

@@ -21,10 +21,18 @@ MIN_KEY_BYTES = 16
 #: not a key file (and ``/dev/zero`` is refused at once instead of read forever).
 MAX_KEY_FILE_BYTES = 4096
 
-#: Default largest text input of ``chainmark detect`` (``--max-bytes`` raises
-#: it): about a million tokens, far more than a z-test needs; tokenizing costs
-#: roughly 180 bytes of memory per byte of text, so 4 MiB stays under 1 GB.
+#: Default largest text input of ``chainmark detect`` (``--max-bytes`` changes
+#: it): a safety limit, not a memory limit, since texts are tokenized and
+#: scored in pieces of about a megabyte (:mod:`chainmark.stream`) and memory
+#: stays flat as they grow. A gibibyte of text is some 300 million tokens.
+DEFAULT_MAX_TEXT_BYTES = 1024 * 1024 * 1024
+
+#: Default largest null file of ``chainmark recalibrate`` (read whole: a
+#: hundred thousand z-scores is far more than a quantile needs).
 DEFAULT_MAX_INPUT_BYTES = 4 * 1024 * 1024
+
+#: Default largest corpus of ``chainmark key audit`` (its texts are scored one by one, the corpus is read whole).
+DEFAULT_MAX_CORPUS_BYTES = 256 * 1024 * 1024
 
 #: Largest regime file read: a regime is a few hundred bytes of JSON.
 MAX_REGIME_BYTES = 1024 * 1024

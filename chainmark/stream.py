@@ -1,0 +1,312 @@
+"""Score a text of any size in bounded memory, with the verdict that scoring it whole would give.
+
+Tokenizing a text whole costs far more memory than the text (about 180 bytes
+per byte with the embedded tokenizer), so a large text is cut into pieces of
+about a megabyte and the pieces are tokenized one at a time. Two things make
+the result exact, not approximate:
+
+- **cuts where the tokenizer cuts anyway.** A piece ends after a newline that
+  sits between two non-space characters (else before a single space between
+  two non-spaces): byte-level pre-tokenizers (GPT-2's, Llama 3's and the
+  embedded SmolLM2's) never join tokens across such a place. Each cut is
+  also *checked*: a window of text around it must tokenize to the same ids
+  whole as in two halves, so a tokenizer that treats the place differently
+  (one that prepends a space marker to every text, say) is caught, not
+  trusted. No checked cut within reach is an error, never a silent
+  approximation.
+- **running counters.** The transition from one piece's last token to the
+  next piece's first is scored like any other; the exact test remembers the
+  tokens seen so far (one bit per vocabulary entry), the distinct-pair test
+  the pairs seen so far (a sorted array, merged once per piece).
+
+:func:`detect_text_stream` returns the :class:`~chainmark.detect.DetectionResult`
+that :func:`~chainmark.detect.detect_text` returns for the whole text (same
+counts, phi, z and p-value; no per-transition masks) together with the
+text's repeated-pair share, and :func:`repetition_warning` says when that
+share makes the chosen test's p-value unreliable.
+"""
+from __future__ import annotations
+
+import codecs
+import math
+import re
+from dataclasses import dataclass
+from typing import IO, Any, Iterable, Iterator
+
+import numpy as np
+from scipy.special import ndtr, ndtri
+
+from .detect import (DetectionResult, TopologyLike, _detection_args, _verdict, binomial_p_value, p_value,
+                     valid_transitions, z_score)
+from .partition import Key, as_token_array, states_of
+from .verdict import decide
+
+#: Characters of text per piece (about a megabyte of ASCII): tokenizing one costs a few hundred MB at most.
+PIECE_CHARS = 1 << 20
+#: Characters on each side of a cut that are tokenized to check it.
+CHECK_WINDOW = 512
+#: How far past PIECE_CHARS a piece may grow while no checked cut is found (then it is an error).
+MAX_PIECE_CHARS = 16 * PIECE_CHARS
+#: Bytes read from a file at a time.
+READ_BYTES = 1 << 20
+
+_CUT_PATTERNS = (
+    re.compile(r"(?<=\S)\r?\n(?=\S)"),  # cut after a line break between two non-spaces
+    re.compile(r"(?<=\S)(?= \S)"),  # cut before a single space between two non-spaces
+)
+
+
+class UncuttableText(ValueError):
+    """Raised when a text offers no place to cut that keeps its tokens unchanged within the reach allowed."""
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = CHECK_WINDOW) -> bool:
+    """Whether cutting ``text`` at ``at`` leaves its tokens unchanged, checked on a window around the cut."""
+    lo, hi = max(0, at - window), min(len(text), at + window)
+    return _ids(tokenizer, text[lo:hi]) == _ids(tokenizer, text[lo:at]) + _ids(tokenizer, text[at:hi])
+
+
+def safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None, tries: int = 8) -> int | None:
+    """The last place in ``[start, end]`` where ``text`` can be cut without changing its tokens, or None.
+
+    Newline cuts are preferred to space cuts; of each kind the ``tries`` last
+    candidates are checked with :func:`cut_keeps_tokens`.
+    """
+    end = len(text) if end is None else min(end, len(text))
+    for pattern in _CUT_PATTERNS:
+        candidates = [m.end() for m in pattern.finditer(text, start, min(end + 2, len(text)))]
+        for at in reversed([at for at in candidates if at <= end][-tries:]):
+            if 0 < at < len(text) and cut_keeps_tokens(text, at, tokenizer):
+                return at
+    return None
+
+
+def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
+                max_piece_chars: int | None = None) -> Iterator[str]:
+    """Re-cut a stream of text (``chunks`` in any sizes) into pieces of about ``piece_chars`` characters at
+    checked cuts, so that tokenizing the pieces one by one gives the tokens of the whole text.
+
+    A text of at most ``piece_chars`` characters is one piece. :class:`UncuttableText` when no checked cut
+    lies within ``max_piece_chars`` (16 pieces' worth by default).
+    """
+    limit = max_piece_chars if max_piece_chars is not None else 16 * piece_chars
+    buffer = ""
+    for chunk in chunks:
+        buffer += chunk
+        while len(buffer) > piece_chars:
+            at = safe_cut(buffer, tokenizer, start=piece_chars // 2, end=piece_chars)
+            if at is None:  # none in the second half of a piece: the first one after it
+                at = safe_cut(buffer, tokenizer, start=piece_chars, end=_first_candidate(buffer, piece_chars))
+            if at is None:
+                if len(buffer) <= limit:
+                    break  # read on: a cut may come later
+                raise UncuttableText(
+                    f"no place to cut the text without changing its tokens within {limit:,} characters "
+                    "(a long run without line breaks or spaces, or a tokenizer that marks the start of every "
+                    "text); score it whole instead")
+            yield buffer[:at]
+            buffer = buffer[at:]
+    if buffer:
+        yield buffer
+
+
+def _first_candidate(text: str, start: int) -> int:
+    """Where the first few candidate cuts after ``start`` have been passed (the end of the search window)."""
+    ends = [m.end() for pattern in _CUT_PATTERNS for m, _ in zip(pattern.finditer(text, start), range(8))]
+    return max(ends, default=start)
+
+
+def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = READ_BYTES) -> Iterator[str]:
+    """The text of a binary stream, decoded incrementally ``size`` bytes at a time.
+
+    A ``UnicodeDecodeError`` carries the offset in the whole stream (its ``start``), never the bytes.
+    """
+    decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
+    offset = 0
+    while True:
+        data = stream.read(size)
+        try:
+            text = decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            raise UnicodeDecodeError(exc.encoding, exc.object, offset + exc.start, offset + exc.end,
+                                     exc.reason) from None
+        if text:
+            yield text
+        if not data:
+            return
+        offset += len(data)
+
+
+@dataclass
+class StreamingDetector:
+    """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
+
+    Equal to :func:`~chainmark.detect.detect` on the concatenated ids for every
+    test; the memory it keeps is one bit per vocabulary entry (the exact test's
+    seen tokens) and 8 bytes per distinct token pair (the repeated-pair share,
+    and the distinct-pair test).
+    """
+
+    key: Key
+    S: int = 5
+    topology: TopologyLike = "clockwork"
+    alpha: float = 0.01
+    test: str = "z"
+    vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._topo, self.alpha, self.test = _detection_args(self.key, self.S, self.topology, self.alpha, False,
+                                                            self.test)
+        self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
+        self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
+        self._seen_tokens = np.zeros(self.vocab_size or 0, dtype=bool)
+        self._seen_pairs = np.zeros(0, dtype=np.int64)
+        self._width = 0  # the pair code's base: a * width + b
+
+    def update(self, token_ids: Any) -> None:
+        """Add the next piece's token ids."""
+        ids = as_token_array(token_ids, self.vocab_size)
+        if ids.size == 0:
+            return
+        if ids.dtype != np.int64:
+            raise ValueError("token ids above 2**63 - 1 cannot be scored in pieces")
+        self.n_tokens += int(ids.size)
+        ext = ids if self._last is None else np.concatenate([self._last, ids])
+        self._last = ids[-1:].copy()
+        if ext.size < 2:
+            return
+        states = states_of(ext, self.key, self._topo.S, self.vocab_size)
+        valid = valid_transitions(states, self._topo)
+        new_pairs = self._new_pairs(ext)
+        if self.test == "exact":
+            scored = self._new_tokens(ext)[1:]
+        elif self.test == "distinct":
+            scored = new_pairs
+        else:
+            scored = None
+        if scored is None:
+            self.n_scored += int(valid.size)
+            self.n_hits += int(np.count_nonzero(valid))
+        else:
+            self.n_scored += int(np.count_nonzero(scored))
+            self.n_hits += int(np.count_nonzero(valid & scored))
+
+    def _grow(self, top: int) -> None:
+        if top >= self._seen_tokens.size:  # no vocab_size given: grow the bitmap as ids appear
+            grown = np.zeros(max(top + 1, 2 * self._seen_tokens.size), dtype=bool)
+            grown[:self._seen_tokens.size] = self._seen_tokens
+            self._seen_tokens = grown
+
+    def _new_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Mask over ``ids``: True at a token's first occurrence in the whole text so far."""
+        self._grow(int(ids.max()))
+        uniq, first = np.unique(ids, return_index=True)
+        fresh = ~self._seen_tokens[uniq]
+        mask = np.zeros(ids.size, dtype=bool)
+        mask[first[fresh]] = True
+        self._seen_tokens[uniq] = True
+        return mask
+
+    def _new_pairs(self, ids: np.ndarray) -> np.ndarray:
+        """Mask over the transitions of ``ids``: True where the pair appears for the first time in the text."""
+        top = int(ids.max())
+        if top >= self._width:  # re-code the pairs seen so far with a wider base (rare: only without vocab_size)
+            width = max(top + 1, self.vocab_size or 0, 2 * self._width)
+            if self._seen_pairs.size:
+                a, b = np.divmod(self._seen_pairs, self._width)
+                self._seen_pairs = np.sort(a * width + b)
+            self._width = width
+        codes = ids[:-1] * self._width + ids[1:]
+        uniq, first = np.unique(codes, return_index=True)
+        where = np.searchsorted(self._seen_pairs, uniq)
+        known = np.zeros(uniq.size, dtype=bool)
+        inside = where < self._seen_pairs.size
+        known[inside] = self._seen_pairs[where[inside]] == uniq[inside]
+        fresh = uniq[~known]
+        mask = np.zeros(codes.size, dtype=bool)
+        mask[first[~known]] = True
+        if fresh.size:  # two sorted runs: the stable sort merges them in linear time
+            self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, fresh]), kind="stable")
+        self.distinct_pairs += int(fresh.size)
+        return mask
+
+    @property
+    def n_transitions(self) -> int:
+        """Transitions read so far (n - 1)."""
+        return max(self.n_tokens - 1, 0)
+
+    @property
+    def repeated_pair_share(self) -> float:
+        """Share of the transitions whose token pair the text has already used (0 for fewer than two tokens)."""
+        n = self.n_transitions
+        return 0.0 if n == 0 else 1.0 - self.distinct_pairs / n
+
+    def result(self) -> DetectionResult:
+        """The verdict on everything fed so far, as :func:`~chainmark.detect.detect` gives it (without masks)."""
+        topo, m, c = self._topo, self.n_scored, self.n_hits
+        empty = np.zeros(0, dtype=bool)
+        if m == 0:
+            return _verdict(0.0, 0.0, 1.0, False, self.n_tokens, 0, 0, topo, self.alpha, empty, empty)
+        phi = c / m
+        z = z_score(phi, topo.p0, m)
+        p = binomial_p_value(c, m, topo.p0) if self.test == "exact" else p_value(z)
+        return _verdict(phi, z, p, bool(decide(z=z, p_value=p, alpha=self.alpha)), self.n_tokens, m, c, topo,
+                        self.alpha, empty, empty)
+
+
+def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5,
+                       topology: TopologyLike = "clockwork", alpha: float = 0.01, test: str = "z",
+                       vocab_size: int | None = None,
+                       piece_chars: int = PIECE_CHARS) -> tuple[DetectionResult, float]:
+    """:func:`~chainmark.detect.detect_text` for a text given in chunks of any size, in bounded memory.
+
+    Returns the result (equal to scoring the whole text; masks left empty)
+    and the text's repeated-pair share. ``vocab_size`` defaults to
+    ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
+    safely (see :func:`text_pieces`).
+    """
+    scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size)
+    for piece in text_pieces(chunks, tokenizer, piece_chars):
+        scorer.update(np.asarray(_ids(tokenizer, piece), dtype=np.int64))
+    return scorer.result(), scorer.repeated_pair_share
+
+
+def repetition_warning(share: float, n_transitions: int, result: DetectionResult, test: str,
+                       threshold: float | None, alpha: float) -> str | None:
+    """What a text's repeated-pair share does to the test applied to it; None when nothing worth saying.
+
+    A repeated pair repeats whatever legality the key gave it, so under the
+    z-test a text of n transitions with d distinct pairs has a null variance
+    at least (n / d) times the nominal one (equality when the repeats are
+    spread evenly). The warning fires when that alone could lift the
+    false-positive rate at the applied threshold above 2 alpha. The
+    distinct-pair and exact tests count each pair (the exact test each new
+    token) once, so repeats cannot inflate them; on a text that is mostly
+    repeats they say how little was scored instead.
+    """
+    if n_transitions == 0 or share <= 0.0:
+        return None
+    percent = f"{100 * share:.1f}% of its {n_transitions} transitions repeat an earlier token pair"
+    if test == "z":
+        cut = threshold if threshold is not None else float(-ndtri(alpha))
+        rate = float(ndtr(-cut * math.sqrt(1.0 - share))) if share < 1.0 else 0.5
+        if rate > 2 * alpha:
+            return (f"{percent}: each repeat counts its pair's legality again, so the z-test's false-positive rate "
+                    f"on such text can reach {100 * rate:.1f}% instead of {100 * alpha:g}%; "
+                    "the exact test (--test exact) holds alpha for every text")
+        return None
+    if share >= 0.5:
+        scored = ("the exact test scores only the transitions that reach a new token" if test == "exact"
+                  else "the distinct test scores each pair once")
+        return (f"{percent}: {scored}, {result.n_scored} here, so it can say little about this text either way "
+                "(its false-positive rate is not affected)")
+    return None
+
+
+__all__ = ["CHECK_WINDOW", "MAX_PIECE_CHARS", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
+           "cut_keeps_tokens", "decoded_chunks", "detect_text_stream", "repetition_warning", "safe_cut",
+           "text_pieces"]
