@@ -13,8 +13,9 @@ the key and the tokenizer. This module is that third party's tool:
 - ``regime`` writes the public detection regime (S, topology, alpha,
   threshold, test, tokenizer, key fingerprint, the key's certificate, a
   digest of it all; never the key);
-- ``detect`` scores text files with the z-test, distinct pairs or the exact
-  test (``--test``) and reports phi, z, the p-value and a decision;
+- ``detect`` scores text files with the exact test (the default), the
+  paper's z-test or distinct pairs (``--test``) and reports phi, z, the
+  p-value and a decision, reading any input in bounded memory;
 - ``recalibrate`` sets the operating threshold from the z-scores of
   unwatermarked text of the deployment's own domain;
 - ``reference`` runs, inspects (``status``) and re-checks (``verify``) the
@@ -213,12 +214,20 @@ examples:
   echo "some text" | chainmark detect --key-file acme.key -
   chainmark detect --key-file acme.key --test exact forum_posts/*.txt
 
-The tests (--test): z, the paper's z-test on every transition (the default);
-distinct, the same on each distinct token pair once; exact, a binomial test on
-the transitions that reach a token for the first time (a spanning forest of
-the text's tokens), whose false-positive rate is at most alpha for every text
-under a random key, repetitive ones included; it decides by its p-value and
-has no z threshold. The table shows how many transitions each test scored.
+The tests (--test): exact (the default), a binomial test on the transitions
+that reach a token for the first time (a spanning forest of the text's
+tokens), whose false-positive rate is at most alpha for every text under a
+random key, repetitive ones included; it decides by its p-value and has no z
+threshold. z, the paper's z-test on every transition (the default of a
+regime that names no test, and of --threshold given alone); distinct, the
+z-test on each distinct token pair once. The table shows how many transitions
+each test scored. A text that repeats its token pairs so much that the z-test's
+p-value cannot be trusted gets a warning on stderr with its repeated-pair
+share (also in --json as repeated_pair_share).
+
+Texts are read and scored in pieces of about a megabyte, cut where the
+tokenizer cuts anyway (each cut checked): the result is the one scoring the
+whole text would give, and memory stays flat whatever the input's size.
 
 Every input is read before anything is scored: if one cannot be read, is not
 text in the given encoding, is empty or larger than --max-bytes, nothing is
@@ -226,7 +235,8 @@ scored and the exit code is 2. Values from --regime (checked field by field)
 are used unless the option is given explicitly.
 --json prints one JSON object per input (fields file, n_tokens,
 n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
-S, k, topology, alpha, distinct_pairs, test, tokenizer, key_fingerprint); such
+S, k, topology, alpha, distinct_pairs, test, tokenizer, key_fingerprint,
+repeated_pair_share); such
 a file of unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
 
 _RECAL_EPILOG = """\
@@ -281,9 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--distinct-pairs", action="store_true", default=None,
                    help="score each distinct token pair once (repetitive text); the same as --test distinct")
     d.add_argument("--test", choices=("z", "distinct", "exact"),
-                   help="z: every transition, the paper's z-test (the default); distinct: each distinct pair once; "
-                        "exact: a binomial test on a spanning forest of the text's tokens, whose false-positive "
-                        "rate is at most alpha for every text (decides by its p-value, no z threshold)")
+                   help="exact (the default): a binomial test on a spanning forest of the text's tokens, whose "
+                        "false-positive rate is at most alpha for every text (decides by its p-value, no z "
+                        "threshold); z: every transition, the paper's z-test (the default with --threshold or a "
+                        "regime that names no test); distinct: each distinct pair once")
     d.add_argument("--certificate", metavar="FILE.json", help="check this key-audit certificate (chainmark key "
                    "audit) against the key, tokenizer, S and topology first (exit 2 when it does not fit)")
     d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
@@ -367,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rho", type=_float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
-    g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help)")
+    g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help; "
+                   "default: exact, or the z-test when --threshold or --distinct-pairs is given)")
     g.add_argument("--recalibrated", metavar="METHOD:N", type=_recalibration,
                    help="record that --threshold was fitted by `chainmark recalibrate --method METHOD` on N null "
                         "texts (e.g. quantile:412); needed for a fitted threshold below z_alpha")
@@ -822,7 +834,9 @@ class _TextInput:
                 self._spool_stdin(stdin, max_bytes)
             else:
                 _check_regular(source, max_bytes, label)
-            nonblank = any(chunk.strip() for chunk in self.chunks(max_bytes))
+            nonblank = False
+            for chunk in self.chunks(max_bytes):  # read to the end: a decoding error anywhere is found now
+                nonblank = nonblank or bool(chunk.strip())
         except FileNotFoundError:
             raise UsageError(f"{label} does not exist") from None
         except IsADirectoryError:
@@ -1279,7 +1293,8 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               tokenizer_name=_tokenizer_label(args.tokenizer), tokenizer=tokenizer,
                               tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
-                              distinct_pairs=args.distinct_pairs, test=args.test,
+                              distinct_pairs=args.distinct_pairs,
+                              test=args.test or (None if args.distinct_pairs or args.threshold is not None else "exact"),
                               key_audit=_read_certificate(args.certificate) if args.certificate else None,
                               trades_fpr_for_power=args.trades_fpr_for_power,
                               recalibration=args.recalibrated)

@@ -303,7 +303,7 @@ def repetition_warning(share: float, n_transitions: int, result: DetectionResult
         scored = ("the exact test scores only the transitions that reach a new token" if test == "exact"
                   else "the distinct test scores each pair once")
         return (f"{percent}: {scored}, {result.n_scored} here, so it can say little about this text either way "
-                "(its false-positive rate is not affected)")
+                "(repeats cannot inflate its false-positive rate)")
     return None
 
 

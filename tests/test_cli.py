@@ -21,6 +21,7 @@ import pytest
 
 from chainmark import calibrate as cal
 from chainmark import cli
+from chainmark.regime import regime_digest
 from chainmark.models import load_tokenizer as real_load_tokenizer
 from chainmark.partition import state_table
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
@@ -178,7 +179,7 @@ def test_detect_table_finds_the_watermark(capsys, tmp_path, key_file):
 def test_detect_json_lines(capsys, tmp_path, key_file):
     marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
     plain = write(tmp_path, "plain.txt", plain_text())
-    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", marked, plain)
+    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--test", "z", marked, plain)
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["file"] for r in rows] == [str(marked), str(plain)]
@@ -196,13 +197,51 @@ def test_detect_matches_the_library(capsys, tmp_path, key_file):
 
     text = plain_text(500, seed=5)
     path = write(tmp_path, "t.txt", text)
-    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--S", "3",
-                       "--topology", "soft_cycle", "--alpha", "0.001", path)
-    row = json.loads(out)
-    ref = detect_text(text, ByteTokenizer(), KEY, S=3, topology="soft_cycle", alpha=0.001)
-    assert code == 0
-    assert row["z"] == pytest.approx(ref.z) and row["n_valid"] == ref.n_valid
-    assert row["p_value"] == pytest.approx(ref.p_value) and row["k"] == 2
+    for test in (None, "z", "distinct", "exact"):  # no --test: the exact test
+        chosen = ["--test", test] if test else []
+        code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--S", "3",
+                           "--topology", "soft_cycle", "--alpha", "0.001", *chosen, path)
+        row = json.loads(out)
+        ref = detect_text(text, ByteTokenizer(), KEY, S=3, topology="soft_cycle", alpha=0.001, test=test or "exact")
+        assert code == 0 and row["test"] == (test or "exact")
+        assert row["z"] == pytest.approx(ref.z) and row["n_valid"] == ref.n_valid
+        assert row["n_transitions"] == ref.n_transitions and row["is_watermarked"] == ref.is_watermarked
+        assert row["p_value"] == pytest.approx(ref.p_value) and row["k"] == 2
+
+
+def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(capsys, tmp_path, key_file):
+    path = write(tmp_path, "t.txt", plain_text(400, seed=3))
+
+    def test_of(*options):
+        code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", *options, path)
+        assert code == 0, options
+        row = json.loads(out)
+        return row["test"], row["threshold"]
+
+    assert test_of() == ("exact", None)  # nothing named: the test whose FPR holds for every text
+    assert test_of("--threshold", "3.1") == ("z", 3.1)  # a z threshold given alone asks for the z-test
+    assert test_of("--distinct-pairs")[0] == "distinct"
+    assert test_of("--test", "z")[0] == "z"
+    regime = tmp_path / "regime.json"
+    for options, expected in ((["--test", "z"], "z"), ([], "exact"), (["--distinct-pairs"], "distinct")):
+        regime.unlink(missing_ok=True)
+        code, _, _ = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", *options,
+                         "--out", regime)
+        assert code == 0
+        published = json.loads(regime.read_text())
+        assert (published.get("test") or ("distinct" if published["distinct_pairs"] else "z")) == expected
+        assert test_of("--regime", regime)[0] == expected  # a regime's test is applied, never the default
+    # a regime written before tests had names (no "test" field) still means the z-test
+    regime.unlink()
+    assert run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--test", "z",
+               "--out", regime)[0] == 0
+    document = json.loads(regime.read_text())
+    del document["test"]
+    document["distinct_pairs"] = False
+    document["digest"] = regime_digest(document)
+    regime.unlink()
+    regime.write_text(json.dumps(document))
+    assert test_of("--regime", regime)[0] == "z"
 
 
 def test_detect_distinct_pairs(capsys, tmp_path, key_file):

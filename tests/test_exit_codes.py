@@ -119,7 +119,8 @@ def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
 
     (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
     assert in_process("keygen", "--out", "k.key")[0] == 0
-    assert in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--out", "r.json")[0] == 0
+    assert in_process("regime", "--key-file", "k.key", "--S", "5", "--alpha", "0.01", "--test", "z",
+                      "--out", "r.json")[0] == 0
     text = (tmp_path / "r.json").read_text("utf-8")
     doc = json.loads(text)
     cases = {

@@ -25,7 +25,7 @@ from chainmark import records as R
 from chainmark.detect import _circulant_offsets, detect, detect_batch
 from chainmark.lrdetect import lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
-from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
+from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 from cli_support import KEY, ByteTokenizer, watermarked_text
@@ -133,7 +133,8 @@ def test_1_circulant_check_still_tells_non_circulant_matrices_apart():
 @pytest.fixture
 def regime(capsys, tmp_path, key_file) -> Path:
     path = tmp_path / "regime.json"
-    assert run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--out", path)[0] == 0
+    assert run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--test", "z",
+               "--out", path)[0] == 0
     return path
 
 
@@ -366,9 +367,9 @@ def test_7_text_inputs_are_bounded_by_max_bytes(capsys, tmp_path, key_file):
     assert code == 0 and json.loads(out)["n_tokens"] == 101
     huge = tmp_path / "huge.txt"
     with open(huge, "wb") as fh:  # sparse: no disk space used
-        fh.truncate(DEFAULT_MAX_INPUT_BYTES + 1)
-    code, _, err = run(capsys, "detect", "--key-file", key_file, huge)
-    assert code == cli.EXIT_USAGE and f"larger than {DEFAULT_MAX_INPUT_BYTES} bytes" in err
+        fh.truncate(DEFAULT_MAX_TEXT_BYTES + 1)
+    code, _, err = run(capsys, "detect", "--key-file", key_file, huge)  # refused by its size, before it is read
+    assert code == cli.EXIT_USAGE and f"larger than {DEFAULT_MAX_TEXT_BYTES} bytes" in err
 
 
 def test_7_regime_and_null_files_are_bounded(capsys, tmp_path, key_file):

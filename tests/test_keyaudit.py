@@ -91,7 +91,7 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     assert cli.main(["detect", "--key-file", str(keys["a"]), "--regime", str(regime), str(text)]) == 0
     capsys.readouterr()
     # a certificate for another test or alpha than the regime's is refused: it does not speak for it
-    assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.01",
+    assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.01", "--test", "z",
                      "--certificate", str(cert_path)]) == 2  # the regime's test is the z-test
     assert "deploy_test" in capsys.readouterr().err
     assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.05", "--test", "exact",
