@@ -45,8 +45,6 @@ from .verdict import decide
 PIECE_CHARS = 1 << 20
 #: Characters on each side of a cut that are tokenized to check it.
 CHECK_WINDOW = 512
-#: How far past PIECE_CHARS a piece may grow while no checked cut is found (then it is an error).
-MAX_PIECE_CHARS = 16 * PIECE_CHARS
 #: Bytes read from a file at a time.
 READ_BYTES = 1 << 20
 
@@ -261,16 +259,17 @@ class StreamingDetector:
 def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5,
                        topology: TopologyLike = "clockwork", alpha: float = 0.01, test: str = "z",
                        vocab_size: int | None = None,
-                       piece_chars: int = PIECE_CHARS) -> tuple[DetectionResult, float]:
+                       piece_chars: int | None = None) -> tuple[DetectionResult, float]:
     """:func:`~chainmark.detect.detect_text` for a text given in chunks of any size, in bounded memory.
 
     Returns the result (equal to scoring the whole text; masks left empty)
-    and the text's repeated-pair share. ``vocab_size`` defaults to
+    and the text's repeated-pair share. ``piece_chars`` defaults to
+    :data:`PIECE_CHARS`; ``vocab_size`` to
     ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
     safely (see :func:`text_pieces`).
     """
     scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size)
-    for piece in text_pieces(chunks, tokenizer, piece_chars):
+    for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
         scorer.update(np.asarray(_ids(tokenizer, piece), dtype=np.int64))
     return scorer.result(), scorer.repeated_pair_share
 
@@ -307,6 +306,6 @@ def repetition_warning(share: float, n_transitions: int, result: DetectionResult
     return None
 
 
-__all__ = ["CHECK_WINDOW", "MAX_PIECE_CHARS", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
+__all__ = ["CHECK_WINDOW", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
            "cut_keeps_tokens", "decoded_chunks", "detect_text_stream", "repetition_warning", "safe_cut",
            "text_pieces"]
