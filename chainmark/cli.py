@@ -225,7 +225,7 @@ each test scored. A text that repeats its token pairs so much that the z-test's
 p-value cannot be trusted gets a warning on stderr with its repeated-pair
 share (also in --json as repeated_pair_share).
 
-Texts are read and scored in pieces of about a megabyte, cut where the
+Texts are read and scored in pieces of a quarter megabyte, cut where the
 tokenizer cuts anyway (each cut checked): the result is the one scoring the
 whole text would give, and memory stays flat whatever the input's size.
 

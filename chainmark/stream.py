@@ -2,7 +2,7 @@
 
 Tokenizing a text whole costs far more memory than the text (about 180 bytes
 per byte with the embedded tokenizer), so a large text is cut into pieces of
-about a megabyte and the pieces are tokenized one at a time. Two things make
+a quarter of a megabyte and the pieces are tokenized a few at a time. Two things make
 the result exact, not approximate:
 
 - **cuts where the tokenizer cuts anyway.** A piece ends after a newline that
@@ -16,8 +16,9 @@ the result exact, not approximate:
   approximation.
 - **running counters.** The transition from one piece's last token to the
   next piece's first is scored like any other; the exact test remembers the
-  tokens seen so far (one bit per vocabulary entry), the distinct-pair test
-  the pairs seen so far (a sorted array, merged once per piece).
+  tokens seen so far (a flag per vocabulary entry), the repeated-pair share
+  and the distinct-pair test the pairs seen so far (a fixed table of one bit
+  per possible pair for vocabularies up to 65,536 tokens).
 
 :func:`detect_text_stream` returns the :class:`~chainmark.detect.DetectionResult`
 that :func:`~chainmark.detect.detect_text` returns for the whole text (same
@@ -41,10 +42,14 @@ from .detect import (DetectionResult, TopologyLike, _detection_args, _verdict, b
 from .partition import Key, as_token_array, states_of
 from .verdict import decide
 
-#: Characters of text per piece (about a megabyte of ASCII): tokenizing one costs a few hundred MB at most.
-PIECE_CHARS = 1 << 20
+#: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized PIECES_PER_BATCH at a time
+#: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
+PIECE_CHARS = 1 << 18
+PIECES_PER_BATCH = 4
 #: Characters on each side of a cut that are tokenized to check it.
 CHECK_WINDOW = 512
+#: Largest vocabulary whose token pairs are tracked in a fixed bit table (V^2 bits: 512 MiB at 65,536).
+PAIR_BITMAP_MAX_VOCAB = 1 << 16
 #: Bytes read from a file at a time.
 READ_BYTES = 1 << 20
 
@@ -60,6 +65,17 @@ class UncuttableText(ValueError):
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of several pieces, tokenized in parallel where the tokenizer can (a ``tokenizers`` backend
+    splits a batch over the machine's cores); one by one otherwise."""
+    backend = getattr(tokenizer, "backend", None)  # chainmark.tokenizer.AuditTokenizer
+    if backend is not None and hasattr(backend, "encode_batch"):
+        return [list(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
+    if getattr(tokenizer, "is_fast", False):  # a transformers fast tokenizer batches in Rust too
+        return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    return [_ids(tokenizer, text) for text in texts]
 
 
 def cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = CHECK_WINDOW) -> bool:
@@ -144,9 +160,11 @@ class StreamingDetector:
     """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
 
     Equal to :func:`~chainmark.detect.detect` on the concatenated ids for every
-    test; the memory it keeps is one bit per vocabulary entry (the exact test's
-    seen tokens) and 8 bytes per distinct token pair (the repeated-pair share,
-    and the distinct-pair test).
+    test. The memory it keeps is one byte per vocabulary entry (the exact
+    test's seen tokens) and the token pairs seen so far (the repeated-pair
+    share, and the distinct-pair test): one bit per possible pair, a fixed
+    table, when the vocabulary has at most 65,536 tokens; else 8 bytes per
+    distinct pair.
     """
 
     key: Key
@@ -163,7 +181,12 @@ class StreamingDetector:
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
         self._seen_tokens = np.zeros(self.vocab_size or 0, dtype=bool)
         self._seen_pairs = np.zeros(0, dtype=np.int64)
-        self._width = 0  # the pair code's base: a * width + b
+        self._width = self.vocab_size or 0  # the pair code's base: a * width + b
+        # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
+        # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
+        # only pages a pair lands on take memory, and the table never grows, whatever the text's length
+        small = self.vocab_size is not None and self.vocab_size <= PAIR_BITMAP_MAX_VOCAB
+        self._pair_bits = np.zeros((self.vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
 
     def update(self, token_ids: Any) -> None:
         """Add the next piece's token ids."""
@@ -212,7 +235,7 @@ class StreamingDetector:
     def _new_pairs(self, ids: np.ndarray) -> np.ndarray:
         """Mask over the transitions of ``ids``: True where the pair appears for the first time in the text."""
         top = int(ids.max())
-        if top >= self._width:  # re-code the pairs seen so far with a wider base (rare: only without vocab_size)
+        if top >= self._width:  # re-code the pairs seen so far with a wider base (only without vocab_size)
             width = max(top + 1, self.vocab_size or 0, 2 * self._width)
             if self._seen_pairs.size:
                 a, b = np.divmod(self._seen_pairs, self._width)
@@ -220,16 +243,21 @@ class StreamingDetector:
             self._width = width
         codes = ids[:-1] * self._width + ids[1:]
         uniq, first = np.unique(codes, return_index=True)
-        where = np.searchsorted(self._seen_pairs, uniq)
-        known = np.zeros(uniq.size, dtype=bool)
-        inside = where < self._seen_pairs.size
-        known[inside] = self._seen_pairs[where[inside]] == uniq[inside]
-        fresh = uniq[~known]
+        if self._pair_bits is not None:  # one bit per possible pair: memory fixed by the vocabulary
+            byte, bit = uniq >> 3, (uniq & 7).astype(np.uint8)
+            known = ((self._pair_bits[byte] >> bit) & 1).astype(bool)
+            np.bitwise_or.at(self._pair_bits, byte[~known], np.left_shift(1, bit[~known]).astype(np.uint8))
+        else:  # a sorted array of the pairs seen: memory grows with the distinct pairs
+            where = np.searchsorted(self._seen_pairs, uniq)
+            known = np.zeros(uniq.size, dtype=bool)
+            inside = where < self._seen_pairs.size
+            known[inside] = self._seen_pairs[where[inside]] == uniq[inside]
+            fresh = uniq[~known]
+            if fresh.size:  # two sorted runs: the stable sort merges them in linear time
+                self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, fresh]), kind="stable")
         mask = np.zeros(codes.size, dtype=bool)
         mask[first[~known]] = True
-        if fresh.size:  # two sorted runs: the stable sort merges them in linear time
-            self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, fresh]), kind="stable")
-        self.distinct_pairs += int(fresh.size)
+        self.distinct_pairs += int(np.count_nonzero(~known))
         return mask
 
     @property
@@ -269,9 +297,19 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
     safely (see :func:`text_pieces`).
     """
     scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size)
+    batch: list[str] = []
     for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
-        scorer.update(np.asarray(_ids(tokenizer, piece), dtype=np.int64))
+        batch.append(piece)
+        if len(batch) == PIECES_PER_BATCH:
+            _score_batch(scorer, tokenizer, batch)
+            batch = []
+    _score_batch(scorer, tokenizer, batch)
     return scorer.result(), scorer.repeated_pair_share
+
+
+def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -> None:
+    for ids in (_ids_batch(tokenizer, pieces) if len(pieces) > 1 else [_ids(tokenizer, p) for p in pieces]):
+        scorer.update(np.asarray(ids, dtype=np.int64))
 
 
 def repetition_warning(share: float, n_transitions: int, result: DetectionResult, test: str,
@@ -306,6 +344,6 @@ def repetition_warning(share: float, n_transitions: int, result: DetectionResult
     return None
 
 
-__all__ = ["CHECK_WINDOW", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
+__all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
            "cut_keeps_tokens", "decoded_chunks", "detect_text_stream", "repetition_warning", "safe_cut",
            "text_pieces"]
