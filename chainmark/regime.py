@@ -522,6 +522,8 @@ class Regime:
             raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {OPTIONS}")
         regime = cls.from_document(document) if document is not None else cls()
         given = {k: v for k, v in options.items() if v is not None}
+        if given.get("distinct_pairs") and "test" not in given:  # --distinct-pairs alone names the distinct test
+            given["test"] = "distinct"
         if "test" in given:  # a test named here replaces the document's, distinct pairs and z threshold included
             given.setdefault("distinct_pairs", given["test"] == "distinct")
             if given["test"] == "exact":

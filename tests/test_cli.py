@@ -235,6 +235,7 @@ def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(cap
     regime.unlink()
     assert run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--test", "z",
                "--out", regime)[0] == 0
+    assert test_of("--regime", regime, "--distinct-pairs")[0] == "distinct"  # an option overrides the regime's test
     document = json.loads(regime.read_text())
     del document["test"]
     document["distinct_pairs"] = False
