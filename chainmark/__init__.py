@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "detect": "detect",
     "detect_batch": "detect",
     "detect_text": "detect",
+    "StreamingDetector": "stream",
+    "detect_text_stream": "stream",
     "LikelihoodRatioResult": "lrdetect",
     "lr_detect": "lrdetect",
     "generate": "embed",
@@ -92,6 +94,7 @@ if TYPE_CHECKING:  # static checkers and IDEs see the eager imports
     from .records import read_records, run_grid
     from .embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
     from .detect import DetectionResult, detect, detect_batch, detect_text
+    from .stream import StreamingDetector, detect_text_stream
     from .lrdetect import LikelihoodRatioResult, lr_detect
     from .gates import GATE_KINDS, Gate
     from .topology import Topology
