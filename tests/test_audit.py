@@ -1,0 +1,239 @@
+"""The corpus audit (chainmark.audit, `chainmark audit`): every input kind, the same rows on one process and
+on a Dask cluster, resuming, q-values, clear errors, and a key that never shows in task names or logs."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.stats import false_discovery_control
+
+from chainmark import cli, reference
+from chainmark.audit import AuditError, corpus_batches, parts_folder, read_audit, run_audit
+from chainmark.detect import detect_text
+from chainmark.keys import key_fingerprint, write_key_file
+from chainmark.regime import Regime
+from chainmark.tokenizer import load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = reference.reference_key()  # the reference texts' key: ChainMark's replies are watermarked under it
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    """A mixed corpus: the reference replies of every method (ChainMark's watermarked under KEY) and an empty one."""
+    records = reference.load_texts("head_to_head")
+    rng = np.random.default_rng(0)
+    chosen = [records[i] for i in rng.choice(len(records), 240, replace=False)]
+    out = [{"id": f"doc-{i:04d}", "text": r["output"], "method": r["method"]} for i, r in enumerate(chosen)]
+    out.append({"id": "doc-empty", "text": "", "method": "none"})
+    return out
+
+
+def regime(test: str = "exact", **changes) -> Regime:
+    return Regime(S=5, alpha=0.01, test=test, key_fingerprint=key_fingerprint(KEY), **changes)
+
+
+def write_jsonl(path: Path, docs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs), "utf-8")
+    return path
+
+
+def test_rows_are_the_detectors_and_q_values_are_benjamini_hochberg(tmp_path, docs):
+    source = write_jsonl(tmp_path / "c.jsonl", docs)
+    summary = run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=50)
+    rows = read_audit(tmp_path / "out.parquet")
+    assert [r["doc_id"] for r in rows] == [d["id"] for d in docs]  # every document once, in corpus order
+    tokenizer = load_tokenizer()
+    for row, doc in zip(rows, docs):
+        ref = detect_text(doc["text"], tokenizer, KEY, S=5, alpha=0.01, test="exact")
+        assert (row["n_tokens"], row["n_transitions"], row["n_valid"]) == (ref.n_tokens, ref.n_scored, ref.n_hits)
+        assert row["z"] == ref.z and row["p_value"] == ref.p_value and row["test"] == "exact"
+        assert row["flagged"] == (ref.n_scored > 0 and ref.p_value < 0.01)
+    p = np.array([r["p_value"] for r in rows])
+    assert np.array_equal([r["q_value"] for r in rows], false_discovery_control(p, method="bh"))
+    assert summary.documents == len(docs) and summary.flagged == sum(r["flagged"] for r in rows)
+    assert summary.discoveries == sum(r["q_value"] <= 0.01 for r in rows)
+    # ChainMark's replies are the discoveries; the other methods' are not (the truth is in the corpus)
+    marked = {d["id"] for d in docs if d["method"] == "chainmark"}
+    found = {r["doc_id"] for r in rows if r["q_value"] <= 0.01}
+    assert len(found & marked) >= 0.8 * len(marked) and len(found - marked) <= 2
+    assert not parts_folder(tmp_path / "out.parquet").exists()  # the parts go once the output is complete
+
+
+def test_every_input_kind_gives_the_same_rows(tmp_path, docs):
+    docs = [d for d in docs if d["text"]][:120]
+    write_jsonl(tmp_path / "c.jsonl", docs)
+    (tmp_path / "pq").mkdir()
+    for half, part in enumerate((docs[:70], docs[70:])):  # two files, several row groups each
+        table = pa.table({"doc": [d["id"] for d in part], "body": [d["text"] for d in part]})
+        pq.write_table(table, tmp_path / "pq" / f"part{half}.parquet", row_group_size=25)
+    (tmp_path / "txt").mkdir()
+    for d in docs:
+        (tmp_path / "txt" / f"{d['id']}.txt").write_text(d["text"], "utf-8")
+    a = run_audit(tmp_path / "c.jsonl", tmp_path / "a.jsonl", KEY, regime(), id_field="id", batch_docs=40)
+    b = run_audit(tmp_path / "pq", tmp_path / "b.parquet", KEY, regime(), text_field="body", id_field="doc",
+                  batch_docs=40)
+    c = run_audit(tmp_path / "txt", tmp_path / "c.parquet", KEY, regime(), batch_docs=40)
+    assert len(corpus_batches(tmp_path / "pq", "body", "doc", 40)) == 5  # row groups of 25: 3 of 70 rows, 2 of 50
+    rows_a, rows_b = read_audit(tmp_path / "a.jsonl"), read_audit(tmp_path / "b.parquet")
+    rows_c = {r["doc_id"].removesuffix(".txt"): r for r in read_audit(tmp_path / "c.parquet")}
+    assert rows_a == rows_b
+    assert all({k: v for k, v in rows_c[r["doc_id"]].items() if k != "doc_id"}
+               == {k: v for k, v in r.items() if k != "doc_id"} for r in rows_a)
+    assert a.documents == b.documents == c.documents == len(docs)
+
+
+def test_a_local_dask_cluster_gives_the_single_process_rows(tmp_path, docs):
+    source = write_jsonl(tmp_path / "c.jsonl", docs)
+    run_audit(source, tmp_path / "one.parquet", KEY, regime("z"), id_field="id", batch_docs=30)
+    run_audit(source, tmp_path / "dask.parquet", KEY, regime("z"), id_field="id", batch_docs=30,
+              scheduler="local", workers=2)
+    assert read_audit(tmp_path / "one.parquet") == read_audit(tmp_path / "dask.parquet")
+
+
+def test_an_interrupted_audit_resumes_to_the_same_output(tmp_path, docs):
+    source = write_jsonl(tmp_path / "c.jsonl", docs)
+    run_audit(source, tmp_path / "whole.jsonl", KEY, regime(), id_field="id", batch_docs=20)
+
+    def stop_after_five(done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20,
+                  progress=stop_after_five)
+    parts = parts_folder(tmp_path / "cut.jsonl")
+    assert len(list(parts.glob("part-*.jsonl"))) == 5 and not (tmp_path / "cut.jsonl").exists()
+    (parts / "part-0000007.jsonl.tmp").write_text('{"half": ')  # a part being written when the run was killed
+    summary = run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20)
+    assert summary.batches_resumed == 5 and summary.batches_scored == len(corpus_batches(source, "text", "id", 20)) - 5
+    assert (tmp_path / "cut.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
+    # parts of another audit (another key, test or batch size) are never mixed in
+    with pytest.raises(KeyboardInterrupt):
+        run_audit(source, tmp_path / "mix.jsonl", KEY, regime(), id_field="id", batch_docs=20,
+                  progress=stop_after_five)
+    with pytest.raises(AuditError, match="parts of another audit"):
+        run_audit(source, tmp_path / "mix.jsonl", KEY, regime("z"), id_field="id", batch_docs=20)
+
+
+def test_a_killed_command_resumes_to_the_same_output(tmp_path, docs):
+    """SIGKILL in the middle of `chainmark audit`, then the same command again: the output of one clean run."""
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    source = write_jsonl(tmp_path / "c.jsonl", docs * 15)  # 3,615 documents, 181 batches of 20
+    args = [sys.executable, "-m", "chainmark.cli", "audit", str(source), "--key-file", str(key), "--batch-docs", "20",
+            "--scheduler", "none", "--json"]
+    clean = subprocess.run(args + ["--out", str(tmp_path / "clean.jsonl")], capture_output=True, text=True, cwd=ROOT)
+    assert clean.returncode == 0, clean.stderr
+    parts = parts_folder(tmp_path / "killed.jsonl")
+    proc = subprocess.Popen(args + ["--out", str(tmp_path / "killed.jsonl")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(parts.glob("part-*.jsonl"))) < 10 and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if (tmp_path / "killed.jsonl").exists():
+        pytest.skip("the audit finished before it could be killed")
+    resumed = subprocess.run(args + ["--out", str(tmp_path / "killed.jsonl")], capture_output=True, text=True, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["batches_resumed"] >= 10
+    assert (tmp_path / "killed.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()
+
+
+def test_the_key_never_appears_in_task_names_or_logs(tmp_path, docs):
+    from distributed import Client, LocalCluster
+
+    source = write_jsonl(tmp_path / "c.jsonl", docs)
+    secrets = [KEY.hex(), KEY.hex().upper(), base64.b64encode(KEY).decode(), base64.urlsafe_b64encode(KEY).decode(),
+               repr(KEY), str(list(KEY))]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.get_task_stream()  # start recording the task stream (what the dashboard draws from)
+        start = time.time()
+        run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=30,
+                  scheduler=cluster.scheduler_address)
+        stream = client.get_task_stream(start=start)
+        names = [str(task["key"]) for task in stream]
+        logs = json.dumps([client.get_scheduler_logs(), client.get_worker_logs()], default=str)
+        events = json.dumps(client.run_on_scheduler(lambda dask_scheduler: dict(dask_scheduler.get_events())),
+                            default=str)
+        plugins = repr(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins)))
+    assert names and all(name.startswith("chainmark-audit-") for name in names)
+    text = "\n".join(names) + logs + events + plugins
+    assert not any(secret in text for secret in secrets)
+
+
+def test_clear_errors_exit_2(tmp_path, capsys, docs):
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    good = write_jsonl(tmp_path / "c.jsonl", docs[:10])
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": 42}\n', "utf-8")
+    (tmp_path / "notjson.jsonl").write_text('{"text": "fine"}\nnot json\n', "utf-8")
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_bytes(b"caf\xe9")
+    (tmp_path / "exists.parquet").write_text("")
+    cases = [
+        ([str(good), "--text-field", "body"], "line 1: no field 'body'"),
+        ([str(tmp_path / "bad.jsonl")], "line 2: field 'text' is not text"),
+        ([str(tmp_path / "notjson.jsonl")], "line 2: not a JSON object"),
+        ([str(tmp_path / "txt")], "a.txt is not UTF-8 text"),
+        ([str(tmp_path / "missing.jsonl")], "does not exist"),
+        ([str(tmp_path / "c.csv")], "does not exist"),
+    ]
+    for number, (extra, says) in enumerate(cases):
+        out = tmp_path / f"o{number}.parquet"
+        code = cli.main(["audit", *extra, "--key-file", str(key), "--scheduler", "none", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_USAGE and says in err, (extra, err)
+    code = cli.main(["audit", str(good), "--key-file", str(key), "--scheduler", "none", "--out",
+                     str(tmp_path / "exists.parquet")])
+    assert code == cli.EXIT_USAGE and "refusing to overwrite" in capsys.readouterr().err
+    code = cli.main(["audit", str(good), "--key-file", str(key), "--scheduler", "none", "--out",
+                     str(tmp_path / "x.csv")])
+    assert code == cli.EXIT_USAGE and ".parquet or .jsonl" in capsys.readouterr().err
+
+
+def test_the_command_applies_a_published_regime(tmp_path, capsys, docs):
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    source = write_jsonl(tmp_path / "c.jsonl", docs)
+    assert cli.main(["regime", "--key-file", str(key), "--S", "5", "--alpha", "0.01", "--test", "z",
+                     "--threshold", "4.0", "--trades-fpr-for-power", "--n-min", "60",
+                     "--out", str(tmp_path / "r.json")]) == 0
+    capsys.readouterr()
+    code = cli.main(["audit", str(source), "--id-field", "id", "--regime", str(tmp_path / "r.json"), "--key-file",
+                     str(key), "--scheduler", "none", "--json", "--out", str(tmp_path / "o.jsonl")])
+    summary = json.loads(capsys.readouterr().out)
+    rows = read_audit(tmp_path / "o.jsonl")
+    assert code == 0 and summary["test"] == "z" and summary["documents"] == len(docs)
+    assert all(r["flagged"] == (r["z"] > 4.0 and r["n_tokens"] >= 60) for r in rows)  # its threshold and n_min
+    other = tmp_path / "other.key"
+    write_key_file(other, bytes(range(1, 33)))
+    code = cli.main(["audit", str(source), "--regime", str(tmp_path / "r.json"), "--key-file", str(other),
+                     "--scheduler", "none", "--out", str(tmp_path / "o2.jsonl")])
+    assert code == cli.EXIT_USAGE and "fingerprint" in capsys.readouterr().err
+
+
+def test_the_audit_runs_in_the_model_free_install(tmp_path, docs):
+    """`chainmark audit` in an interpreter where torch, transformers and pandas cannot be imported."""
+    from test_architecture import _core_python
+
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    source = write_jsonl(tmp_path / "c.jsonl", docs[:60])
+    code = "from chainmark.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+    proc = _core_python(code, "audit", str(source), "--key-file", str(key), "--scheduler", "none", "--out",
+                        str(tmp_path / "o.parquet"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(read_audit(tmp_path / "o.parquet")) == 60
