@@ -37,9 +37,14 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .detect import DetectionResult, detect
+from scipy.special import bdtrc, ndtr
+
+from .detect import valid_transitions
+from .partition import states_of
+from .topology import Topology, resolve_topology
 from .jsonio import atomic_write_json, to_jsonable
 from .regime import Regime
+from .verdict import decide
 from .stream import PIECE_CHARS, detect_text_stream
 
 #: Columns of an audit's output, in order.
@@ -164,12 +169,15 @@ def read_batch(batch: Batch) -> list[tuple[str, str]]:
     with open(batch.path, "rb") as fh:
         fh.seek(batch.start)
         raw = fh.read(batch.stop - batch.start)
+    lines = [(number, line) for number, line in enumerate(raw.split(b"\n"), start=batch.first) if line.strip()]
+    try:  # one parse for the whole batch (a C loop); line by line only to name a bad line
+        records = json.loads(b"[" + b",".join(line for _, line in lines) + b"]")
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        records = None
     docs = []
-    for number, line in enumerate(raw.split(b"\n"), start=batch.first):
-        if not line.strip():
-            continue
+    for k, (number, line) in enumerate(lines):
         try:
-            record = json.loads(line)
+            record = records[k] if records is not None else json.loads(line)
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise AuditError(f"{batch.path} line {number}: not a JSON object") from None
         if not isinstance(record, dict):
@@ -206,46 +214,102 @@ def _tokenizer(settings: Regime) -> Any:
 def score_batch(batch: Batch, settings: Regime, key: bytes) -> dict[str, list]:
     """The rows of one batch (columns of :data:`COLUMNS` but the q-value), in the batch's document order,
     decided by the regime (``settings``: its test, threshold and n_min)."""
+    return finish_batch(prepare_batch(batch, settings), settings, key)
+
+
+def prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
+    """A batch read and tokenized: its documents, and the token ids of those short enough to tokenize whole.
+
+    The tokenizers library spreads the batch over the cores and releases the GIL meanwhile, so the next batch
+    can be prepared in a thread while this one is scored.
+    """
     docs = read_batch(batch)
     tokenizer = _tokenizer(settings)
-    vocab = len(tokenizer)
     short = [i for i, (_, text) in enumerate(docs) if len(text) <= PIECE_CHARS]
-    encoded = tokenizer.backend.encode_batch([docs[i][1] for i in short], add_special_tokens=False) \
-        if hasattr(tokenizer, "backend") else [tokenizer(docs[i][1], add_special_tokens=False) for i in short]
-    ids_of = {i: np.asarray(e.ids if hasattr(e, "ids") else e["input_ids"], dtype=np.int64)
-              for i, e in zip(short, encoded)}
-    rows: dict[str, list] = {name: [] for name in COLUMNS if name != "q_value"}
-    for i, (doc_id, text) in enumerate(docs):
-        if i in ids_of:
-            ids = ids_of.pop(i)
-            result = detect(ids, key, S=settings.S, topology=settings.topology, alpha=settings.alpha,
-                            test=settings.effective_test, vocab_size=vocab)
-            share = _repeated_pair_share(ids, vocab)
-        else:  # a long document: in pieces, in bounded memory
-            result, share = detect_text_stream([text], tokenizer, key, S=settings.S, topology=settings.topology,
-                                               alpha=settings.alpha, test=settings.effective_test, vocab_size=vocab)
-        _append(rows, doc_id, result, settings, share)
-    return rows
+    texts = [docs[i][1] for i in short]
+    backend = getattr(tokenizer, "backend", None)
+    if backend is not None:
+        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch  # _fast: no offsets kept
+        encoded = [np.asarray(e.ids, dtype=np.int64) for e in encode(texts, add_special_tokens=False)]
+    else:
+        encoded = [np.asarray(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64) for t in texts]
+    return docs, dict(zip(short, encoded))
 
 
-def _repeated_pair_share(ids: np.ndarray, vocab: int) -> float:
-    if ids.size < 2:
-        return 0.0
-    codes = ids[:-1] * vocab + ids[1:]
-    return 1.0 - np.unique(codes).size / codes.size
+def finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
+                 key: bytes) -> dict[str, list]:
+    """Score a prepared batch (:func:`prepare_batch`) into its rows, decided by the regime."""
+    docs, encoded = prepared
+    tokenizer = _tokenizer(settings)
+    vocab = len(tokenizer)
+    topo = resolve_topology(settings.topology, settings.S)
+    test = settings.effective_test
+    order = sorted(encoded)
+    columns = score_many([encoded[i] for i in order], key, topo, test, vocab)
+    full = {name: np.zeros(len(docs), dtype=values.dtype) for name, values in columns.items()}
+    for name, values in columns.items():
+        full[name][order] = values
+    for i, (_, text) in enumerate(docs):
+        if i not in encoded:  # a long document: in pieces, in bounded memory
+            r, share = detect_text_stream([text], tokenizer, key, S=settings.S, topology=topo, alpha=settings.alpha,
+                                          test=test, vocab_size=vocab)
+            for name, value in zip(("n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value",
+                                    "repeated_pair_share"),
+                                   (r.n_tokens, r.n_scored, r.n_hits, r.phi, r.z, r.p_value, share)):
+                full[name][i] = value
+    too_short = (full["n_transitions"] < 1) | (full["n_tokens"] < (settings.n_min or 0))
+    threshold = None if settings.exact else settings.threshold
+    flagged = ~too_short & decide(z=full["z"], p_value=full["p_value"], alpha=settings.alpha, threshold=threshold)
+    rows = {name: full[name].tolist() for name in full}
+    rows.update(doc_id=[doc_id for doc_id, _ in docs], test=[test] * len(docs), flagged=flagged.tolist())
+    return {name: rows[name] for name in COLUMNS if name != "q_value"}
 
 
-def _append(rows: dict[str, list], doc_id: str, r: DetectionResult, regime: Regime, share: float) -> None:
-    rows["doc_id"].append(doc_id)
-    rows["n_tokens"].append(int(r.n_tokens))
-    rows["n_transitions"].append(int(r.n_scored))
-    rows["n_valid"].append(int(r.n_hits))
-    rows["phi"].append(float(r.phi))
-    rows["z"].append(float(r.z))
-    rows["p_value"].append(float(r.p_value))
-    rows["test"].append(regime.effective_test)
-    rows["flagged"].append(bool(regime.decide(r)))  # the regime's rule: its threshold, its n_min
-    rows["repeated_pair_share"].append(float(share))
+def score_many(texts: Sequence[np.ndarray], key: bytes, topology: Topology, test: str,
+               vocab_size: int) -> dict[str, np.ndarray]:
+    """:func:`~chainmark.detect.detect` on each of many token-id arrays, in one vectorised pass over their
+    concatenation: columns n_tokens, n_transitions, n_valid, phi, z, p_value (computed with the detector's
+    own operations in its order, so bit for bit the same) and each text's repeated_pair_share."""
+    count = len(texts)
+    lengths = np.array([t.size for t in texts], dtype=np.int64)
+    flat = np.concatenate(texts) if lengths.sum() else np.zeros(0, dtype=np.int64)
+    doc = np.repeat(np.arange(count, dtype=np.int64), lengths)
+    states = states_of(flat, key, topology.S, vocab_size)  # checks every id against the vocabulary
+    within = doc[:-1] == doc[1:]  # a transition inside one text (not from one text into the next)
+    valid = valid_transitions(states, topology) & within
+    tdoc = doc[:-1]
+    pairs = (tdoc * vocab_size + flat[:-1]) * vocab_size + flat[1:]  # (text, token, next token) as one code
+    first_pair = np.zeros(pairs.size, dtype=bool)
+    first_pair[np.unique(np.where(within, pairs, -1), return_index=True)[1]] = True
+    first_pair &= within
+    if test == "exact":  # a transition into a token the text has not used before
+        fresh = np.zeros(flat.size, dtype=bool)
+        fresh[np.unique(doc * vocab_size + flat, return_index=True)[1]] = True
+        mask = fresh[1:] & within
+    elif test == "distinct":
+        mask = first_pair
+    else:
+        mask = within
+    m = np.bincount(tdoc[mask], minlength=count)
+    c = np.bincount(tdoc[mask & valid], minlength=count)
+    distinct = np.bincount(tdoc[first_pair], minlength=count)
+    p0 = topology.p0
+    scored = m > 0
+    phi = np.zeros(count)
+    phi[scored] = c[scored] / m[scored]
+    z = np.zeros(count)
+    z[scored] = (phi[scored] - p0) / np.sqrt(p0 * (1.0 - p0) / m[scored])  # z_score's operations, in its order
+    p = np.ones(count)
+    if test == "exact":
+        hit = scored & (c > 0)
+        p[hit] = bdtrc(c[hit] - 1, m[hit], p0)  # binomial_p_value
+    else:
+        p[scored] = ndtr(-z[scored])  # p_value
+    share = np.zeros(count)
+    long_enough = lengths >= 2
+    share[long_enough] = 1.0 - distinct[long_enough] / (lengths[long_enough] - 1)
+    return {"n_tokens": lengths, "n_transitions": m.astype(np.int64), "n_valid": c.astype(np.int64), "phi": phi,
+            "z": z, "p_value": p, "repeated_pair_share": share}
 
 
 # --------------------------------------------------------------------------- parts, resuming, the output
@@ -305,13 +369,16 @@ def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_doc
 def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,
               text_field: str = "text", id_field: str | None = None, batch_docs: int = BATCH_DOCS,
               fdr: float = 0.01, scheduler: str | None = None, workers: int | None = None,
-              progress: Callable[[int, int], None] | None = None) -> AuditSummary:
+              progress: Callable[[int, int], None] | None = None, tokenizer: Any = None) -> AuditSummary:
     """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``); resumes the parts an earlier run left.
 
     ``scheduler`` None scores on this process; ``"local"`` starts a Dask cluster of ``workers`` processes
     on this machine; any other value is the address of a running Dask scheduler. ``progress(done, total)``
-    is called after each batch.
+    is called after each batch. ``tokenizer``, when given, is the regime's tokenizer already loaded (this
+    process then does not load it again).
     """
+    if tokenizer is not None:
+        _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
     from .calibrate import clopper_pearson
 
     start = time.perf_counter()
@@ -366,32 +433,30 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
 
 
 def _part(parts: Path, index: int) -> Path:
-    return parts / f"part-{index:07d}.jsonl"
+    return parts / f"part-{index:07d}.json"
 
 
 def _write_part(parts: Path, index: int, rows: dict[str, list]) -> None:
-    """One batch's rows as JSON Lines (exact floats), written under a temporary name and renamed."""
+    """One batch's rows as one JSON object of columns (floats written exactly), under a temporary name, then
+    renamed: a part file exists only once it is complete."""
     path = _part(parts, index)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        for values in zip(*(rows[c] for c in COLUMNS if c != "q_value")):
-            fh.write(json.dumps(dict(zip([c for c in COLUMNS if c != "q_value"], values)), allow_nan=False) + "\n")
+        fh.write(json.dumps({c: rows[c] for c in COLUMNS if c != "q_value"}, allow_nan=False))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
-def _read_part(parts: Path, index: int) -> Iterator[dict[str, Any]]:
-    with open(_part(parts, index), encoding="utf-8") as fh:
-        for line in fh:
-            yield json.loads(line)
+def _read_part(parts: Path, index: int) -> dict[str, list]:
+    return json.loads(_part(parts, index).read_text("utf-8"))
 
 
 def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int, int, int]:
     """q-values from every part's p-values, then the rows to ``out`` part by part (one part in memory)."""
     from scipy.stats import false_discovery_control
 
-    p = np.fromiter((row["p_value"] for i in range(n_batches) for row in _read_part(parts, i)), dtype=float)
+    p = np.concatenate([np.asarray(_read_part(parts, i)["p_value"], dtype=float) for i in range(n_batches)])
     q = false_discovery_control(p, method="bh") if p.size else p
     tmp = out.with_name(out.name + ".tmp")
     tokens = flagged = position = 0
@@ -399,16 +464,17 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int
     try:
         with open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else _nullcontext() as fh:
             for i in range(n_batches):
-                rows = list(_read_part(parts, i))
-                for row in rows:
-                    row["q_value"] = float(q[position])
-                    position += 1
-                    tokens += row["n_tokens"]
-                    flagged += row["flagged"]
+                columns = _read_part(parts, i)
+                size = len(columns["doc_id"])
+                columns["q_value"] = q[position:position + size].tolist()
+                position += size
+                tokens += sum(columns["n_tokens"])
+                flagged += sum(columns["flagged"])
                 if out.suffix == ".jsonl":
-                    fh.writelines(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+                    fh.writelines(json.dumps(dict(zip(COLUMNS, values)), allow_nan=False) + "\n"
+                                  for values in zip(*(columns[c] for c in COLUMNS)))
                 else:
-                    writer = _write_parquet_rows(writer, tmp, rows)
+                    writer = _write_parquet_columns(writer, tmp, columns)
         if writer is not None:
             writer.close()
             writer = None
@@ -429,7 +495,7 @@ class _nullcontext:
         return None
 
 
-def _write_parquet_rows(writer: Any, path: Path, rows: list[dict[str, Any]]) -> Any:
+def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -437,7 +503,7 @@ def _write_parquet_rows(writer: Any, path: Path, rows: list[dict[str, Any]]) -> 
                         ("n_valid", pa.int64()), ("phi", pa.float64()), ("z", pa.float64()),
                         ("p_value", pa.float64()), ("test", pa.string()), ("flagged", pa.bool_()),
                         ("repeated_pair_share", pa.float64()), ("q_value", pa.float64())])
-    table = pa.Table.from_pylist(rows, schema=schema)
+    table = pa.Table.from_pydict({c: columns[c] for c in COLUMNS}, schema=schema)
     if writer is None:
         writer = pq.ParquetWriter(path, schema)
     writer.write_table(table)
@@ -458,9 +524,15 @@ def read_audit(path: str | os.PathLike) -> list[dict[str, Any]]:
 def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str | None,
                workers: int | None) -> Iterator[tuple[int, dict[str, list]]]:
     """(batch index, rows) for every batch, in completion order."""
-    if scheduler is None:
-        for batch in batches:
-            yield batch.index, score_batch(batch, settings, key)
+    if scheduler is None:  # read and tokenize the next batch in a thread while this one is scored
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chainmark-audit-read") as pool:
+            ahead = pool.submit(prepare_batch, batches[0], settings) if batches else None
+            for n, batch in enumerate(batches):
+                prepared = ahead.result()
+                ahead = pool.submit(prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
+                yield batch.index, finish_batch(prepared, settings, key)
         return
     yield from _score_on_dask(batches, settings, key, scheduler, workers)
 
@@ -532,4 +604,4 @@ def _pyarrow_parquet() -> Any:
 
 
 __all__ = ["AuditError", "Regime", "AuditSummary", "BATCH_DOCS", "Batch", "COLUMNS",
-           "corpus_batches", "key_plugin", "parts_folder", "read_audit", "read_batch", "run_audit", "score_batch"]
+           "corpus_batches", "key_plugin", "parts_folder", "read_audit", "finish_batch", "prepare_batch", "read_batch", "run_audit", "score_batch", "score_many"]

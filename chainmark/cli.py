@@ -562,7 +562,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         summary = run_audit(args.source, args.out, key, regime, text_field=args.text_field, id_field=args.id_field,
                             batch_docs=args.batch_docs, fdr=args.fdr,
                             scheduler=None if scheduler == "none" else scheduler, workers=args.workers,
-                            progress=progress)
+                            progress=progress, tokenizer=tokenizer)
     except AuditError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

@@ -51,6 +51,7 @@ class Topology:
         self.S = S
         self.k = k
         self.is_regular = regular
+        self._p0 = float(m.mean())
 
     # ---- constructors -------------------------------------------------
     @classmethod
@@ -100,7 +101,7 @@ class Topology:
     @property
     def p0(self) -> float:
         """Null probability that a random transition is legal: k/S."""
-        return float(self._matrix.mean())
+        return self._p0
 
     def successors(self, state: int) -> tuple[int, ...]:
         """Legal next states after ``state``."""

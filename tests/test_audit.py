@@ -54,11 +54,18 @@ def test_rows_are_the_detectors_and_q_values_are_benjamini_hochberg(tmp_path, do
     rows = read_audit(tmp_path / "out.parquet")
     assert [r["doc_id"] for r in rows] == [d["id"] for d in docs]  # every document once, in corpus order
     tokenizer = load_tokenizer()
-    for row, doc in zip(rows, docs):
-        ref = detect_text(doc["text"], tokenizer, KEY, S=5, alpha=0.01, test="exact")
-        assert (row["n_tokens"], row["n_transitions"], row["n_valid"]) == (ref.n_tokens, ref.n_scored, ref.n_hits)
-        assert row["z"] == ref.z and row["p_value"] == ref.p_value and row["test"] == "exact"
-        assert row["flagged"] == (ref.n_scored > 0 and ref.p_value < 0.01)
+    for test in ("exact", "z", "distinct"):  # bit for bit the detector's numbers, whichever the test
+        tested = rows if test == "exact" else read_audit(run_audit(
+            source, tmp_path / f"out_{test}.jsonl", KEY, regime(test, n_min=20), id_field="id", batch_docs=50).output)
+        for row, doc in zip(tested, docs):
+            ref = detect_text(doc["text"], tokenizer, KEY, S=5, alpha=0.01, test=test)
+            assert (row["n_tokens"], row["n_transitions"], row["n_valid"]) == (ref.n_tokens, ref.n_scored, ref.n_hits)
+            assert (row["phi"], row["z"], row["p_value"], row["test"]) == (ref.phi, ref.z, ref.p_value, test)
+            n_min = 0 if test == "exact" else 20
+            assert row["flagged"] == (ref.n_scored > 0 and ref.n_tokens >= n_min and ref.p_value < 0.01)
+            ids = np.asarray(tokenizer(doc["text"], add_special_tokens=False)["input_ids"])
+            pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
+            assert row["repeated_pair_share"] == (0.0 if ids.size < 2 else 1 - len(pairs) / (ids.size - 1))
     p = np.array([r["p_value"] for r in rows])
     assert np.array_equal([r["q_value"] for r in rows], false_discovery_control(p, method="bh"))
     assert summary.documents == len(docs) and summary.flagged == sum(r["flagged"] for r in rows)
@@ -113,8 +120,8 @@ def test_an_interrupted_audit_resumes_to_the_same_output(tmp_path, docs):
         run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20,
                   progress=stop_after_five)
     parts = parts_folder(tmp_path / "cut.jsonl")
-    assert len(list(parts.glob("part-*.jsonl"))) == 5 and not (tmp_path / "cut.jsonl").exists()
-    (parts / "part-0000007.jsonl.tmp").write_text('{"half": ')  # a part being written when the run was killed
+    assert len(list(parts.glob("part-*.json"))) == 5 and not (tmp_path / "cut.jsonl").exists()
+    (parts / "part-0000007.json.tmp").write_text('{"half": ')  # a part being written when the run was killed
     summary = run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20)
     assert summary.batches_resumed == 5 and summary.batches_scored == len(corpus_batches(source, "text", "id", 20)) - 5
     assert (tmp_path / "cut.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
@@ -139,7 +146,7 @@ def test_a_killed_command_resumes_to_the_same_output(tmp_path, docs):
     proc = subprocess.Popen(args + ["--out", str(tmp_path / "killed.jsonl")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=ROOT)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(parts.glob("part-*.jsonl"))) < 10 and proc.poll() is None:
+    while time.time() < deadline and len(list(parts.glob("part-*.json"))) < 10 and proc.poll() is None:
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -237,3 +244,13 @@ def test_the_audit_runs_in_the_model_free_install(tmp_path, docs):
                         str(tmp_path / "o.parquet"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(read_audit(tmp_path / "o.parquet")) == 60
+
+
+def test_long_documents_are_scored_in_pieces_with_the_same_rows(tmp_path, docs, monkeypatch):
+    import chainmark.audit as audit
+
+    source = write_jsonl(tmp_path / "c.jsonl", docs[:40])
+    run_audit(source, tmp_path / "whole.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
+    monkeypatch.setattr(audit, "PIECE_CHARS", 300)  # most replies are now "long": scored by chainmark.stream
+    run_audit(source, tmp_path / "pieces.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
+    assert (tmp_path / "pieces.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
