@@ -150,7 +150,8 @@ from chapter_lint import MAGIC, MAX_PROSE_SHARE, measure, prose_lines  # noqa: E
 
 #: The chapters that build a component of the scheme, and so need a "Build it" section.
 BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology", "03_gates", "04_embedding",
-                                                    "05_detection", "06_calibration", "07_robustness")]
+                                                    "05_detection", "06_calibration", "07_robustness",
+                                                    "09b_corpus_audit")]
 _HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 
@@ -219,7 +220,8 @@ def test_build_it_ran_in_the_build(chapter):
 
 #: Chapters whose tables report rates from runs: every rate there carries its interval.
 RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "06_calibration", "07_robustness",
-                                                   "08_head_to_head", "08b_kregular", "09_audit")]
+                                                   "08_head_to_head", "08b_kregular", "09_audit",
+                                                   "09b_corpus_audit")]
 _RATE_HEADER = re.compile(r"\b(TPR|FPR|power|flagged|detected|detection rate|false.positive)\b", re.I)
 #: Columns of rates that are computed from a formula, not measured on texts (no sampling error).
 _COMPUTED = re.compile(r"gaussian|exact|predicted|prediction|bound|hoeffding|analytic|theor|closed|formula|paper|"
