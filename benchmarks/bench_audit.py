@@ -70,16 +70,9 @@ print(json.dumps({"seconds": seconds, "peak_kb": resource.getrusage(resource.RUS
 
 
 def shipped_documents() -> list[str]:
-    from chainmark import reference
-    from chainmark.corpora import python_reference_documents
+    from chainmark.corpora import shipped_texts
 
-    docs = []
-    for part in ("head_to_head", "null", "calibration", "kregular", "explorer"):
-        try:
-            docs += [r["output"] for r in reference.load_texts(part) if r.get("output", "").strip()]
-        except FileNotFoundError:
-            continue
-    return docs + [d.text for d in python_reference_documents()]
+    return shipped_texts()
 
 
 def build_corpus(path: Path, n_docs: int, docs: list[str], seed: int = 0) -> None:

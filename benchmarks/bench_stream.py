@@ -62,18 +62,9 @@ print(json.dumps({"seconds": time.perf_counter() - start, "peak_kb": resource.ge
 
 
 def base_documents() -> list[str]:
-    """The shipped text the corpus is made of: every reference reply and the Language Reference's paragraphs."""
-    from chainmark import reference
-    from chainmark.corpora import python_reference_documents
+    from chainmark.corpora import shipped_texts
 
-    docs = []
-    for part in ("head_to_head", "null", "calibration", "kregular", "explorer"):
-        try:
-            docs += [r["output"] for r in reference.load_texts(part) if r.get("output", "").strip()]
-        except FileNotFoundError:
-            continue
-    docs += [d.text for d in python_reference_documents()]
-    return docs
+    return shipped_texts()
 
 
 def build_corpus(path: Path, megabytes: int, docs: list[str], seed: int = 0) -> None:

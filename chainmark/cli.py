@@ -938,16 +938,10 @@ class _TextInput:
             nonblank = False
             for chunk in self.chunks(max_bytes):  # read to the end: a decoding error anywhere is found now
                 nonblank = nonblank or bool(chunk.strip())
-        except FileNotFoundError:
-            raise UsageError(f"{label} does not exist") from None
-        except IsADirectoryError:
-            raise UsageError(f"{label} is a folder, not a text file") from None
-        except PermissionError:
-            raise UsageError(f"{label} is not readable by this user") from None
         except UnicodeDecodeError as exc:
             raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}); pass --encoding") from None
         except OSError as exc:
-            raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+            raise _unreadable(exc, label) from None
         if not nonblank:
             raise UsageError(f"{label}: empty input, nothing to score")
 
@@ -995,6 +989,17 @@ class _Bounded:
         if self.left < 0:
             raise UsageError(f"{self.label} is larger than {self.max_bytes} bytes (raise the limit with --max-bytes)")
         return data
+
+
+def _unreadable(exc: OSError, label: str) -> UsageError:
+    """The usage error for an input that could not be opened or read, saying why."""
+    if isinstance(exc, FileNotFoundError):
+        return UsageError(f"{label} does not exist")
+    if isinstance(exc, IsADirectoryError):
+        return UsageError(f"{label} is a folder, not a text file")
+    if isinstance(exc, PermissionError):
+        return UsageError(f"{label} is not readable by this user")
+    return UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})")
 
 
 def _check_regular(path: str, max_bytes: int, label: str) -> None:
@@ -1050,14 +1055,8 @@ def _read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8"
         raise UsageError("an empty file name was given (an empty argument, e.g. an unset shell variable)")
     try:
         data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
-    except FileNotFoundError:
-        raise UsageError(f"{label} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"{label} is a folder, not a text file") from None
-    except PermissionError:
-        raise UsageError(f"{label} is not readable by this user") from None
     except OSError as exc:
-        raise UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+        raise _unreadable(exc, label) from None
     if len(data) > max_bytes:
         raise UsageError(f"{label} is larger than {max_bytes} bytes{too_large}")
     try:

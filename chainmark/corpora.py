@@ -110,3 +110,19 @@ def human_windows(tokenizer: Any, n: int, max_windows: int | None = None,
     docs = python_reference_documents() if documents is None else documents
     ids = [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
     return token_windows(ids, n, max_windows)
+
+
+def shipped_texts() -> list[str]:
+    """Every text that ships with the package, for benchmarks that anyone can rebuild: each stored reply of
+    the book's reference run (all experiments, every method, watermarked and not) and the prose of the
+    Python Language Reference (:func:`python_reference_documents`)."""
+    from .reference import load_texts
+
+    texts = []
+    for part in ("head_to_head", "null", "calibration", "kregular", "explorer"):
+        try:
+            texts += [r["output"] for r in load_texts(part) if r.get("output", "").strip()]
+        except FileNotFoundError:
+            continue
+    return texts + [d.text for d in python_reference_documents()]
+
