@@ -21,6 +21,7 @@ the key and the tokenizer. This module is that third party's tool:
   of text files) into one row each with Benjamini-Hochberg q-values, in
   bounded memory, resumably, on this process or a Dask cluster
   (:mod:`chainmark.audit`);
+- ``doctor`` checks a laptop before a workshop (:mod:`chainmark.doctor`);
 - ``recalibrate`` sets the operating threshold from the z-scores of
   unwatermarked text of the deployment's own domain;
 - ``reference`` runs, inspects (``status``) and re-checks (``verify``) the
@@ -204,7 +205,8 @@ examples:
   chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
   chainmark reference status
 
-exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect);
+exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect), or
+a check failed (doctor, key audit);
 2 usage error (bad option, missing/unreadable key or input, empty input,
 tokenizer that cannot be loaded); 3 internal error (an unexpected failure,
 reported in one line: please report it); 130 interrupted.
@@ -449,6 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     au.set_defaults(func=_cmd_audit)
 
+    # doctor ----------------------------------------------------------------
+    dr = sub.add_parser("doctor", help="check this machine before a workshop",
+                        description="Check this machine for the book: Python and package versions, a notebook "
+                                    "front end, free disk and memory, the embedded model (it loads, writes a few "
+                                    "dozen watermarked tokens and detects them), and how long the chapters "
+                                    "should take here. Run it the week before a workshop.",
+                        epilog="exit codes: 0 ready, 1 something to fix (each failed line says what), 2 a usage error",
+                        formatter_class=fmt)
+    dr.add_argument("--no-generation", action="store_true", help="skip loading the model and the probe")
+    dr.add_argument("--json", action="store_true", help="one JSON object: every check and the verdict")
+    dr.set_defaults(func=_cmd_doctor)
+
     # key audit ------------------------------------------------------------
     key_cmd = sub.add_parser("key", help="key tools: audit a key's false-positive rate before deployment",
                              description="Key tools. `chainmark key audit` scores unwatermarked text under one "
@@ -571,6 +585,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         print("\n".join(summary.lines()))
     return EXIT_OK
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .doctor import report, run_checks
+
+    checks = run_checks(generation=not args.no_generation)
+    ready = not any(c.status == "fail" for c in checks)
+    if args.json:
+        print(json.dumps({"ready": ready, "checks": [asdict(c) for c in checks]}))
+    else:
+        print(report(checks))
+    return EXIT_OK if ready else EXIT_DETECTED
 
 
 def _cmd_key_help(args: argparse.Namespace) -> int:
