@@ -27,6 +27,7 @@ Needs ``pyarrow`` for Parquet and ``dask[distributed]`` for a cluster (the
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -462,7 +463,7 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int
     tokens = flagged = position = 0
     writer = None
     try:
-        with open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else _nullcontext() as fh:
+        with open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else contextlib.nullcontext() as fh:
             for i in range(n_batches):
                 columns = _read_part(parts, i)
                 size = len(columns["doc_id"])
@@ -485,14 +486,6 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int
         if tmp.exists():
             tmp.unlink()
     return int(p.size), tokens, flagged, int(np.count_nonzero(q <= fdr))
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) -> Any:
