@@ -1,29 +1,20 @@
 """Audit a corpus: every document scored under one key, one row each, in bounded memory, resumable, on one
 process or a Dask cluster.
 
-The corpus is a JSON Lines file (the text in a named field), a Parquet file
-or folder, or a folder of ``.txt`` files. It is divided into *batches* of a
-fixed number of documents (a JSON Lines batch is a byte range, a Parquet
-batch a slice of a row group, a text batch a slice of the sorted file list),
-each described by a small picklable :class:`Batch`. A batch is read, its
-documents tokenized together (the ``tokenizers`` library spreads a batch over
-the cores) and scored with :mod:`chainmark.detect` (texts longer than a
-piece are scored with :mod:`chainmark.stream`), and its rows are written to
-one part file in ``<out>.parts/``, atomically. An interrupted audit resumes
-by scoring only the batches without a part file, so no document is scored
-twice or lost. At the end the p-values of all parts give the
-Benjamini-Hochberg q-values (``scipy.stats.false_discovery_control``) and the
-parts are merged into the output, Parquet or JSON Lines.
+The corpus (a JSON Lines file, a Parquet file or folder, or a folder of ``.txt`` files) is divided into
+*batches* of a fixed number of documents, each described by a small picklable :class:`Batch` (a byte range,
+a row-group slice, a slice of the sorted file list). A batch is read, tokenized together (the
+``tokenizers`` library spreads it over the cores), scored in one vectorised pass (:func:`score_many`; texts
+longer than a piece go through :mod:`chainmark.stream`), and its rows are written to one part file in
+``<out>.parts/``, atomically. An interrupted audit scores only the batches without a part file, so no
+document is scored twice or lost. At the end the p-values of all parts give the Benjamini-Hochberg q-values
+(``scipy.stats.false_discovery_control``) and the parts are merged into the output, Parquet or JSON Lines.
 
-With Dask (``scheduler`` "local" for processes on this machine, or a
-scheduler address) each batch is one task with an explicit name
-(``chainmark-audit-<n>``); the key reaches the workers in a worker plugin,
-never in a task's name or arguments, and each worker loads the tokenizer and
-builds the state table once. The rows are the same as on one process,
-document for document: the same function scores the same batch.
-
-Needs ``pyarrow`` for Parquet and ``dask[distributed]`` for a cluster (the
-``audit`` extra); the scoring itself is the core's.
+On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
+task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a worker plugin, never in a
+task's name or arguments, and each worker loads the tokenizer and builds the state table once. The rows
+are those of one process, document for document. Parquet needs ``pyarrow`` and a cluster
+``dask[distributed]`` (the ``audit`` extra); the scoring itself is the core's.
 """
 from __future__ import annotations
 
