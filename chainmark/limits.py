@@ -23,7 +23,7 @@ MAX_KEY_FILE_BYTES = 4096
 
 #: Default largest text input of ``chainmark detect`` (``--max-bytes`` changes
 #: it): a safety limit, not a memory limit, since texts are tokenized and
-#: scored in pieces of about a megabyte (:mod:`chainmark.stream`) and memory
+#: scored in pieces of a quarter megabyte (:mod:`chainmark.stream`) and memory
 #: stays flat as they grow. A gibibyte of text is some 300 million tokens.
 DEFAULT_MAX_TEXT_BYTES = 1024 * 1024 * 1024
 
