@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
                    "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
     d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
-                   "(default: the regime's, else the book's embedded SmolLM2-135M-Instruct)")
+                   "(default: the regime's, else $CHAINMARK_MODEL's, else the book's embedded SmolLM2-135M-Instruct)")
     d.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer "
                    "(default: the regime's); pins a Hub id to the files the regime was published with")
     d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
@@ -432,8 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--test", choices=("z", "distinct", "exact"), help="the test (default: exact, as for detect)")
     au.add_argument("--min-tokens", type=_int_at_least(0), metavar="N", help="documents shorter than N tokens are "
                     "not flagged (default: the regime's n_min)")
-    au.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the regime's, else the "
-                    "embedded model's)")
+    au.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the regime's, else "
+                    "$CHAINMARK_MODEL's, else the embedded model's)")
     au.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer")
     au.add_argument("--text-field", default="text", metavar="NAME", help="the field or column holding the text "
                     "(default: text)")
