@@ -37,7 +37,7 @@ from .topology import Topology, resolve_topology
 from .jsonio import atomic_write_json, to_jsonable
 from .regime import Regime
 from .verdict import decide
-from .stream import PIECE_CHARS, detect_text_stream
+from .stream import PIECE_CHARS, detect_text_stream, ids_batch
 
 #: Columns of an audit's output, in order.
 COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
@@ -219,12 +219,7 @@ def prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]]
     tokenizer = _tokenizer(settings)
     short = [i for i, (_, text) in enumerate(docs) if len(text) <= PIECE_CHARS]
     texts = [docs[i][1] for i in short]
-    backend = getattr(tokenizer, "backend", None)
-    if backend is not None:
-        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch  # _fast: no offsets kept
-        encoded = [np.asarray(e.ids, dtype=np.int64) for e in encode(texts, add_special_tokens=False)]
-    else:
-        encoded = [np.asarray(tokenizer(t, add_special_tokens=False)["input_ids"], dtype=np.int64) for t in texts]
+    encoded = [np.asarray(ids, dtype=np.int64) for ids in ids_batch(tokenizer, texts)]
     return docs, dict(zip(short, encoded))
 
 

@@ -67,12 +67,13 @@ def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+def ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """Token ids of several pieces, tokenized in parallel where the tokenizer can (a ``tokenizers`` backend
     splits a batch over the machine's cores); one by one otherwise."""
     backend = getattr(tokenizer, "backend", None)  # chainmark.tokenizer.AuditTokenizer
     if backend is not None and hasattr(backend, "encode_batch"):
-        return [list(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
+        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch  # _fast: no offsets kept
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
     if getattr(tokenizer, "is_fast", False):  # a transformers fast tokenizer batches in Rust too
         return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     return [_ids(tokenizer, text) for text in texts]
@@ -308,7 +309,7 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
 
 
 def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -> None:
-    for ids in (_ids_batch(tokenizer, pieces) if len(pieces) > 1 else [_ids(tokenizer, p) for p in pieces]):
+    for ids in ids_batch(tokenizer, pieces):
         scorer.update(np.asarray(ids, dtype=np.int64))
 
 
@@ -345,5 +346,5 @@ def repetition_warning(share: float, n_transitions: int, result: DetectionResult
 
 
 __all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
-           "cut_keeps_tokens", "decoded_chunks", "detect_text_stream", "repetition_warning", "safe_cut",
+           "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "repetition_warning", "safe_cut",
            "text_pieces"]
