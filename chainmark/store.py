@@ -19,29 +19,12 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .gates import Gate
 from .jsonio import atomic_write, atomic_write_json, to_jsonable
+from .settings import RUNS_ENV, default_runs_dir  # noqa: F401  (where runs live: one definition, in settings)
 
 RECORDS_FILE = "records.jsonl"
 META_FILE = "run.json"
 #: Lock file of a run folder: held by the one process that writes there.
 LOCK_FILE = ".lock"
-#: ``CHAINMARK_RUNS`` overrides where runs are stored (e.g. a Google Drive folder in Colab).
-RUNS_ENV = "CHAINMARK_RUNS"
-
-
-def default_runs_dir() -> Path:
-    """``$CHAINMARK_RUNS``, else ``runs/`` at the book's root (found upwards), else ``./runs``.
-
-    The book's root is the first folder upwards from the working directory
-    that holds ``_toc.yml``; ``runs/`` is git-ignored there.
-    """
-    env = os.environ.get(RUNS_ENV, "").strip()
-    if env:
-        return Path(env).expanduser()
-    here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "_toc.yml").is_file():
-            return folder / "runs"
-    return here / "runs"
 
 
 def stored_gate(path: str | os.PathLike, calibrate: Any, name: str = "gate") -> Any:

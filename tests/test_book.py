@@ -78,6 +78,38 @@ def test_colab_install_cell_never_touches_torch():
         assert pip_lines and not any("torch" in ln for ln in pip_lines), path.name
 
 
+def test_colab_opens_and_installs_the_books_release_never_main():
+    """Badge, install cell and Jupyter Book's launch buttons all name the release tag v<pyproject version>, so a
+    chapter opened in Colab installs the package it was written with."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    import chainmark
+
+    assert chainmark.__version__ == version
+    tag = f"v{version}"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["repository"]["branch"] == tag
+    url = config["repository"]["url"]
+    for path in (ROOT / "book").glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        assert f"blob/{tag}/book/{path.name})" in nb.cells[0].source, path.name
+        assert f"git+{url}@{tag}\"" in nb.cells[1].source, path.name
+        assert "@main" not in nb.cells[1].source and "blob/main" not in nb.cells[0].source, path.name
+
+
+def test_every_chapter_has_the_same_settings_cell_right_after_the_install():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import notebooks
+
+    for path in (ROOT / "book").glob("*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        assert nb.cells[2].cell_type == "code" and nb.cells[2].source == notebooks.SETTINGS_SOURCE, path.name
+    # the cell as written runs: every value None gives the defaults of this environment
+    namespace: dict = {}
+    exec(compile(notebooks.SETTINGS_SOURCE, "settings-cell", "exec"), namespace)
+
+
 def test_config_executes_and_fails_on_errors():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "cache"  # warm rebuilds; build_book.py drops stale outputs

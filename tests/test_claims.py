@@ -7,7 +7,6 @@ import pytest
 
 from chainmark import claims
 from chainmark.claims import ClaimFailed, book_configuration, claim, claim_outcomes, claims_mode, claims_report
-from chainmark.settings import get_settings
 
 
 @pytest.fixture(autouse=True)
@@ -16,14 +15,11 @@ def fresh(monkeypatch):
                 "CHAINMARK_MODEL", "CHAINMARK_SCALE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(claims, "_outcomes", [])
-    get_settings.cache_clear()
     yield
-    get_settings.cache_clear()
 
 
 def _book_config_on_cpu(monkeypatch):
     monkeypatch.setattr("chainmark.settings._cuda_available", lambda: False)
-    get_settings.cache_clear()
 
 
 def test_strict_exactly_in_the_books_configuration(monkeypatch):
@@ -32,13 +28,10 @@ def test_strict_exactly_in_the_books_configuration(monkeypatch):
     for var, value in (("CHAINMARK_KEY", bytes(range(32)).hex()), ("CHAINMARK_MODEL", "some/other-model"),
                        ("CHAINMARK_SCALE", "full")):
         monkeypatch.setenv(var, value)
-        get_settings.cache_clear()
         assert claims_mode() == "soft", var
         monkeypatch.delenv(var)
-        get_settings.cache_clear()
     monkeypatch.setattr("chainmark.settings._cuda_available", lambda: True)
     monkeypatch.setenv("CHAINMARK_SCALE", "smoke")
-    get_settings.cache_clear()
     assert not book_configuration()["CPU"] and claims_mode() == "soft"
 
 

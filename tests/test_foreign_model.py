@@ -24,6 +24,39 @@ import foreign_model  # noqa: E402
 CHAPTERS = claims_robustness.toc_chapters()
 
 
+#: Calls that start a chapter's long steps: a forecast must be printed before the first of them.
+LONG_STEPS = ("generate(", "generate_resumable(", "run_grid(", "embedding_grid(")
+#: Chapters whose long steps get a forecast (the others generate a reply or two at most).
+FORECAST_CHAPTERS = {"book/03_gates.ipynb", "book/04_embedding.ipynb", "book/05_detection.ipynb",
+                     "book/06_calibration.ipynb", "book/07_robustness.ipynb", "book/08_head_to_head.ipynb",
+                     "book/08b_kregular.ipynb", "book/09_audit.ipynb", "book/10_explorers.ipynb",
+                     "book/00_first_run.ipynb"}
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append("".join(out.get("text", "")))
+        for kind in ("text/plain", "text/html"):
+            parts.append("".join(out.get("data", {}).get(kind, "")))
+    return "\n".join(parts)
+
+
+def check_settings_and_forecast(nb, folder: Path, chapter: str) -> None:
+    """The settings cell shows the model in use; a forecast of time and memory comes before the long steps."""
+    cells = nb.cells
+    assert cells[2].source.startswith("# Settings: the same cell in every chapter.")
+    assert str(folder) in _text(cells[2]), "the settings cell does not show the model this run uses"
+    if chapter not in FORECAST_CHAPTERS:
+        return
+    forecasts = [i for i, c in enumerate(cells) if c.cell_type == "code" and "expected on this machine" in _text(c)]
+    assert forecasts, f"{chapter}: no forecast of time and memory was printed"
+    assert str(folder) in _text(cells[forecasts[0]]) and "peak memory" in _text(cells[forecasts[0]])
+    long_steps = [i for i, c in enumerate(cells) if c.cell_type == "code" and i > 2
+                  and any(call in c.source for call in LONG_STEPS) and "expect_generation" not in c.source]
+    assert not long_steps or forecasts[0] < long_steps[0], (chapter, forecasts, long_steps)
+
+
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
     folder = foreign_model.build(tmp_path_factory.mktemp("foreign-model"))
@@ -43,9 +76,30 @@ def test_the_chapter_runs_to_its_end_on_another_model(chapter, foreign, tmp_path
     monkeypatch.setenv("CHAINMARK_SCALE", "smoke")
     key_file = tmp_path / "teaching-or-not.key"
     write_key_file(key_file)
-    result = claims_robustness.execute(chapter, key_file, tmp_path / "claims.jsonl", tmp_path / "runs", timeout=900)
+    result = claims_robustness.execute(chapter, key_file, tmp_path / "claims.jsonl", tmp_path / "runs", timeout=900,
+                                       keep_notebook=True)
+    check_settings_and_forecast(result["notebook"], foreign, chapter)
     for f in result["failed"]:
         print(f"differs on the foreign model ({f['tier']}): {f['says']} -- {f['shows']}")
     assert result["completed"], f"{chapter} stopped on another model: {result['error']}"
     reference_failed = [f for f in result["failed"] if f["tier"] == "reference"]
     assert not reference_failed, f"{chapter}: a reference section did not read the embedded model's run: {reference_failed}"
+
+
+@pytest.mark.slow
+def test_a_model_too_large_for_the_device_is_refused_before_loading_in_a_chapter(foreign, tmp_path, monkeypatch):
+    """Chapter 0 on the small foreign model, with the device's free memory simulated below what it needs: the
+    chapter stops at load_model with the refusal and its advice, before any weight is read."""
+    from chainmark.keys import write_key_file
+
+    monkeypatch.setenv("CHAINMARK_MODEL", str(foreign))
+    monkeypatch.setenv("CHAINMARK_DEVICE_MEMORY_GB", "0.3")
+    key_file = tmp_path / "k.key"
+    write_key_file(key_file)
+    result = claims_robustness.execute("book/00_first_run.ipynb", key_file, tmp_path / "claims.jsonl",
+                                       tmp_path / "runs", timeout=300, keep_notebook=True)
+    assert not result["completed"]
+    assert "ModelTooLargeError" in result["error"] and "does not fit, so it was not loaded" in result["error"]
+    assert "free memory first" in result["error"], result["error"]
+    cells = result["notebook"].cells
+    assert str(foreign) in _text(cells[2])  # the settings cell ran and showed the model

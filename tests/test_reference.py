@@ -273,15 +273,12 @@ def test_reading_the_reference_ignores_the_live_model(monkeypatch):
     from chainmark.settings import get_settings
 
     monkeypatch.setenv("CHAINMARK_MODEL", "/some/other/model")
-    get_settings.cache_clear()
-    try:
-        assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
-        assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
-        from chainmark.reference import load_reference
+    assert get_settings().model == "/some/other/model"  # read when asked: nothing cached
+    assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
+    assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
+    from chainmark.reference import load_reference
 
-        assert len(load_reference("kregular")) > 0
-    finally:
-        get_settings.cache_clear()
+    assert len(load_reference("kregular")) > 0
 
 
 def test_scores_by_test_rebuilds_every_attack_of_the_head_to_head():

@@ -1,51 +1,119 @@
+"""Settings: read from the environment each time they are asked for, set by each chapter's settings cell."""
+import os
+import stat
+
 import pytest
 
 from chainmark import settings as settings_mod
-from chainmark.settings import DEFAULT_MODEL, get_settings
+from chainmark.keys import key_fingerprint, read_key_file, teaching_key
+from chainmark.settings import DEFAULT_MODEL, SETTING_ENV, default_dtype, get_settings, use_settings
 
 
 @pytest.fixture(autouse=True)
 def fresh_settings(monkeypatch):
-    monkeypatch.delenv("CHAINMARK_MODEL", raising=False)
-    monkeypatch.delenv("CHAINMARK_SCALE", raising=False)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
-
-
-def test_defaults_on_cpu(monkeypatch):
+    for name in (*SETTING_ENV.values(), "CHAINMARK_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    # use_settings(None) returns to the environment the process started with: here, none of these set
+    monkeypatch.setattr(settings_mod, "_STARTING_ENV", {name: None for name in SETTING_ENV.values()})
     monkeypatch.setattr(settings_mod, "_cuda_available", lambda: False)
+    yield
+
+
+def test_defaults_on_cpu():
     s = get_settings()
-    assert (s.model, s.scale, s.device) == (DEFAULT_MODEL, "smoke", "cpu")
+    assert (s.model, s.scale, s.device, s.dtype) == (DEFAULT_MODEL, "smoke", "cpu", "float32")
     assert (s.generation_seed, s.attack_seed) == (42, 43)
-    assert s.model == DEFAULT_MODEL
     assert s.sized(smoke=1, full=2) == 1
+    assert s.key_file is None
 
 
 def test_defaults_on_gpu(monkeypatch):
     monkeypatch.setattr(settings_mod, "_cuda_available", lambda: True)
+    monkeypatch.setattr(settings_mod, "_bf16_supported", lambda: True)
     s = get_settings()
-    assert (s.scale, s.device) == ("full", "cuda")
+    assert (s.scale, s.device, s.dtype) == ("full", "cuda", "bfloat16")
     assert s.sized(smoke=1, full=2) == 2
 
 
+def test_a_gpu_without_bfloat16_gets_float16(monkeypatch):
+    monkeypatch.setattr(settings_mod, "_bf16_supported", lambda: False)
+    assert default_dtype("cuda") == default_dtype("cuda:0") == "float16"
+    assert default_dtype("cpu") == "float32"
+
+
 def test_environment_overrides(monkeypatch):
-    monkeypatch.setattr(settings_mod, "_cuda_available", lambda: False)
     monkeypatch.setenv("CHAINMARK_MODEL", "Qwen/Qwen2.5-7B-Instruct")
     monkeypatch.setenv("CHAINMARK_SCALE", "FULL")
     s = get_settings()
-    assert s.model == "Qwen/Qwen2.5-7B-Instruct" and s.model != DEFAULT_MODEL
-    assert s.scale == "full"
+    assert s.model == "Qwen/Qwen2.5-7B-Instruct" and s.scale == "full"
 
 
-def test_settings_are_read_once(monkeypatch):
-    monkeypatch.setattr(settings_mod, "_cuda_available", lambda: False)
-    first = get_settings()
+def test_settings_are_read_when_asked_never_stale(monkeypatch):
+    assert get_settings().scale == "smoke"
     monkeypatch.setenv("CHAINMARK_SCALE", "full")
-    assert get_settings() is first
+    assert get_settings().scale == "full"
 
 
 def test_bad_scale_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CHAINMARK_SCALE", "huge")
     with pytest.raises(ValueError, match="CHAINMARK_SCALE must be one of"):
         get_settings()
+
+
+def test_the_settings_cell_sets_every_value_and_none_returns_to_the_start(tmp_path, monkeypatch):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    key_file = tmp_path / "drive" / "chainmark" / "key.bin"
+    runs = tmp_path / "drive" / "chainmark" / "runs"
+    s = use_settings(model=str(folder), scale="full", key_file=key_file, runs_dir=runs)
+    assert (s.model, s.scale, s.key_file, s.runs_dir) == (str(folder.resolve()), "full", str(key_file), str(runs))
+    assert runs.is_dir() and key_file.is_file()
+    assert stat.S_IMODE(key_file.stat().st_mode) & 0o077 == 0  # created owner-only
+    key = read_key_file(key_file)
+    # what the chapters then read
+    from chainmark.keys import book_key, book_key_source
+    from chainmark.settings import default_runs_dir
+
+    assert book_key_source() == "key file" and book_key() == key and default_runs_dir() == runs
+    assert key_fingerprint(key) in str(s) and key.hex() not in str(s) and key.hex() not in s._repr_html_()
+    # a second session naming the same file gets the same key (it is never replaced)
+    use_settings(key_file=key_file)
+    assert book_key() == key
+    # None: back to what the process started with
+    s = use_settings()
+    assert (s.model, s.scale, s.key_file) == (DEFAULT_MODEL, "smoke", None)
+    assert book_key_source() == "teaching" and book_key() == teaching_key()
+    assert all(os.environ.get(name) is None for name in SETTING_ENV.values())
+
+
+def test_none_keeps_what_the_environment_said_at_start(monkeypatch):
+    monkeypatch.setattr(settings_mod, "_STARTING_ENV", {**settings_mod._STARTING_ENV, "CHAINMARK_SCALE": "full"})
+    use_settings(scale="smoke")
+    assert get_settings().scale == "smoke"
+    assert use_settings().scale == "full"
+
+
+def test_the_settings_cell_refuses_bad_values_clearly(tmp_path):
+    with pytest.raises(ValueError, match="scale must be one of"):
+        use_settings(scale="medium")
+    with pytest.raises(ValueError, match="no folder there"):
+        use_settings(model=str(tmp_path / "missing-model"))
+    with pytest.raises(ValueError, match="no folder there"):
+        use_settings(model="./models/mine")
+    with pytest.raises(ValueError, match="Hub id or a local folder"):
+        use_settings(model="  ")
+    bad = tmp_path / "short.key"
+    bad.write_bytes(b"too short")
+    with pytest.raises(ValueError):
+        use_settings(key_file=bad)
+    assert get_settings().model == DEFAULT_MODEL  # a refused value changes nothing
+
+
+def test_a_hub_id_is_taken_as_written():
+    assert use_settings(model="HuggingFaceTB/SmolLM2-360M-Instruct").model == "HuggingFaceTB/SmolLM2-360M-Instruct"
+
+
+def test_settings_show_the_model_the_key_source_and_never_the_key():
+    text = str(use_settings())
+    assert "SmolLM2-135M-Instruct, embedded" in text and "published teaching key" in text
+    assert key_fingerprint(teaching_key()) in text and teaching_key().hex() not in text

@@ -42,12 +42,14 @@ def toc_chapters() -> list[str]:
     return [f"{e['file']}.ipynb" for e in toc.get("chapters", []) if (ROOT / f"{e['file']}.ipynb").exists()]
 
 
-def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None) -> dict:
+def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None,
+            keep_notebook: bool = False) -> dict:
     """Run one chapter under one key in soft mode; return how it ended and the claims it logged.
 
     The kernel gets its settings through its own environment (never this
     process's), so several chapters can run at once; ``threads`` caps the
-    kernel's CPU threads.
+    kernel's CPU threads. ``keep_notebook`` adds the executed notebook (with
+    its outputs) under ``"notebook"``.
     """
     import nbformat
     from nbclient import NotebookClient
@@ -76,7 +78,8 @@ def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, t
             "live_held": sum(c["tier"] == "live" and c["held"] for c in claims),
             "reference_checked": sum(c["tier"] == "reference" for c in claims),
             "reference_held": sum(c["tier"] == "reference" and c["held"] for c in claims),
-            "failed": [{"says": c["says"], "tier": c["tier"], "shows": c["shows"]} for c in claims if not c["held"]]}
+            "failed": [{"says": c["says"], "tier": c["tier"], "shows": c["shows"]} for c in claims if not c["held"]],
+            **({"notebook": nb} if keep_notebook else {})}
 
 
 def keys_in(work: Path, n: int, fresh: bool) -> list[Path]:

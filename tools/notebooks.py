@@ -1,9 +1,12 @@
 """Maintain the chapter notebooks: the Colab header, stripped outputs, authoring.
 
-``python tools/notebooks.py sync`` rewrites the Colab badge and the Colab-only
-install cell of every notebook from ``_config.yml`` (the one place that holds
-the repository URL) and strips outputs; ``check`` reports notebooks that are
-out of sync without changing them (a test runs it).
+``python tools/notebooks.py sync`` rewrites the Colab badge, the Colab-only
+install cell and the settings cell of every notebook and strips outputs;
+``check`` reports notebooks that are out of sync without changing them (a test
+runs it). The repository URL comes from ``_config.yml`` (the one place it is
+written); badge and install are pinned to the book's release, the tag
+``v<version>`` of ``pyproject.toml``'s version, so a chapter opened in Colab
+installs the package it was written with, never whatever ``main`` holds then.
 """
 from __future__ import annotations
 
@@ -18,12 +21,35 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 BADGE_MARK = "[![Open in Colab]"
 INSTALL_MARK = "# Colab only: install the chainmark package"
+SETTINGS_MARK = "# Settings: the same cell in every chapter."
+
+#: The settings cell, identical in every chapter (chapter 0 explains each line).
+SETTINGS_SOURCE = """\
+# Settings: the same cell in every chapter. None keeps the book's default; change a value, then run the
+# chapter from the top. In Colab, keep your key and runs on Drive so a new session resumes them, e.g.
+# key_file="/content/drive/MyDrive/chainmark/key.bin", runs_dir="/content/drive/MyDrive/chainmark/runs".
+from chainmark.settings import use_settings
+
+use_settings(
+    model=None,     # a Hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a local folder; None: embedded SmolLM2-135M
+    scale=None,     # "smoke" or "full"; None: smoke on a CPU, full on a GPU
+    key_file=None,  # a file holding your key (created if missing); None: the book's published teaching key
+    runs_dir=None,  # where resumable runs keep their records; None: runs/ beside the book
+)"""
+
+
+def release() -> str:
+    """The book's release tag, ``v`` + the version in ``pyproject.toml``."""
+    import tomllib
+
+    return "v" + tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def repository() -> tuple[str, str, str]:
+    """The repository URL (``_config.yml``), the release it is pinned to, and the book's path in it."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     repo = config["repository"]
-    return repo["url"].rstrip("/"), repo.get("branch", "main"), repo.get("path_to_book", "")
+    return repo["url"].rstrip("/"), release(), repo.get("path_to_book", "")
 
 
 def colab_url(notebook: Path) -> str:
@@ -68,6 +94,12 @@ def synced(nb: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
         cells[1].metadata["tags"] = ["hide-input"]
     else:
         cells.insert(1, install)
+    settings = nbformat.v4.new_code_cell(SETTINGS_SOURCE)
+    if len(cells) > 2 and cells[2].cell_type == "code" and cells[2].source.startswith(SETTINGS_MARK):
+        cells[2].source = settings.source
+        cells[2].metadata.pop("tags", None)
+    else:
+        cells.insert(2, settings)
     for cell in cells:
         cell.pop("id", None)
         if cell.cell_type == "code":
