@@ -29,11 +29,17 @@ STEP_OVERHEAD = 1.1
 
 @dataclass(frozen=True)
 class Step:
-    """One long step of a chapter: a label, how many texts, at most how many new tokens each."""
+    """One long step of a chapter: a label, how many texts, at most how many new tokens each.
+
+    ``kind`` is ``"generate"`` (decode ``new_tokens`` tokens per text) or
+    ``"score"`` (one teacher-forced pass over the prompt and ``new_tokens``
+    tokens of text: self-perplexity, SWEET's detector).
+    """
 
     label: str
     texts: int
     new_tokens: int
+    kind: str = "generate"
 
 
 @dataclass
@@ -63,12 +69,12 @@ class Expectation:
     def summary(self) -> str:
         free = "unknown" if self.free_bytes is None else f"{self.free_bytes / 1e9:.1f} GB {self.free_what}"
         return (f"expected on this machine ({self.model}, {self.device}, {self.dtype}, batches of {self.batch_size}): "
-                f"about {duration(self.total_seconds)} of generation in all, peak memory about "
+                f"about {duration(self.total_seconds)} for these steps, peak memory about "
                 f"{self.peak_bytes / 1e9:.1f} GB ({free})")
 
     def __str__(self) -> str:
         lines = [self.summary()]
-        lines += [f"  {label}: {texts} texts x <= {tokens} new tokens: {took}" for label, texts, tokens, took in self.rows()]
+        lines += [f"  {label}: {texts} texts x <= {tokens} tokens: {took}" for label, texts, tokens, took in self.rows()]
         return "\n".join(lines + self.notes)
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's plain-text display
@@ -76,7 +82,7 @@ class Expectation:
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{h}</th>" for h in
-                       ("long step", "texts", "new tokens (at most)", "expected time"))
+                       ("long step", "texts", "tokens each (at most)", "expected time"))
         body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(v))}</td>" for v in row) + "</tr>"
                        for row in self.rows())
         notes = "".join(f"<br>{html.escape(n)}" for n in self.notes)
@@ -131,7 +137,7 @@ def _model_name(model: Any) -> str:
 
 def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[str, int, int]],
                       batch_size: int, prompt_tokens: int = 64) -> Expectation:
-    """Measure this model here and forecast the time and peak memory of ``steps`` (label, texts, new tokens).
+    """Measure this model here and forecast the time and peak memory of ``steps`` (label, texts, tokens[, kind]).
 
     Call it before a chapter's long steps so a reader sees, for their model,
     device and scale, what they are about to start (and can stop before it).
@@ -139,12 +145,14 @@ def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[s
     """
     import torch
 
-    steps = [s if isinstance(s, Step) else Step(*s) for s in steps]
+    steps = [s if isinstance(s, Step) else Step(*s) for s in steps]  # (label, texts, tokens[, kind])
     if not steps:
         raise ValueError("expect_generation needs at least one step (label, texts, new tokens)")
     for s in steps:
         if s.texts < 0 or s.new_tokens < 0:
             raise ValueError(f"a step's texts and new tokens must be >= 0, got {s}")
+        if s.kind not in ("generate", "score"):
+            raise ValueError(f"a step's kind is 'generate' or 'score', got {s.kind!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     batch = min(batch_size, max(s.texts for s in steps) or 1)
@@ -156,8 +164,10 @@ def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[s
         long = _probe(model, tokenizer, batch, PROBE_TOKENS)
     token_seconds = max(long - short, 0.0) / (PROBE_TOKENS - 1)
     prefill_seconds = max(short - token_seconds, 0.0) * max(prompt_tokens, 1) / PROBE_PROMPT_TOKENS
-    seconds = [math.ceil(s.texts / batch) * (prefill_seconds + token_seconds * s.new_tokens) * STEP_OVERHEAD
-               if s.texts else 0.0 for s in steps]
+    # a teacher-forced pass costs what the prompt's pass costs, per token of prompt and text
+    per_pass = {"generate": lambda s: prefill_seconds + token_seconds * s.new_tokens,
+                "score": lambda s: prefill_seconds * (prompt_tokens + s.new_tokens) / max(prompt_tokens, 1)}
+    seconds = [math.ceil(s.texts / batch) * per_pass[s.kind](s) * STEP_OVERHEAD if s.texts else 0.0 for s in steps]
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     config = model.config
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)

@@ -95,18 +95,11 @@ def check_disk(path: str | os.PathLike = ".", usage: Callable[[Any], Any] = shut
 
 
 def available_memory_gb() -> float | None:
-    """Memory available to a new process (GB), where the system says it (Linux, macOS via sysconf)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 / 1e9
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1e9
-    except (AttributeError, ValueError, OSError):
-        return None
+    """Memory available to a new process (GB), where the system says it (the same reading ``load_model`` checks)."""
+    from .models import available_ram
+
+    available, _ = available_ram()
+    return None if available is None else available / 1e9
 
 
 def check_memory(available: Callable[[], float | None] = available_memory_gb) -> Check:

@@ -103,9 +103,10 @@ def model_size(name: str) -> ModelSize:
         return ModelSize(None, f"unknown ({type(exc).__name__})")
 
 
-def _cpu_available_bytes() -> tuple[int | None, str]:
+def available_ram() -> tuple[int | None, str]:
+    """RAM available to a new process, in bytes, and what the number is (Linux, then psutil, then sysconf)."""
     try:
-        with open("/proc/meminfo") as fh:
+        with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024, "available RAM"
@@ -118,7 +119,7 @@ def _cpu_available_bytes() -> tuple[int | None, str]:
     except Exception:
         pass
     try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "total RAM"
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "free RAM"
     except (ValueError, OSError, AttributeError):
         return None, "unknown"
 
@@ -141,7 +142,7 @@ def device_memory(device: str) -> tuple[int | None, str]:
         return int(gb * 1e9), f"set by ${DEVICE_MEMORY_ENV}"
     kind = str(device).split(":")[0]
     if kind == "cpu":
-        return _cpu_available_bytes()
+        return available_ram()
     if kind == "cuda":
         import torch
 

@@ -128,6 +128,11 @@ def test_the_forecast_measures_scales_with_the_work_and_leaves_the_random_state(
     monkeypatch.setenv(DEVICE_MEMORY_ENV, str(forecast.peak_bytes / 2 / 1e9))
     tight = expect_generation(model, tokenizer, [("short", 4, 16)], batch_size=4)
     assert any("lower the batch size" in note for note in tight.notes)
+    scoring = expect_generation(model, tokenizer, [("score", 8, 160, "score"), ("score more", 16, 160, "score")],
+                                batch_size=4)
+    assert 0 < scoring.seconds[0] and scoring.seconds[1] == pytest.approx(2 * scoring.seconds[0])
+    with pytest.raises(ValueError, match="kind"):
+        expect_generation(model, tokenizer, [("x", 1, 1, "train")], batch_size=1)
     with pytest.raises(ValueError):
         expect_generation(model, tokenizer, [], batch_size=4)
     with pytest.raises(ValueError):

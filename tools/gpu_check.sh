@@ -12,6 +12,7 @@
 #                                                   command: bash tools/gpu_check.sh receive && bash tools/gpu_check.sh run
 # `run` writes under $OUT: gpu_check.log (everything), timings.json (per step), bench_generation.json,
 # and the executed chapters' cell times; it stops each step at its own timeout and goes on.
+# `forecast` instead of `run` checks the size check, the dtype and the time/memory forecast on the GPU (issue 29).
 # `smoke` instead of `run` executes the chapters named in GPU_CHAPTERS at the default scale, each to its end
 # (GPU_CHAPTER_LIMIT seconds each, default 150).
 # Rehearse on the CPU with:  OUT=/tmp/gpu_out GPU_CHECK_REHEARSAL=1 bash tools/gpu_check.sh run
@@ -100,6 +101,15 @@ run() {  # full scale: CUDA tests, three chapters until their limits, the genera
   cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
 }
 
+forecast() {  # issue 29 on a GPU: the size check, the dtype, the forecast against real generation, chapter 0 at full scale
+  setup
+  export CHAINMARK_SCALE=full
+  run_step budget-tests 150 $PY -m pytest -q -x -p no:cacheprovider tests/test_budget.py tests/test_settings.py
+  run_step check-forecast 150 $PY tools/check_forecast.py --json "$OUT/forecast.json"
+  run_step chapter-00 120 $PY tools/run_notebook.py book/00_first_run.ipynb --timeout 120 --save "$OUT/00_first_run.ipynb"
+  cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
+}
+
 smoke() {  # chapters at the default (smoke) scale, each to its end: GPU_CHAPTERS names them (book/ file stems)
   setup
   export CHAINMARK_SCALE=smoke
@@ -115,5 +125,6 @@ case "${1:-}" in
   receive) receive ;;
   run) run ;;
   smoke) smoke ;;
-  *) echo "usage: tools/gpu_check.sh prepare|receive|run|smoke" >&2; exit 2 ;;
+  forecast) forecast ;;
+  *) echo "usage: tools/gpu_check.sh prepare|receive|run|smoke|forecast" >&2; exit 2 ;;
 esac
