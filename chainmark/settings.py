@@ -231,6 +231,4 @@ def use_settings(model: str | None = None, scale: str | None = None, key_file: s
             _restore(env)
         else:
             os.environ[env] = str(value)
-    if key_path is not None:
-        os.environ.pop("CHAINMARK_KEY", None)  # the file named here wins over a hex key in the environment
-    return get_settings()
+    return get_settings()  # a key file named here wins over $CHAINMARK_KEY (chainmark.keys reads the file first)

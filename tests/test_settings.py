@@ -109,6 +109,16 @@ def test_the_settings_cell_refuses_bad_values_clearly(tmp_path):
     assert get_settings().model == DEFAULT_MODEL  # a refused value changes nothing
 
 
+def test_a_key_file_named_in_the_cell_wins_over_a_hex_key_in_the_environment(tmp_path, monkeypatch):
+    from chainmark.keys import book_key
+
+    monkeypatch.setenv("CHAINMARK_KEY", bytes(range(32)).hex())
+    use_settings(key_file=tmp_path / "k.bin")
+    assert book_key() == read_key_file(tmp_path / "k.bin")
+    use_settings()
+    assert book_key() == bytes(range(32))  # back to the environment's key
+
+
 def test_a_hub_id_is_taken_as_written():
     assert use_settings(model="HuggingFaceTB/SmolLM2-360M-Instruct").model == "HuggingFaceTB/SmolLM2-360M-Instruct"
 

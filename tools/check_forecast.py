@@ -38,14 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model()
     cuda = next(model.parameters()).device.type == "cuda"
     key = book_key()
-    gate = calibrate_gate(model, tokenizer, load_prompts("wiki", 4, start=200), "high_entropy", 0.5,
+    gate = calibrate_gate(model, tokenizer, load_prompts("wiki", 4, start=96), "high_entropy", 0.5,
                           max_new_tokens=32)
     config = ChainMarkConfig(key, S=5, rho=0.5, gate="high_entropy")
     # (batch size, new tokens) as the chapters use them at this scale: chapter 4, chapter 7/8b, chapter 8
     settings_used = settings.sized(smoke=[(8, 96), (8, 128), (12, 96)], full=[(16, 200), (25, 200), (32, 200)])
     rows = []
     for batch, tokens in settings_used:
-        prompts = load_prompts("wiki", batch * args.batches, start=100)
+        prompts = load_prompts("writing", batch * args.batches)
         forecast = expect_generation(model, tokenizer, [("check", len(prompts), tokens)], batch_size=batch)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
