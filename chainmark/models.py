@@ -146,7 +146,10 @@ def device_memory(device: str) -> tuple[int | None, str]:
     if kind == "cuda":
         import torch
 
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        try:
+            free, _total = torch.cuda.mem_get_info(torch.device(device))
+        except (AssertionError, RuntimeError) as exc:  # no CUDA build, no such device: load_model will say so
+            return None, f"unknown ({type(exc).__name__})"
         return int(free), "free GPU memory"
     return None, "unknown"
 
@@ -166,9 +169,9 @@ def check_fits(name: str, device: str, dtype: str) -> str:
     size = model_size(name)
     dtype = str(dtype).replace("torch.", "")
     weights = size.weight_bytes(dtype)
-    free, what = device_memory(device)
     if weights is None:
         return f"{name}: size {size.source}; not checked against the device's memory"
+    free, what = device_memory(device)
     need = memory_needed(weights)
     shown = "SmolLM2-135M-Instruct (embedded)" if name == DEFAULT_MODEL else name
     line = (f"{shown}: {size.params / 1e9:.2f} B parameters ({size.source}), {weights / 1e9:.1f} GB of weights in "

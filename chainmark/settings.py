@@ -53,13 +53,16 @@ def _cuda_available() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def _bf16_supported() -> bool:
+def _bf16_supported() -> bool | None:
+    """Whether this machine's GPU computes in bfloat16; ``None`` when there is no GPU to ask."""
     try:
         import torch
 
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        if not torch.cuda.is_available():
+            return None
+        return bool(torch.cuda.is_bf16_supported())
     except Exception:  # pragma: no cover
-        return False
+        return None
 
 
 def default_dtype(device: str) -> str:
@@ -71,7 +74,7 @@ def default_dtype(device: str) -> str:
     """
     if str(device).split(":")[0] == "cpu":
         return "float32"
-    return "bfloat16" if _bf16_supported() else "float16"
+    return "float16" if _bf16_supported() is False else "bfloat16"
 
 
 def default_runs_dir() -> Path:

@@ -12,7 +12,10 @@ from chainmark.settings import DEFAULT_MODEL, SETTING_ENV, default_dtype, get_se
 @pytest.fixture(autouse=True)
 def fresh_settings(monkeypatch):
     for name in (*SETTING_ENV.values(), "CHAINMARK_KEY"):
-        monkeypatch.delenv(name, raising=False)
+        # set, then delete: monkeypatch then restores the original on teardown even though use_settings
+        # writes os.environ itself (nothing a test sets may leak into the next test)
+        monkeypatch.setenv(name, "placeholder")
+        monkeypatch.delenv(name)
     # use_settings(None) returns to the environment the process started with: here, none of these set
     monkeypatch.setattr(settings_mod, "_STARTING_ENV", {name: None for name in SETTING_ENV.values()})
     monkeypatch.setattr(settings_mod, "_cuda_available", lambda: False)
@@ -39,6 +42,8 @@ def test_a_gpu_without_bfloat16_gets_float16(monkeypatch):
     monkeypatch.setattr(settings_mod, "_bf16_supported", lambda: False)
     assert default_dtype("cuda") == default_dtype("cuda:0") == "float16"
     assert default_dtype("cpu") == "float32"
+    monkeypatch.setattr(settings_mod, "_bf16_supported", lambda: None)  # no GPU here to ask: bfloat16
+    assert default_dtype("cuda") == "bfloat16"
 
 
 def test_environment_overrides(monkeypatch):
