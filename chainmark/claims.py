@@ -28,7 +28,7 @@ import json
 import os
 import traceback
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator
+from typing import Iterator
 
 CLAIMS_ENV = "CHAINMARK_CLAIMS"          # "strict", "soft", or unset (strict only in the book's configuration)
 CLAIMS_LOG_ENV = "CHAINMARK_CLAIMS_LOG"  # a JSON Lines file; every claim checked is appended to it
@@ -161,28 +161,32 @@ def claim_outcomes() -> list[ClaimOutcome]:
     return list(_outcomes)
 
 
-def claims_report() -> Any:
-    """The chapter's closing table: how many claims this run checked, which held, and any that differed.
+def claims_report() -> None:
+    """Close a chapter: one line when every claim held, a table of the claims that differed otherwise.
 
-    Returns a pandas DataFrame of the claims that differed (empty when all held)
-    and displays a short summary with the run's configuration.
+    Displays only (a chapter's last cell calls it); :func:`claim_outcomes` gives the claims themselves.
     """
-    import pandas as pd
-
     outcomes = claim_outcomes()
     differed = [o for o in outcomes if not o.held]
     config = book_configuration()
-    where = ("the book's own configuration (the public teaching key, the embedded model, the default scale, a CPU)"
+    where = ("the book's own configuration (teaching key, embedded model, default scale, CPU)"
              if all(config.values()) else
-             "a configuration of your own (" + ", ".join(f"not the {k}" for k, v in config.items() if not v) + ")")
-    by_tier = {t: sum(1 for o in outcomes if o.tier == t) for t in TIERS}
-    held = len(outcomes) - len(differed)
-    summary = (f"This run checked {len(outcomes)} claims ({by_tier['live']} about its own run, "
-               f"{by_tier['reference']} about the committed reference run) in {where}, mode {claims_mode()}: "
-               f"{held} held, {len(differed)} differed.")
-    _show(f'<div style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1">{html.escape(summary)}</div>',
-          summary)
-    return pd.DataFrame([asdict(o) for o in differed], columns=["says", "tier", "held", "shows"])
+             "your configuration (" + ", ".join(f"not the {k}" for k, v in config.items() if not v) + ")")
+    if not differed:
+        what = "The one statement" if len(outcomes) == 1 else f"All {len(outcomes)} statements"
+        line = (f"{what} on this page about a run held in this run, in {where}." if outcomes else
+                f"This page states nothing about a run of its own, so there was nothing to check, in {where}.")
+        _show(f'<p style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1">{html.escape(line)}</p>',
+              line)
+        return
+    line = (f"{len(differed)} of {len(outcomes)} statements on this page differ in this run, in {where}; "
+            "each is listed below and marked beside its sentence.")
+    rows = "".join(f"<tr><td>{html.escape(o.says)}</td><td>{o.tier}</td><td>{html.escape(o.shows)}</td></tr>"
+                   for o in differed)
+    _show(f'<p style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B">{html.escape(line)}</p>'
+          f"<table><thead><tr><th>the text says</th><th>about</th><th>this run shows</th></tr></thead>"
+          f"<tbody>{rows}</tbody></table>",
+          line + "\n" + "\n".join(f"  - {o.says} ({o.tier}): {o.shows}" for o in differed))
 
 
 __all__ = ["CLAIMS_ENV", "CLAIMS_LOG_ENV", "ClaimFailed", "ClaimOutcome", "book_configuration", "claim",

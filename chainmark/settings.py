@@ -86,11 +86,23 @@ def default_runs_dir() -> Path:
     env = os.environ.get(RUNS_ENV, "").strip()
     if env:
         return Path(env).expanduser()
+    root = _book_root()
+    return (root if root is not None else Path.cwd().resolve()) / "runs"
+
+
+def _book_root() -> Path | None:
     here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "_toc.yml").is_file():
-            return folder / "runs"
-    return here / "runs"
+    return next((folder for folder in (here, *here.parents) if (folder / "_toc.yml").is_file()), None)
+
+
+def _shown_path(path: str) -> str:
+    """A folder as a page shows it: relative to the book's root or to the home folder, never the builder's path."""
+    full = Path(path).expanduser().resolve()
+    default = "" if os.environ.get(RUNS_ENV, "").strip() else " (the default)"
+    for base, prefix in ((_book_root(), ""), (Path.home().resolve(), "~/")):
+        if base is not None and full.is_relative_to(base):
+            return prefix + full.relative_to(base).as_posix() + "/" + default
+    return str(full) + default
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ class Settings:
         default_scale = "full" if self.device == "cuda" else "smoke"
         return {"model": model, "device": self.device, "dtype": self.dtype,
                 "scale": self.scale + (" (the default here)" if self.scale == default_scale else " (chosen)"),
-                "key": key, "runs folder": self.runs_dir}
+                "key": key, "runs folder": _shown_path(self.runs_dir)}
 
     def __str__(self) -> str:
         return "\n".join(f"{k:>11}: {v}" for k, v in self.rows().items())

@@ -48,7 +48,7 @@ def state_colour(state: int) -> str:
 
 
 def set_theme() -> None:
-    """The book's one seaborn/matplotlib theme (call once per chapter)."""
+    """The book's one seaborn/matplotlib theme, and Series shown as tables (call once per chapter)."""
     import matplotlib as mpl
     import seaborn as sns
 
@@ -61,6 +61,24 @@ def set_theme() -> None:
         "axes.spines.top": False,
         "axes.spines.right": False,
     })
+    _series_as_tables()
+
+
+def _series_html(series: Any) -> str:
+    """A pandas Series as the book shows it: a two-column table (its index, its values), no dtype footer."""
+    return series.to_frame("" if series.name is None else series.name)._repr_html_()
+
+
+def _series_as_tables() -> None:
+    """In a notebook, show every pandas Series as a table, like a DataFrame (no ``dtype:`` footer)."""
+    try:
+        import pandas as pd
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.Series, _series_html)
 
 
 def source_html(obj: Any) -> str:
@@ -106,12 +124,13 @@ def glue(name: str, value: Any) -> Any:
     return value
 
 
-def banner(model_name: str | None = None, model: Any = None) -> Any:
+def banner(model_name: str | None = None, model: Any = None, extra: dict[str, Any] | None = None) -> Any:
     """A one-line summary of the run: model, device, dtype, scale, seeds, the key (fingerprint) and the claims mode.
 
     The device and dtype are those of the loaded model: ``model`` when given,
     else the last model :func:`chainmark.models.load_model` returned. Before
-    any model is loaded they read "not loaded".
+    any model is loaded they read "not loaded". ``extra`` adds a chapter's own
+    facts (say, the width of the logits) to the same line.
     """
     from IPython.display import HTML
 
@@ -147,6 +166,7 @@ def banner(model_name: str | None = None, model: Any = None) -> Any:
         "torch": torch.__version__,
         "key": key_line(),
         "claims": claims_mode(),
+        **{str(k): v for k, v in (extra or {}).items()},
     }
     cells = " · ".join(f"<b>{k}</b>: {html.escape(str(v))}" for k, v in items.items())
     return HTML(f'<div style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1;'
@@ -169,11 +189,13 @@ def tokens_html(
     states: Sequence[int] | None = None,
     gated: Sequence[bool] | None = None,
     legend_S: int | None = None,
+    title: str | None = None,
 ) -> str:
     """Tokens as coloured tiles: colour and digit = state, underline + black arrow = gated step.
 
     ``gated[i]`` marks that token ``i`` was forced by the watermark; the arrow
-    drawn before it shows the forced step of the walk.
+    drawn before it shows the forced step of the walk. ``title`` heads the panel
+    (so a label stays with the tiles it names).
     """
     parts = []
     for i, tok in enumerate(tokens):
@@ -183,16 +205,18 @@ def tokens_html(
         style = "padding:1px 2px;margin:1px;border-radius:3px;display:inline-block;"
         if states is not None:
             style += f"background:{state_colour(states[i])}55;border:1px solid {state_colour(states[i])}aa;"
-        title = f"state {states[i]}" if states is not None else ""
+        hover = f"state {states[i]}" if states is not None else ""
         digit = (f'<sub style="font-size:0.7em;color:#333;margin-left:1px">{int(states[i])}</sub>'
                  if states is not None else "")
         arrow = ""
         if gated is not None and gated[i]:
             style += "text-decoration:underline;font-weight:600;"
             arrow = f'<span style="color:{LEGAL_STEP_COLOUR}">&#8641;</span>'
-            title += " (gated)"
-        parts.append(f'{arrow}<span title="{title}" style="{style}">{text}{digit}</span>')
+            hover += " (gated)"
+        parts.append(f'{arrow}<span title="{hover}" style="{style}">{text}{digit}</span>')
     out = '<div style="line-height:2.0;font-family:monospace;font-size:0.9em">' + "".join(parts) + "</div>"
+    if title:
+        out = f'<div style="font-weight:600;margin-top:6px">{html.escape(title)}</div>' + out
     if legend_S:
         legend = "".join(
             f'<span style="padding:1px 6px;margin:1px;border-radius:3px;background:{state_colour(s)}55;'

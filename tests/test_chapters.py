@@ -70,11 +70,32 @@ def exercises(nb: nbformat.NotebookNode) -> list[str]:
     return EXERCISE.findall(text)
 
 
+def section_pages() -> set[str]:
+    """Pages that continue a chapter (``sections:`` in _toc.yml) or sit in the appendix: they state their own
+    objectives and summary, but the chapter they belong to carries its exercises."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    found: set[str] = set()
+
+    def walk(entries, inside):
+        for entry in entries or []:
+            if "file" in entry and inside:
+                found.add(f"{entry['file']}.ipynb")
+            walk(entry.get("sections"), True)
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"), str(part.get("caption", "")).lower().startswith("appendix"))
+    walk(toc.get("chapters"), False)
+    return found
+
+
 CHAPTERS = chapters()
+SECTIONS = section_pages()
 
 
 def test_the_toc_lists_chapters():
     assert CHAPTERS, "no notebook in _toc.yml"
+    assert SECTIONS < set(CHAPTERS) and "book/05b_lr_detector.ipynb" in SECTIONS
+    assert "book/05_detection.ipynb" not in SECTIONS and "book/appendix_paper.ipynb" in SECTIONS
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
@@ -92,7 +113,8 @@ def test_chapter_has_exercises_with_executable_solutions(chapter):
     nb = nbformat.read(ROOT / chapter, as_version=4)
     labels = exercises(nb)
     spans = solutions(nb)
-    assert len(labels) >= MIN_EXERCISES, f"{chapter}: {len(labels)} exercises, at least {MIN_EXERCISES} expected"
+    least = 0 if chapter in SECTIONS else MIN_EXERCISES
+    assert len(labels) >= least, f"{chapter}: {len(labels)} exercises, at least {least} expected"
     assert len(set(labels)) == len(labels), f"{chapter}: duplicate exercise labels"
     for label in labels:
         assert label in spans, f"{chapter}: exercise {label} has no solution"
@@ -324,3 +346,39 @@ def test_no_chapter_keeps_a_local_copy_of_a_package_helper(chapter):
     found = [(index, name) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
              for name in sorted(defined_names(cell.source) & RETIRED_COPIES)]
     assert not found, f"{chapter} defines local copies of package helpers (cell, name): {found}"
+
+
+# ---------------------------------------------------------------------------
+# pages a reader can finish
+# ---------------------------------------------------------------------------
+#: The most prose words a page may hold (DESIGN.md: "at most about 3,500"); a longer chapter is split into sections.
+MAX_PAGE_WORDS = 3500
+_FENCE = re.compile(r"^(`{3,}|~{3,})(?!\{(exercise|solution))[^\n]*\n.*?^\1\s*$", re.M | re.S)
+
+
+def prose_words(markdown: str) -> int:
+    """Words of prose in one Markdown cell or page: code blocks and display math are not prose; an exercise and
+    its solution text are."""
+    text = re.sub(r"\$\$.*?\$\$", " ", markdown, flags=re.S)
+    text = _FENCE.sub(" ", text)
+    return len(re.findall(r"[A-Za-z][A-Za-z'’-]*", text))
+
+
+def test_the_prose_count_skips_code_and_math_but_counts_exercises():
+    assert prose_words("One two three.\n\n```python\nfour five six\n```\n\n$$a + b$$\n") == 3
+    assert prose_words("```{exercise} Seven eight\n:label: ex-x\n\nNine ten.\n```\n") == 7  # "label", "ex-x" too
+
+
+from test_book import toc_files  # noqa: E402
+
+PAGES = toc_files()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_page_is_longer_than_a_reader_can_finish(page):
+    path = next(p for p in (ROOT / f"{page}.ipynb", ROOT / f"{page}.md") if p.exists())
+    if path.suffix == ".ipynb":
+        words = sum(prose_words(c.source) for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    else:
+        words = prose_words(path.read_text())
+    assert words <= MAX_PAGE_WORDS, f"{page}: {words} words of prose; split it into sections (_toc.yml)"

@@ -73,8 +73,10 @@ def test_soft_mode_shows_a_note_skips_the_rest_of_the_block_and_goes_on(monkeypa
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["held"], r["tier"], r["mode"]) for r in rows] == [(False, "live", "soft"), (True, "reference", "soft")]
     assert "two is not less than one" in rows[0]["shows"]
-    differed = claims_report()
-    assert list(differed["says"]) == ["two is less than one"]
+    claims_report()
+    assert [o.says for o in claim_outcomes() if not o.held] == ["two is less than one"]
+    out = capsys.readouterr().out
+    assert "statements on this page differ in this run" in out and "two is less than one" in out
 
 
 def test_other_exceptions_are_never_swallowed(monkeypatch):
@@ -136,3 +138,15 @@ def test_the_robustness_summary_names_every_live_claim_that_failed_under_some_ke
     chapter = summary["chapters"]["book/x.ipynb"]
     assert chapter["keys"] == 2 and chapter["completed"] == 2 and chapter["live_claims"] == 3
     assert chapter["live_failed_under_some_key"] == ["the SD is larger"]
+
+
+def test_the_report_is_one_line_when_every_claim_held(monkeypatch, capsys):
+    import chainmark.claims as claims_module
+
+    monkeypatch.setattr(claims_module, "_outcomes", [])
+    monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
+    with claim("one is less than two"):
+        assert 1 < 2
+    claims_report()
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("The one statement on this page about a run held in this run") and "\n" not in out

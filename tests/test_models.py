@@ -149,6 +149,7 @@ def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained)
     model.dtype = torch.float16  # an explicitly passed model wins
     assert "<b>dtype</b>: float16" in banner(model=model).data
     assert "<b>dtype</b>: float32" not in banner().data
+    assert "<b>logits width</b>: 49,152" in banner(extra={"logits width": "49,152"}).data
 
 
 def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):

@@ -132,3 +132,16 @@ def test_settings_show_the_model_the_key_source_and_never_the_key():
     text = str(use_settings())
     assert "SmolLM2-135M-Instruct, embedded" in text and "published teaching key" in text
     assert key_fingerprint(teaching_key()) in text and teaching_key().hex() not in text
+
+
+def test_the_runs_folder_is_shown_relative_never_as_the_builders_path(monkeypatch, tmp_path):
+    from chainmark.settings import RUNS_ENV, get_settings
+
+    (tmp_path / "_toc.yml").write_text("root: x\n")
+    (tmp_path / "book").mkdir()
+    monkeypatch.chdir(tmp_path / "book")
+    monkeypatch.delenv(RUNS_ENV, raising=False)
+    assert get_settings().rows()["runs folder"] == "runs/ (the default)"
+    monkeypatch.setenv(RUNS_ENV, str(tmp_path / "_build" / "runs"))
+    shown = get_settings().rows()["runs folder"]
+    assert shown == "_build/runs/" and str(tmp_path) not in shown

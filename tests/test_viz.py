@@ -81,3 +81,17 @@ def test_every_attack_has_its_own_colour_and_marker_across_the_book():
     assert attack_style("back-translation (fr)") == ATTACK_STYLE["back-translation"]
     with pytest.raises(ValueError, match="no style"):
         attack_style("rot13")
+
+
+def test_a_series_shows_as_a_table_without_a_dtype_footer():
+    import pandas as pd
+
+    from chainmark.viz import _series_html
+
+    shown = _series_html(pd.Series({"S": 5, "key": "teaching"}, dtype=object, name="value"))
+    assert "<table" in shown and "teaching" in shown and "value" in shown and "dtype" not in shown
+
+
+def test_a_token_panel_carries_its_own_title_escaped():
+    html = tokens_html(["a"], states=[0], title="S = 5 <key b>")
+    assert html.index("S = 5 &lt;key b&gt;") < html.index(">a<sub")

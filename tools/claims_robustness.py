@@ -39,7 +39,18 @@ def toc_chapters() -> list[str]:
     import yaml
 
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [f"{e['file']}.ipynb" for e in toc.get("chapters", []) if (ROOT / f"{e['file']}.ipynb").exists()]
+    found: list[str] = []
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry and (ROOT / f"{entry['file']}.ipynb").exists():
+                found.append(f"{entry['file']}.ipynb")
+            walk(entry.get("sections"))
+
+    walk(toc.get("chapters"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return found
 
 
 def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None,

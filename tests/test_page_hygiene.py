@@ -1,0 +1,134 @@
+"""What the built pages show: no bookkeeping or raw output under a cell, and every figure numbered and described.
+
+The lint (tests/output_hygiene.py) reads the executed chapters the book build
+leaves in ``_build/jupyter_execute``; the figure check reads the built site.
+Both skip when the book has not been built (``make test`` builds it first).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from output_hygiene import figure_problems, problems  # noqa: E402
+from test_chapters import CHAPTERS, EXECUTED  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+
+
+def _cell(source: str, outputs: list, tags: tuple[str, ...] = ()) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source)
+    cell.outputs = outputs
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def _result(text: str, html: str | None = None) -> nbformat.NotebookNode:
+    data = {"text/plain": text}
+    if html:
+        data["text/html"] = html
+    return nbformat.v4.new_output("execute_result", data=data, execution_count=1)
+
+
+def _stdout(text: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def _image() -> nbformat.NotebookNode:
+    return nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+
+
+def _figure_cell(outputs: list) -> nbformat.NotebookNode:
+    cell = _cell("plt.show()", outputs)
+    cell.metadata["mystnb"] = {"figure": {"caption": "A plot.", "name": "fig-x"}, "image": {"alt": "a line plot"}}
+    return cell
+
+
+def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
+    nb = nbformat.v4.new_notebook()
+    panel = nbformat.v4.new_output("display_data", data={"text/html": "<div>tiles</div>", "text/plain": "<HTML>"})
+    nb.cells = [
+        _cell("x", [_result("1.6252739128878808")]),
+        _cell("d", [_result("{'tpr': 0.9}")]),
+        _cell("s", [_result("'1.1% [0.6, 1.8]'")]),
+        _cell("series", [_result("a    1\nb    2\ndtype: int64")]),
+        _cell("print(series)", [_stdout("a    1\nName: x, dtype: float64\n")]),
+        _cell('share = hits / n\nglue("share", share)', []),
+        _cell('with claim("it holds"):\n    assert True', []),
+        _cell('print("S = 5")\ndisplay(panel)', [_stdout("S = 5\n"), panel]),
+        _figure_cell([_image(), _result("   a\n0  1", html="<table></table>")]),
+        # what a page may show: a table, printed text alone, a panel, bookkeeping in a removed cell
+        _cell("table", [_result("   a\n0  1", html="<table></table>")]),
+        _cell('print(text)', [_stdout("Photosynthesis is how plants make sugar.\n")]),
+        _cell("show_tokens(...)", [panel]),
+        _figure_cell([_image()]),
+        _cell('glue("a", 1)\nwith claim("x"):\n    assert True', [_result("3")], tags=("remove-cell",)),
+        _cell('glue("a", 1)', [], tags=("remove-input",)),
+        _cell("from chainmark.viz import glue, set_theme", []),
+    ]
+    found = problems(nb)
+    assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(9)], found
+    assert "bare scalar" in found[0] and "bare dict" in found[1] and "string repr" in found[2]
+    assert "dtype" in found[3] and "dtype" in found[4] and "glue" in found[5] and "claim" in found[6]
+    assert "print()" in found[7] and "figure cell" in found[8]
+
+
+def test_the_figure_check_wants_a_number_a_caption_and_real_alt_text():
+    good = ('<figure id="fig-a"><img alt="Bar chart of class sizes by state" src="../_images/ab.png"/>'
+            '<figcaption><p><span class="caption-number">Fig. 1.1 </span><span class="caption-text">Sizes.'
+            '</span></p></figcaption></figure><img alt="Open in Colab" src="images/open-in-colab.svg"/>')
+    assert figure_problems(good) == []
+    bare = '<div><img alt="../_images/ab.png" src="../_images/ab.png"/></div>'
+    assert len(figure_problems(bare)) == 2
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_executed_chapter_shows_no_bookkeeping_or_raw_output(chapter):
+    executed = EXECUTED / chapter
+    if not executed.exists():
+        pytest.skip(f"no executed copy of {chapter}: build the book first (make test does)")
+    found = problems(nbformat.read(executed, as_version=4))
+    assert not found, f"{chapter}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_figure_of_the_page_is_numbered_captioned_and_described(chapter):
+    page = SITE / chapter.replace(".ipynb", ".html")
+    if not page.exists():
+        pytest.skip(f"no built page for {chapter}: build the book first (make test does)")
+    found = figure_problems(page.read_text(encoding="utf-8"))
+    assert not found, f"{chapter}: " + "; ".join(found)
+
+
+_GLUE_REF = re.compile(r"\{glue(?::\w*)?\}`([^`:<]+)")
+
+
+def unglued(nb: nbformat.NotebookNode, glued: set[str]) -> list[str]:
+    """Names a page's prose cites with {glue:...} that its run never glued (a sentence with a hole in it)."""
+    cited = {m.group(1).strip() for c in nb.cells if c.cell_type == "markdown" for m in _GLUE_REF.finditer(c.source)}
+    return sorted(cited - glued)
+
+
+def test_the_glue_check_finds_a_name_that_was_never_glued():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("z is {glue:text}`ch_z:.2f` and n is {glue:}`ch_n`.")]
+    assert unglued(nb, {"ch_z"}) == ["ch_n"]
+    assert unglued(nb, {"ch_z", "ch_n"}) == []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_number_the_prose_cites_was_glued_by_the_page(chapter):
+    executed = EXECUTED / chapter
+    if not executed.exists():
+        pytest.skip(f"no executed copy of {chapter}: build the book first (make test does)")
+    store = executed.with_suffix(".glue.json")
+    glued = set(json.loads(store.read_text())) if store.exists() else set()
+    missing = unglued(nbformat.read(executed, as_version=4), glued)
+    assert not missing, f"{chapter} cites numbers its run never glued: {missing}"
