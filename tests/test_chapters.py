@@ -241,8 +241,10 @@ def test_build_it_ran_in_the_build(chapter):
 
 
 #: Chapters whose tables report rates from runs: every rate there carries its interval.
-RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "06_calibration", "07_robustness",
-                                                   "08_head_to_head", "08b_kregular", "09_audit",
+RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "05b_lr_detector", "06b_real_text",
+                                                   "06c_exact_test", "07_robustness", "07b_attacks",
+                                                   "08_head_to_head", "08a_reference", "08b_kregular",
+                                                   "09_audit", "09a_recalibration",
                                                    "09b_corpus_audit")]
 _RATE_HEADER = re.compile(r"\b(TPR|FPR|power|flagged|detected|detection rate|false.positive)\b", re.I)
 #: Columns of rates that are computed from a formula, not measured on texts (no sampling error).

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from output_hygiene import figure_problems, problems  # noqa: E402
+from test_book import toc_files  # noqa: E402
 from test_chapters import CHAPTERS, EXECUTED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +90,11 @@ def test_the_figure_check_wants_a_number_a_caption_and_real_alt_text():
     assert len(figure_problems(bare)) == 2
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
+#: Every executed page: the chapters and the pages written in MyST Markdown with code cells (the teaching page).
+EXECUTED_PAGES = [f"{entry}.ipynb" for entry in toc_files()]
+
+
+@pytest.mark.parametrize("chapter", EXECUTED_PAGES)
 def test_the_executed_chapter_shows_no_bookkeeping_or_raw_output(chapter):
     executed = EXECUTED / chapter
     if not executed.exists():
