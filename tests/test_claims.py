@@ -140,6 +140,29 @@ def test_the_robustness_summary_names_every_live_claim_that_failed_under_some_ke
     assert chapter["live_failed_under_some_key"] == ["the SD is larger"]
 
 
+def test_a_merge_replaces_only_the_chapters_run_and_stamps_each(monkeypatch):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import claims_robustness as tool
+
+    monkeypatch.setattr(tool, "toc_chapters", lambda: ["book/a.ipynb", "book/b.ipynb", "book/c.ipynb"])
+    old = {"what": "w", "measured": "2026-01-01 00:00 UTC", "keys": 5,
+           "chapters": {"book/a.ipynb": {"keys": 5}, "book/b.ipynb": {"keys": 5}, "book/gone.ipynb": {"keys": 5}}}
+    new = {"measured": "2026-02-02 00:00 UTC", "keys": 5, "chapters": {"book/c.ipynb": {"keys": 5},
+                                                                        "book/b.ipynb": {"keys": 5, "new": True}}}
+    out = tool.merged(old, new)
+    assert list(out["chapters"]) == ["book/a.ipynb", "book/b.ipynb", "book/c.ipynb"]
+    assert out["chapters"]["book/a.ipynb"]["measured"] == "2026-01-01 00:00 UTC"
+    assert out["chapters"]["book/b.ipynb"] == {"keys": 5, "new": True, "measured": "2026-02-02 00:00 UTC"}
+    assert out["measured"] == "2026-02-02 00:00 UTC" and out["keys"] == 5
+    with pytest.raises(ValueError, match="at least"):
+        tool.merged(old, {**new, "keys": 3})
+
+
 def test_the_report_is_one_line_when_every_claim_held(monkeypatch, capsys):
     import chainmark.claims as claims_module
 

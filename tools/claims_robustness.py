@@ -3,6 +3,10 @@
     .venv/bin/python tools/claims_robustness.py [--keys 5] [--chapters book/05_detection.ipynb ...]
         [--work _build/claims_robustness] [--out book/data/claims_robustness.json]
 
+``--chapters X Y --merge`` runs only those chapters and replaces their entries
+in the published file (each entry says when it was measured; the others keep
+theirs): what to run after changing the claims of a few chapters.
+
 A sentence about a chapter's live run must hold whatever key a reader has
 (DESIGN.md: "A claim about a live run holds under any key, or it belongs to
 the reference tier"). This tool makes ``--keys`` fresh keys from the
@@ -107,6 +111,21 @@ def keys_in(work: Path, n: int, fresh: bool) -> list[Path]:
     return paths
 
 
+def merged(published: dict, summary: dict) -> dict:
+    """``published`` with the chapters of ``summary`` replaced, each entry stamped with when it was measured,
+    in the table of contents' order; a chapter no longer in the book is dropped."""
+    if summary["keys"] < published["keys"]:
+        raise ValueError(f"a merge needs at least the published {published['keys']} keys, got {summary['keys']}")
+    chapters = {**published["chapters"]}
+    for name, entry in chapters.items():
+        entry.setdefault("measured", published["measured"])
+    for name, entry in summary["chapters"].items():
+        chapters[name] = {**entry, "measured": summary["measured"]}
+    order = toc_chapters()
+    return {**published, "measured": max(e["measured"] for e in chapters.values()),
+            "chapters": {name: chapters[name] for name in order if name in chapters}}
+
+
 def summarise(rows: list[dict], chapters: list[str], n_keys: int) -> dict:
     """Per chapter: each key's outcome, and the live claims that failed under any key."""
     out = {}
@@ -136,11 +155,15 @@ def main() -> int:
     parser.add_argument("--teaching", action="store_true",
                         help="also run every chapter under the public teaching key (soft mode: every claim that "
                              "would stop the strict build is listed in one pass)")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --chapters: replace those chapters' entries in the published file, keep the others")
     parser.add_argument("--jobs", type=int, default=1, help="chapters run at once (each in its own kernel)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per kernel (default: torch's own)")
     args = parser.parse_args()
     if args.keys < 1 or args.jobs < 1:
         parser.error("--keys and --jobs must be at least 1")
+    if args.merge and not args.chapters:
+        parser.error("--merge needs --chapters (a run over the whole book replaces the file anyway)")
     chapters = args.chapters or toc_chapters()
     key_files = keys_in(args.work, args.keys, args.fresh)
     fresh_fingerprints = [key_fingerprint(read_key_file(k)) for k in key_files]
@@ -185,6 +208,10 @@ def main() -> int:
     if args.chapters is None:  # only a run over the whole book replaces the published file
         args.out.write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
         print(f"wrote {args.out}")
+    elif args.merge:
+        args.out.write_text(json.dumps(merged(json.loads(args.out.read_text("utf-8")), summary), indent=1,
+                                       ensure_ascii=False) + "\n")
+        print(f"merged {len(summary['chapters'])} chapters into {args.out}")
     bad = {c: v["live_failed_under_some_key"] for c, v in summary["chapters"].items() if v["live_failed_under_some_key"]}
     stopped = [c for c, v in summary["chapters"].items() if v["completed"] < v["keys"]]
     print(f"{len(chapters)} chapters x {len(fresh_fingerprints)} fresh keys: {len(stopped)} chapters stopped under some key, "
