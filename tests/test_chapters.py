@@ -172,7 +172,8 @@ from chapter_lint import MAGIC, MAX_PROSE_SHARE, measure, prose_lines  # noqa: E
 
 #: The chapters that build a component of the scheme, and so need a "Build it" section.
 BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology", "03_gates", "04_embedding",
-                                                    "05_detection", "06_calibration", "07_robustness",
+                                                    "05_detection", "06_calibration", "06c_exact_test",
+                                                    "07_robustness",
                                                     "09b_corpus_audit")]
 _HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
