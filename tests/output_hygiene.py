@@ -130,8 +130,8 @@ def figure_problems(page_html: str) -> list[str]:
     found = []
     for img in BeautifulSoup(page_html, "html.parser").find_all("img"):
         src = img.get("src", "")
-        if "_images/" not in src:
-            continue  # badges and logos are not figures
+        if img.find_parent(class_="cell_output") is None:
+            continue  # drawn by no code cell: a badge or a logo, not a figure
         alt = (img.get("alt") or "").strip()
         figure = img.find_parent("figure")
         number = figure.find(class_="caption-number") if figure else None
@@ -139,7 +139,7 @@ def figure_problems(page_html: str) -> list[str]:
         name = src.rsplit("/", 1)[-1][:16]
         if number is None or text is None or not text.get_text(strip=True):
             found.append(f"{name}: not a numbered figure with a caption")
-        if not alt or "/" in alt or re.search(r"\.(png|svg|jpe?g)$", alt, re.I) or len(alt.split()) < 4:
+        if not alt or "_images/" in alt or re.search(r"\.(png|svg|jpe?g)$", alt, re.I) or len(alt.split()) < 4:
             found.append(f"{name}: alt text {alt[:40]!r} does not describe the image")
     return found
 

@@ -154,6 +154,9 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
     assert first.returncode == 0 and "(1 chapters executed, 0 from the cache" in first.stdout, first.stdout[-1500:]
     again = _build(book)
     assert again.returncode == 0 and "(0 chapters executed, 1 from the cache" in again.stdout, again.stdout[-1500:]
+    # the executed copy of a chapter taken from the cache carries its outputs (the tests read them)
+    copy = nbformat.read(book / "_build" / "jupyter_execute" / "chapter.ipynb", as_version=4)
+    assert "fine" in "".join(o.get("text", "") for o in copy.cells[1].outputs), copy.cells[1]
     (book / "chainmark").mkdir()
     (book / "chainmark" / "module.py").write_text("VALUE = 2\n")
     changed = _build(book)

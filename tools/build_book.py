@@ -95,6 +95,37 @@ def drop_stale_cache(build_dir: Path, fingerprint: str) -> bool:
     return True
 
 
+def restore_cached_outputs(book_dir: Path, build_dir: Path) -> int:
+    """Give every executed copy in ``_build/jupyter_execute`` the outputs its page was built with.
+
+    MyST-NB writes a chapter it took from the execution cache to ``jupyter_execute`` without the
+    cached outputs (the page itself has them); the tests that read the executed copies (solutions
+    ran, no bare output, every cited number glued) need them. Returns how many copies were restored.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache_dir = build_dir / ".jupyter_cache"
+    if not cache_dir.exists():
+        return 0
+    cache = get_cache(str(cache_dir))
+    restored = 0
+    for copy in sorted((build_dir / "jupyter_execute").rglob("*.ipynb")):
+        source = book_dir / copy.relative_to(build_dir / "jupyter_execute")
+        if not source.exists():  # a page written in MyST Markdown: executed in every build, its copy complete
+            continue
+        executed = nbformat.read(copy, as_version=4)
+        if any(c.get("outputs") or c.get("execution_count") for c in executed.cells if c.cell_type == "code"):
+            continue
+        try:
+            _, merged = cache.merge_match_into_notebook(nbformat.read(source, as_version=4))
+        except KeyError:  # not in the cache: nothing to restore
+            continue
+        nbformat.write(merged, copy)
+        restored += 1
+    return restored
+
+
 def build(book_dir: Path) -> int:
     os.environ.setdefault("CHAINMARK_CLAIMS", "strict")
     book_dir = book_dir.resolve()
@@ -132,14 +163,15 @@ def build(book_dir: Path) -> int:
     if not (build_dir / "html" / "index.html").exists():
         print("build_book: no _build/html/index.html was written", file=sys.stderr)
         return 1
+    restored = restore_cached_outputs(book_dir, build_dir)
     timings = {Path(m.group(1)).relative_to(book_dir).as_posix(): float(m.group(2))
                for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}
     (build_dir / "timings.json").write_text(json.dumps(
         {"total_build_seconds": round(elapsed, 1), "notebooks": timings}, indent=2))
     (build_dir / FINGERPRINT_FILE).write_text(fingerprint + "\n")
     reused = len(re.findall(r"Using cached notebook", text))
-    print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, {reused} from the cache); "
-          f"site in {build_dir / 'html'}")
+    print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, {reused} from the cache, "
+          f"{restored} executed copies restored from it); site in {build_dir / 'html'}")
     return 0
 
 
