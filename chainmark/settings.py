@@ -98,7 +98,7 @@ def _book_root() -> Path | None:
 def _shown_path(path: str) -> str:
     """A folder as a page shows it: relative to the book's root or to the home folder, never the builder's path."""
     full = Path(path).expanduser().resolve()
-    default = "" if os.environ.get(RUNS_ENV, "").strip() else " (the default)"
+    default = f" (from ${RUNS_ENV})" if os.environ.get(RUNS_ENV, "").strip() else " (the default)"
     for base, prefix in ((_book_root(), ""), (Path.home().resolve(), "~/")):
         if base is not None and full.is_relative_to(base):
             return prefix + full.relative_to(base).as_posix() + "/" + default

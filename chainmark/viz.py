@@ -70,12 +70,16 @@ def _series_html(series: Any) -> str:
 
 
 def _series_as_tables() -> None:
-    """In a notebook, show every pandas Series as a table, like a DataFrame (no ``dtype:`` footer)."""
+    """In a notebook, show every pandas Series as a table, like a DataFrame (no ``dtype:`` footer), floats with
+    four decimals unless a table formats its own, and cells up to 120 characters before they are cut."""
     try:
         import pandas as pd
         from IPython import get_ipython
     except ImportError:
         return
+    pd.set_option("display.precision", 4)
+    pd.set_option("styler.format.precision", 4)
+    pd.set_option("display.max_colwidth", 120)
     shell = get_ipython()
     if shell is not None:
         shell.display_formatter.formatters["text/html"].for_type(pd.Series, _series_html)

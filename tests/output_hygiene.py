@@ -13,6 +13,7 @@ and reports, cell by cell:
 - a cell that mixes ``print()`` with rich output (HTML or an image): the book
   merges a cell's streams into one block above its displays, so a printed label
   ends up apart from the panel it names; the label goes into the figure or the HTML;
+- an absolute path of the machine that built the page (``/tmp/...``, ``/home/...``);
 - a figure cell (``mystnb.figure`` metadata) that shows more than its image:
   MyST-NB would wrap every output of the cell in the same numbered figure.
 
@@ -40,6 +41,8 @@ RICH = ("text/html", "image/png", "image/svg+xml", "image/jpeg", "text/markdown"
 _SCALAR = re.compile(r"^\(?-?(np\.\w+\()?[-+]?(\d[\d_,]*\.?\d*(e[-+]?\d+)?|nan|inf|True|False|None)\)?,?\)?$", re.I)
 _DTYPE = re.compile(r"^(Name: .*, )?(Length: \d+, )?dtype: \w+", re.M)
 _MAGIC = re.compile(r"^\s*[%!]")
+#: An absolute path on the machine that built the page (a reader's machine has other ones).
+_BUILDER_PATH = re.compile(r"(?<![\w.])/(tmp|home|root|work|Users|var/folders)/[\w.-]+")
 
 
 def _text(value) -> str:
@@ -61,9 +64,14 @@ def bare_result(text: str) -> str | None:
         return "a bare dict"
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return "a string repr"
-    if t[0] == "(" and t[-1] == ")" and all(_SCALAR.match(p.strip()) or p.strip()[:1] in "'\""
-                                            for p in t[1:-1].split(",") if p.strip()):
+    try:
+        value = ast.literal_eval(t)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, tuple):
         return "a bare tuple"
+    if isinstance(value, list):
+        return "a bare list"
     return None
 
 
@@ -106,6 +114,13 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
             if len(shown) != 1 or "image/png" not in shown[0].get("data", {}):
                 found.append(f"cell {index}: a figure cell must show its one image and nothing else "
                              f"(every output of the cell would take the figure's caption)")
+        # stderr never reaches the page (_config.yml: stderr_output: remove-warn)
+        shown_text = " ".join(_text(o.get("text")) + _text(o.get("data", {}).get("text/html"))
+                              + _text(o.get("data", {}).get("text/plain"))
+                              for o in outputs if o.get("name") != "stderr")
+        path = _BUILDER_PATH.search(shown_text)
+        if path:
+            found.append(f"cell {index}: the builder's path {path.group(0)!r} on the page")
         for o in outputs:
             if o.get("output_type") == "stream":
                 if _DTYPE.search(_text(o.get("text"))):

@@ -59,12 +59,14 @@ def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
         _cell("x", [_result("1.6252739128878808")]),
         _cell("d", [_result("{'tpr': 0.9}")]),
         _cell("s", [_result("'1.1% [0.6, 1.8]'")]),
+        _cell('sh("calibrate")', [_result("(0, 'targets: n = 30, rho = 0.5', '')")]),
         _cell("series", [_result("a    1\nb    2\ndtype: int64")]),
         _cell("print(series)", [_stdout("a    1\nName: x, dtype: float64\n")]),
         _cell('share = hits / n\nglue("share", share)', []),
         _cell('with claim("it holds"):\n    assert True', []),
         _cell('print("S = 5")\ndisplay(panel)', [_stdout("S = 5\n"), panel]),
         _figure_cell([_image(), _result("   a\n0  1", html="<table></table>")]),
+        _cell('print(workdir)', [_stdout("wrote /tmp/chainmark-corpus-lqg15bv9/audit.parquet\n")]),
         # what a page may show: a table, printed text alone, a panel, bookkeeping in a removed cell
         _cell("table", [_result("   a\n0  1", html="<table></table>")]),
         _cell('print(text)', [_stdout("Photosynthesis is how plants make sugar.\n")]),
@@ -75,10 +77,11 @@ def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
         _cell("from chainmark.viz import glue, set_theme", []),
     ]
     found = problems(nb)
-    assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(9)], found
+    assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(11)], found
     assert "bare scalar" in found[0] and "bare dict" in found[1] and "string repr" in found[2]
-    assert "dtype" in found[3] and "dtype" in found[4] and "glue" in found[5] and "claim" in found[6]
-    assert "print()" in found[7] and "figure cell" in found[8]
+    assert "bare tuple" in found[3]
+    assert "dtype" in found[4] and "dtype" in found[5] and "glue" in found[6] and "claim" in found[7]
+    assert "print()" in found[8] and "figure cell" in found[9] and "builder's path" in found[10]
 
 
 def test_the_figure_check_wants_a_number_a_caption_and_real_alt_text():

@@ -144,4 +144,4 @@ def test_the_runs_folder_is_shown_relative_never_as_the_builders_path(monkeypatc
     assert get_settings().rows()["runs folder"] == "runs/ (the default)"
     monkeypatch.setenv(RUNS_ENV, str(tmp_path / "_build" / "runs"))
     shown = get_settings().rows()["runs folder"]
-    assert shown == "_build/runs/" and str(tmp_path) not in shown
+    assert shown == "_build/runs/ (from $CHAINMARK_RUNS)" and str(tmp_path) not in shown
