@@ -39,22 +39,10 @@ from chainmark.keys import key_fingerprint, read_key_file, teaching_key, write_k
 
 
 def toc_chapters() -> list[str]:
-    """The notebooks of _toc.yml, in order."""
-    import yaml
+    """The notebooks of _toc.yml, in order (sections included)."""
+    from measure_chapters import toc_notebooks  # a sibling tool: the one walk over _toc.yml the tools share
 
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    found: list[str] = []
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry and (ROOT / f"{entry['file']}.ipynb").exists():
-                found.append(f"{entry['file']}.ipynb")
-            walk(entry.get("sections"))
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return found
+    return toc_notebooks()
 
 
 def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None,
