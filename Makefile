@@ -27,7 +27,13 @@ $(STAMP): pyproject.toml constraints.txt
 book: $(STAMP)
 	$(BIN)/python tools/build_book.py .
 
-test: book browser
+# `make test` stamps the end of each phase; the test run's last line reports them (tests/conftest.py)
+CLOCK := _build/.make_test_clock
+test:
+	@mkdir -p _build && echo "start $$(date +%s.%N)" > $(CLOCK)
+	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CLOCK)
+	@$(MAKE) --no-print-directory book && echo "book $$(date +%s.%N)" >> $(CLOCK)
+	@$(MAKE) --no-print-directory browser && echo "browser $$(date +%s.%N)" >> $(CLOCK)
 	$(BIN)/pytest
 
 # headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian

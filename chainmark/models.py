@@ -58,6 +58,8 @@ class ModelSize:
 
     params: int | None
     source: str
+    #: Bytes of the stored weights (what a Hub download fetches), when the Hub's metadata gives their dtypes.
+    stored_bytes: int | None = None
 
     def weight_bytes(self, dtype: str) -> int | None:
         return None if self.params is None else self.params * DTYPE_BYTES.get(str(dtype).replace("torch.", ""), 4)
@@ -72,6 +74,29 @@ def _safetensors_params(files: list[Path]) -> int:
             header = json.loads(fh.read(length))
         total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
     return total
+
+
+#: Bytes per stored weight by safetensors dtype name (the Hub's metadata counts parameters per dtype).
+_STORED_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
+
+
+def download_notice(name: str, fits_line: str) -> str | None:
+    """What loading ``name`` is about to download, or None when nothing will be (the embedded model, a local
+    folder, or a Hub model already in the Hugging Face cache). Said before the download starts."""
+    if name == DEFAULT_MODEL or Path(name).expanduser().is_dir():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return None  # downloaded before: loading reads the cache
+    except Exception:  # an id huggingface_hub cannot parse: from_pretrained will say what is wrong
+        return None
+    size = model_size(name)
+    amount = (f"about {size.stored_bytes / 1e9:.1f} GB of weights" if size.stored_bytes
+              else "its weights (size unknown: the Hub gave no safetensors metadata)")
+    return (f"Downloading {name} from the Hugging Face Hub once ({amount}; later runs read the cache). "
+            f"{fits_line}")
 
 
 def model_size(name: str) -> ModelSize:
@@ -98,7 +123,8 @@ def model_size(name: str) -> ModelSize:
         from huggingface_hub import get_safetensors_metadata
 
         meta = get_safetensors_metadata(name)
-        return ModelSize(int(sum(meta.parameter_count.values())), "Hub safetensors metadata")
+        stored = sum(count * _STORED_BYTES.get(kind.upper(), 4) for kind, count in meta.parameter_count.items())
+        return ModelSize(int(sum(meta.parameter_count.values())), "Hub safetensors metadata", int(stored))
     except Exception as exc:  # offline, gated, no safetensors: say so and refuse nothing
         return ModelSize(None, f"unknown ({type(exc).__name__})")
 
@@ -298,7 +324,9 @@ def load_model(
     device = resolve_device(device)
     if dtype is None:
         dtype = getattr(torch, default_dtype(device))
-    check_fits(name, device, str(dtype))
+    notice = download_notice(name, check_fits(name, device, str(dtype)))
+    if notice:
+        print(notice, flush=True)
     if name == DEFAULT_MODEL:
         gguf = embedded_gguf_path()
         source = _converted_dir(gguf)

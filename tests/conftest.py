@@ -1,13 +1,56 @@
 """Shared fixtures: the repository root and, for slow tests, the embedded model and a browser."""
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: ``make test`` stamps the end of each phase here (see the Makefile); the last line of the run reads it.
+MAKE_CLOCK = ROOT / "_build" / ".make_test_clock"
+#: The budget for ``make test`` in a fresh clone on the 2-core reference machine (tools/measure_ci.py).
+BUDGET_MINUTES = 35
+_SESSION_START = time.time()
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def make_test_phases(clock: Path, session_start: float, now: float) -> dict[str, float] | None:
+    """Seconds per phase of this ``make test`` (install, book, browser, tests, total), or None when the
+    clock is missing or belongs to another run (pytest started on its own, or long after the build)."""
+    try:
+        stamps = dict(line.split() for line in clock.read_text().split("\n") if line.strip())
+        times = {name: float(value) for name, value in stamps.items()}
+    except (OSError, ValueError):
+        return None
+    order = ["start", "install", "book", "browser"]
+    if any(name not in times for name in order) or not 0 <= session_start - times["browser"] < 120:
+        return None
+    phases = {later: times[later] - times[earlier] for earlier, later in zip(order, order[1:])}
+    phases.update(tests=now - session_start, total=now - times["start"])
+    return {name: round(seconds, 1) for name, seconds in phases.items()}
+
+
+def pytest_unconfigure(config):
+    """The last line of ``make test``: the wall time of its install, build and tests, against the budget."""
+    if hasattr(config, "workerinput"):
+        return
+    now = time.time()
+    phases = make_test_phases(MAKE_CLOCK, _SESSION_START, now)
+    if phases is None:
+        return
+    (ROOT / "_build" / "make_test_clock.json").write_text(json.dumps(phases, indent=2) + "\n")
+    verdict = "within" if phases["total"] <= BUDGET_MINUTES * 60 else "OVER"
+    print(f"make test: install {_minutes(phases['install'])} · book {_minutes(phases['book'])} · "
+          f"browser {_minutes(phases['browser'])} · tests {_minutes(phases['tests'])} · "
+          f"total {_minutes(phases['total'])} ({verdict} the {BUDGET_MINUTES}-minute budget for a fresh clone)")
 
 
 @pytest.fixture(scope="session")

@@ -119,16 +119,21 @@ def test_config_executes_and_fails_on_errors():
     assert "colab_url" in config["launch_buttons"]
 
 
-def _mini_book(tmp_path: Path, cell_source: str) -> Path:
+def _mini_book(tmp_path: Path, cell_source: str, other: str | None = None) -> Path:
+    """A book of one chapter (two with ``other``, a second chapter's code cell) on this repository's config."""
     book = tmp_path / "book"
     book.mkdir(parents=True)
     shutil.copy(ROOT / "_config.yml", book / "_config.yml")
-    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n")
+    toc = "format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n"
+    (book / "_toc.yml").write_text(toc + ("  - file: other\n" if other is not None else ""))
     (book / "intro.md").write_text("# Mini book\n\nA page.\n")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# Chapter"), nbformat.v4.new_code_cell(cell_source)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, book / "chapter.ipynb")
+    for name, source in (("chapter", cell_source), ("other", other)):
+        if source is None:
+            continue
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name.title()}"), nbformat.v4.new_code_cell(source)]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, book / f"{name}.ipynb")
     return book
 
 
@@ -148,20 +153,26 @@ def test_a_failing_cell_fails_the_build(tmp_path):
 
 @pytest.mark.slow
 def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
-    """Warm rebuilds: nothing changed, nothing executes; a package file changed, every chapter executes."""
-    book = _mini_book(tmp_path / "warm", "print('fine')")
+    """Warm rebuilds: nothing changed, nothing executes; one chapter edited, only that chapter executes;
+    a package file changed, every chapter executes."""
+    book = _mini_book(tmp_path / "warm", "print('fine')", other="print('other')")
     first = _build(book)
-    assert first.returncode == 0 and "(1 chapters executed, 0 from the cache" in first.stdout, first.stdout[-1500:]
+    assert first.returncode == 0 and "(2 chapters executed, 0 from the cache" in first.stdout, first.stdout[-1500:]
     again = _build(book)
-    assert again.returncode == 0 and "(0 chapters executed, 1 from the cache" in again.stdout, again.stdout[-1500:]
+    assert again.returncode == 0 and "(0 chapters executed, 2 from the cache" in again.stdout, again.stdout[-1500:]
     # the executed copy of a chapter taken from the cache carries its outputs (the tests read them)
     copy = nbformat.read(book / "_build" / "jupyter_execute" / "chapter.ipynb", as_version=4)
     assert "fine" in "".join(o.get("text", "") for o in copy.cells[1].outputs), copy.cells[1]
+    other = nbformat.read(book / "other.ipynb", as_version=4)
+    other.cells[1].source = "print('edited')"
+    nbformat.write(other, book / "other.ipynb")
+    edited = _build(book)
+    assert edited.returncode == 0 and "(1 chapters executed, 1 from the cache" in edited.stdout, edited.stdout[-1500:]
     (book / "chainmark").mkdir()
     (book / "chainmark" / "module.py").write_text("VALUE = 2\n")
     changed = _build(book)
     assert "every chapter executes again" in changed.stdout
-    assert changed.returncode == 0 and "(1 chapters executed" in changed.stdout, changed.stdout[-1500:]
+    assert changed.returncode == 0 and "(2 chapters executed" in changed.stdout, changed.stdout[-1500:]
 
 
 def test_the_execution_fingerprint_follows_the_key_and_the_device(monkeypatch):

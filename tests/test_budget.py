@@ -86,6 +86,41 @@ def test_load_model_refuses_before_loading(small_model, monkeypatch):
     assert model is not None
 
 
+def test_a_hub_download_is_announced_with_its_size_before_it_starts(small_model, monkeypatch, capsys):
+    """A Hub id not yet in the cache: load_model says how much it will download (the Hub's safetensors
+    metadata, per stored dtype) and what it needs, before any weight is fetched; cached, local and embedded
+    models download nothing and say nothing."""
+    import types
+
+    import huggingface_hub
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    meta = types.SimpleNamespace(parameter_count={"BF16": 7_000_000_000, "F32": 1_000_000})
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", lambda name: meta)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, filename: None)
+    monkeypatch.setenv(DEVICE_MEMORY_ENV, "80")
+    size = model_size("some-org/some-7b")
+    assert size.params == 7_001_000_000 and size.stored_bytes == 2 * 7_000_000_000 + 4 * 1_000_000
+    notice = models.download_notice("some-org/some-7b", check_fits("some-org/some-7b", "cuda", "bfloat16"))
+    assert notice.startswith("Downloading some-org/some-7b from the Hugging Face Hub once (about 14.0 GB")
+    assert "7.00 B parameters" in notice and "80.0 GB" in notice
+
+    class Stop(Exception):
+        pass
+
+    def fetching(*args, **kwargs):
+        raise Stop  # where the download would begin
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", fetching)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fetching)
+    with pytest.raises(Stop):
+        models.load_model("some-org/some-7b", device="cpu")
+    assert "Downloading some-org/some-7b" in capsys.readouterr().out  # printed before the first fetch
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, filename: "/cache/config.json")
+    assert models.download_notice("some-org/some-7b", "") is None
+    assert models.download_notice(str(small_model), "") is None and models.download_notice(DEFAULT_MODEL, "") is None
+
+
 def test_device_memory_reads_the_machine_or_the_simulation(monkeypatch):
     monkeypatch.delenv(DEVICE_MEMORY_ENV, raising=False)
     free, what = device_memory("cpu")

@@ -179,14 +179,16 @@ def test_cli_verify_names_the_regeneration_command_on_a_mismatch(tiny_run, monke
 
 @pytest.mark.slow
 def test_the_committed_reference_verifies():
-    """CI: regenerate a few committed batches (a different draw at every commit) on this machine."""
+    """CI: regenerate a committed batch (a different draw at every commit) on this machine; the next test
+    regenerates the same batch with another CPU's kernels. (One batch, not two, since issue 41: a batch takes
+    about 75 s on the 2-core machine, and the draw moves with every commit.)"""
     root = ref.reference_dir("smollm2-135m-instruct-gguf")
     assert (root / ref.MANIFEST).exists(), "the reference run is not committed"
-    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "2"],
+    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "1"],
                          capture_output=True, text=True, timeout=1800)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "verified 2 stored batches" in out.stdout
+    assert "verified 1 stored batches" in out.stdout
 
 
 @pytest.mark.slow

@@ -187,14 +187,18 @@ def test_standard_input_larger_than_the_spool_gives_the_files_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_40_mb_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
-    """The acceptance check: 40 MB (its whole tokenization needs several GB) gives identical tokens and
-    statistics in pieces, for every test; the command line, scoring the file, agrees."""
-    text = mixed_text(40 << 20, seed=40)
+def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
+    """The acceptance check: a 4 MB text cut into 64 pieces gives identical tokens and statistics, for every
+    test, as the whole; the command line, scoring the file, agrees. (It was 40 MB in 40 pieces until issue 41:
+    the equality is a property of the cuts, not of the size, and 64 cuts test more boundaries in a tenth of the
+    time; bench_stream.py streams the large inputs whose whole tokenization would not fit in memory.)"""
+    text = mixed_text(4 << 20, seed=40)
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
     piece_ids = []
-    for piece in text_pieces([text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20)], tokenizer):
+    chunks = [text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20)]
+    for piece in text_pieces(chunks, tokenizer, piece_chars=1 << 16):
         piece_ids.append(np.asarray(tokenizer(piece, add_special_tokens=False)["input_ids"], dtype=np.int64))
+    assert len(piece_ids) >= 32, len(piece_ids)
     assert np.array_equal(np.concatenate(piece_ids), ids)
     vocab = len(tokenizer)
     for test in TESTS:

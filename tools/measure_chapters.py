@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "data" / "chapter_timings.json"
@@ -39,6 +38,8 @@ EXECUTED = re.compile(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", r
 
 def toc_notebooks() -> list[str]:
     """Notebooks listed in _toc.yml, in order, as 'book/NAME.ipynb'."""
+    import yaml
+
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     found: list[str] = []
 

@@ -1,0 +1,130 @@
+"""Measure what CI measures: `make test` in a fresh clone with an empty home, and where its time goes.
+
+    python3 tools/measure_ci.py                       # clone HEAD into a temporary folder, run `make test`
+    python3 tools/measure_ci.py --out FILE --keep     # write elsewhere, keep the clone for a look afterwards
+
+CI runs ``.ci/run`` (the README's ``make test``) on a fresh clone and gives it 90 minutes; this book
+holds itself to a budget well inside that (``BUDGET_MINUTES``), so that one more chapter never
+turns a submission into a gamble. The script clones the committed HEAD (uncommitted edits are not
+measured), runs ``make test`` there with ``HOME`` pointing at an empty folder (no pip, Hugging Face
+or chainmark caches) and records, from that one run:
+
+- the wall time of each phase, as ``make test`` itself reports it in its last line (install, book,
+  browser, tests; see ``tests/conftest.py``);
+- the seconds each chapter executed (the build's ``_build/timings.json``);
+- the seconds each test module took and the 30 slowest tests (pytest's JUnit XML);
+- the machine, its load average before and after, the commit.
+
+The record goes to ``benchmarks/results/ci_time.json`` (committed: the README's figures come from
+it). The exit status is 1 when ``make test`` failed or ran over the budget. Run it on an otherwise
+idle machine: two heavy processes on two cores each run about twice as slowly.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "ci_time.json"
+sys.path.insert(0, str(ROOT / "tools"))
+from measure_chapters import machine as _machine  # noqa: E402  (the same machine description)
+
+#: What `make test` in a fresh clone may take on the 2-core reference machine, book included.
+BUDGET_MINUTES = 35
+
+
+def test_times(junit: Path, slowest: int = 30) -> tuple[dict[str, float], list[dict]]:
+    """Seconds per test module and the slowest tests, from pytest's JUnit XML."""
+    modules: dict[str, float] = defaultdict(float)
+    tests = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        seconds = float(case.get("time", 0.0))
+        module = case.get("classname", "").split(".")[-1] or "?"
+        modules[module] += seconds
+        tests.append({"test": f"{module}::{case.get('name')}", "seconds": round(seconds, 1)})
+    tests.sort(key=lambda t: -t["seconds"])
+    return ({m: round(s, 1) for m, s in sorted(modules.items(), key=lambda kv: -kv[1])}, tests[:slowest])
+
+
+def phases(clock_file: Path) -> dict[str, float]:
+    """The phase times `make test` wrote (tests/conftest.py writes them beside its last line)."""
+    return json.loads(clock_file.read_text()) if clock_file.exists() else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=OUT, help=f"the record (default: {OUT.relative_to(ROOT)})")
+    parser.add_argument("--keep", action="store_true", help="keep the clone and its empty home")
+    parser.add_argument("--label", default="", help="a word for the record, e.g. 'before' or 'after'")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="measure_ci."))
+    clone, home = work / "p", work / "home"
+    home.mkdir()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    junit = work / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "CHAINMARK_"))}
+    env.update(HOME=str(home), PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                                   if ".venv" not in p),
+               PYTEST_ADDOPTS=f"--junitxml={junit} --durations=30",
+               CHAINMARK_MEASURING_CI="1")  # the record's own test waits for the record
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    print(f"measure_ci: `make test` in {clone} (HOME={home}); log in {work / 'make_test.log'}", flush=True)
+    start = time.perf_counter()
+    with open(work / "make_test.log", "w") as log:
+        status = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - start
+    tail = (work / "make_test.log").read_text().splitlines()[-3:]
+
+    record = {
+        "label": args.label,
+        "commit": commit,
+        "measured": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python3 tools/measure_ci.py  (bash .ci/run = make test, fresh clone, empty HOME)",
+        "machine": _machine(),
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "exit_status": status,
+        "wall_seconds": round(wall, 1),
+        "budget_seconds": BUDGET_MINUTES * 60,
+        "within_budget": status == 0 and wall <= BUDGET_MINUTES * 60,
+        "phases": phases(clone / "_build" / "make_test_clock.json"),
+        "last_lines": tail,
+    }
+    timings = clone / "_build" / "timings.json"
+    if timings.exists():
+        record["chapters"] = json.loads(timings.read_text())["notebooks"]
+    if junit.exists():
+        record["test_modules"], record["slowest_tests"] = test_times(junit)
+
+    records = []
+    if args.out.exists():
+        previous = json.loads(args.out.read_text())
+        records = previous.get("runs", [])
+    records.append(record)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"budget_minutes": BUDGET_MINUTES, "runs": records}, indent=2) + "\n")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    verdict = "within" if record["within_budget"] else "OVER"
+    print(f"measure_ci: exit {status}, {wall / 60:.1f} min, {verdict} the {BUDGET_MINUTES}-minute budget; "
+          f"recorded in {args.out}")
+    for line in tail:
+        print("  " + line)
+    return 0 if record["within_budget"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
