@@ -10,6 +10,9 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# no byte-compilation at install (torch alone has thousands of modules); Python compiles what is imported.
+# PIP_COMPILE=0, not PIP_NO_COMPILE=1, which pip reads as compile=True
+export PIP_COMPILE := 0
 export PYTHONHASHSEED := 0
 
 .PHONY: book test install clean browser reference

@@ -231,16 +231,36 @@ def test_robustness_explorer(browser: GuardedPage, site_url: str) -> None:
     browser.screenshot(SHOTS / "robustness_moved.png", sel)
 
 
-def test_no_request_left_localhost(browser: GuardedPage, site_url: str) -> None:
-    """Every page of the site loads with nothing but localhost; explorer pages included."""
+@pytest.fixture(scope="module")
+def every_page(browser: GuardedPage, site_url: str) -> dict:
+    """Every page of the site opened once (explorer pages included): the requests they made, and for each
+    chapter page how wide its article and the page are at a 1280-px window. Two tests read this one pass."""
     pages = sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
                    if not p.name.startswith(("genindex", "search")))
-    assert pages
     browser.requests = []
+    widths = {}
     for page in pages:
         _open(browser, site_url, page)
-    assert browser.requests, "the browser recorded no request at all"
-    assert not non_local(browser.requests), f"requests left localhost: {non_local(browser.requests)}"
+        if page.startswith("book/"):
+            widths[page] = browser.js(
+                "(() => { const a = document.querySelector('article') || document.querySelector('main');"
+                " const doc = document.documentElement;"
+                " let worst = ''; let most = a.clientWidth;"
+                " a.querySelectorAll('*').forEach(e => { const r = e.getBoundingClientRect();"
+                "   const right = r.right - a.getBoundingClientRect().left;"
+                "   if (right > most + 1 && e.offsetParent !== null) { most = right;"
+                "     worst = e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined ?"
+                "       '.' + String(e.className).split(' ').join('.') : ''); } });"
+                " return {article: a.scrollWidth, room: a.clientWidth, page: doc.scrollWidth,"
+                "         window: window.innerWidth, worst: worst}; })()")
+    return {"pages": pages, "requests": list(browser.requests), "widths": widths}
+
+
+def test_no_request_left_localhost(every_page: dict) -> None:
+    """Every page of the site loads with nothing but localhost; explorer pages included."""
+    assert every_page["pages"]
+    assert every_page["requests"], "the browser recorded no request at all"
+    assert not non_local(every_page["requests"]), f"requests left localhost: {non_local(every_page['requests'])}"
 
 
 def test_math_renders_offline(browser: GuardedPage, site_url: str) -> None:
@@ -383,26 +403,12 @@ def test_glued_numbers_reach_the_prose() -> None:
     assert pasted > 0, "no page shows a glued number: the check would prove nothing"
 
 
-def test_no_page_overflows_at_1280_px(browser: GuardedPage, site_url: str) -> None:
+def test_no_page_overflows_at_1280_px(every_page: dict) -> None:
     """At a 1280-px window no page scrolls sideways: long outputs and code wrap, wide tables
     scroll inside their own box (_static/chainmark.css)."""
-    pages = sorted((SITE / "book").glob("*.html"))
-    assert pages, "no chapter pages in the built site"
-    wide = []
-    for page in pages:
-        _open(browser, site_url, f"book/{page.name}")
-        got = browser.js(
-            "(() => { const a = document.querySelector('article') || document.querySelector('main');"
-            " const doc = document.documentElement;"
-            " let worst = ''; let most = a.clientWidth;"
-            " a.querySelectorAll('*').forEach(e => { const r = e.getBoundingClientRect();"
-            "   const right = r.right - a.getBoundingClientRect().left;"
-            "   if (right > most + 1 && e.offsetParent !== null) { most = right;"
-            "     worst = e.tagName.toLowerCase() + (e.className && e.className.baseVal === undefined ?"
-            "       '.' + String(e.className).split(' ').join('.') : ''); } });"
-            " return {article: a.scrollWidth, room: a.clientWidth, page: doc.scrollWidth,"
-            "         window: window.innerWidth, worst: worst}; })()")
-        if got["article"] > got["room"] + 1 or got["page"] > got["window"] + 1:
-            wide.append(f"{page.name}: article {got['article']} px in {got['room']} px, page {got['page']} px "
-                        f"in {got['window']} px (widest: {got['worst']})")
+    assert len(every_page["widths"]) >= 20, "no chapter pages in the built site"
+    wide = [f"{page}: article {got['article']} px in {got['room']} px, page {got['page']} px "
+            f"in {got['window']} px (widest: {got['worst']})"
+            for page, got in every_page["widths"].items()
+            if got["article"] > got["room"] + 1 or got["page"] > got["window"] + 1]
     assert not wide, "pages that scroll sideways at 1280 px:\n" + "\n".join(wide)

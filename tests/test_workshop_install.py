@@ -43,8 +43,9 @@ def test_the_workshop_install_works_in_a_fresh_environment(tmp_path):
     env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "PIP_RETRIES": "1", "PIP_TIMEOUT": "20",
            # pip's byte-compilation of every installed module (torch's thousands) takes a large share of the
-           # install and checks nothing the README promises; Python compiles what `chainmark doctor` imports
-           "PIP_NO_COMPILE": "1"}
+           # install and checks nothing the README promises; Python compiles what `chainmark doctor` imports.
+           # (PIP_COMPILE=0, not PIP_NO_COMPILE=1: pip reads the latter as compile=True.)
+           "PIP_COMPILE": "0"}
     env.pop("PYTHONPATH", None)
     outputs = {}
     for command in run:
