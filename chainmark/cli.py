@@ -825,6 +825,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             return _internal(exc)
+        _discard_stdout()
         return _fail(f"cannot write the results to standard output ({exc.strerror or exc}); nothing more was written")
     except KeyboardInterrupt:  # in-process callers: the program itself exits from _interrupted
         return EXIT_INTERRUPTED
@@ -869,13 +870,19 @@ def _negative_values_attached(argv: list[str]) -> list[str]:
 
 def _output_closed() -> int:
     """The reader of standard output went away (``| head``): say so once, and write nothing more."""
+    _discard_stdout()
+    return _fail("standard output was closed before the results were written (broken pipe)")
+
+
+def _discard_stdout() -> None:
+    """After a write to standard output failed, point it at the null device: Python flushes what is still
+    buffered at exit, and a second failure there would replace the exit code decided here with 120."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError):
         pass
-    return _fail("standard output was closed before the results were written (broken pipe)")
 
 
 def _fail(message: str) -> int:
