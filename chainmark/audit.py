@@ -10,6 +10,24 @@ longer than a piece go through :mod:`chainmark.stream`), and its rows are writte
 document is scored twice or lost. At the end the p-values of all parts give the Benjamini-Hochberg q-values
 (``scipy.stats.false_discovery_control``) and the parts are merged into the output, Parquet or JSON Lines.
 
+Only documents the regime judges enter that step. A document shorter than the regime's ``n_min`` tokens, or
+with no scored transition, keeps its row and its p-value but is never flagged and never a discovery: its
+``q_value`` is null (``None`` in Python, ``null`` in JSON Lines, a null in the Parquet column), and it does
+not count among the m p-values Benjamini-Hochberg ranks, so it can neither be discovered nor move another
+document's q-value. The summary says how many documents entered the step and how many were too short.
+
+Benjamini-Hochberg needs p-values that are valid for every document, on the scale the regime decides by. The
+exact test's (a binomial tail over the spanning forest) are valid for every text under a uniformly random
+key, and the plain z-test's nominal normal tail is the one its decisions use (flag when p < alpha). A z-test
+regime whose threshold is not z_alpha (recalibrated on a null corpus, set below it by a regime that trades
+false positives for power, or any other threshold) decides by z > threshold instead: its own calibration
+says the normal tail is not the null of its scores, and it publishes one calibrated threshold, not a
+p-value for every z. Under such a regime the audit computes **no q-values** (every ``q_value`` null, no
+discoveries counted) and the summary says why and what to do (audit with the exact test). It does not
+swap in the exact test's p-values behind the regime's back: an auditor applying a published regime expects
+every number in a row (p-value, flag, q-value) to come from that regime's test, and q-values from another
+test, absent from the row, would contradict the flag beside them and could not be checked from the output.
+
 On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
 task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a worker plugin, never in a
 task's name or arguments, and each worker loads the tokenizer and builds the state table once. The rows
@@ -21,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,153 +57,13 @@ from .jsonio import atomic_write_json, to_jsonable
 from .regime import Regime
 from .verdict import decide
 from .stream import PIECE_CHARS, detect_text_stream, ids_batch
+from .audit_input import BATCH_DOCS, AuditError, Batch, _pyarrow_parquet, corpus_batches, read_batch
 
 #: Columns of an audit's output, in order.
 COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
            "repeated_pair_share", "q_value")
-#: Documents per batch (one part file, one task).
-BATCH_DOCS = 1000
 #: Format tag of a part folder's manifest.
 MANIFEST_FORMAT = "chainmark-audit-parts/1"
-
-
-class AuditError(ValueError):
-    """A problem with the corpus or the output the caller can fix (the command line exits with code 2)."""
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One batch of a corpus: where its documents are, never the documents themselves."""
-
-    index: int
-    kind: str  # "jsonl", "parquet" or "txt"
-    path: str
-    start: int = 0  # jsonl: byte offset; parquet: row offset in the row group
-    stop: int = 0  # jsonl: byte offset; parquet: row offset in the row group
-    first: int = 0  # jsonl: number of the first line (1-based); parquet: row group
-    names: tuple[str, ...] = ()  # txt: the files (relative to path)
-    text_field: str = "text"
-    id_field: str | None = None
-
-
-# --------------------------------------------------------------------------- the corpus, as batches
-
-
-def corpus_batches(source: str | os.PathLike, text_field: str = "text", id_field: str | None = None,
-                   batch_docs: int = BATCH_DOCS) -> list[Batch]:
-    """The batches of a corpus, in a fixed order: a JSON Lines file (``.jsonl``/``.json``), a Parquet file or a
-    folder of them (``.parquet``), or a folder of ``.txt`` files (searched recursively, sorted)."""
-    if isinstance(batch_docs, bool) or not isinstance(batch_docs, int) or batch_docs < 1:
-        raise AuditError(f"batch_docs must be a positive integer, got {batch_docs!r}")
-    path = Path(source)
-    if not path.exists():
-        raise AuditError(f"{path} does not exist")
-    if path.is_dir():
-        parquet = sorted(p for p in path.rglob("*.parquet") if p.is_file())
-        texts = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if parquet and texts:
-            raise AuditError(f"{path} holds both .parquet and .txt files; point the audit at one kind")
-        if parquet:
-            return _parquet_batches(parquet, text_field, id_field, batch_docs)
-        if texts:
-            names = [str(p.relative_to(path)) for p in texts]
-            return [Batch(i, "txt", str(path), names=tuple(names[s:s + batch_docs]))
-                    for i, s in enumerate(range(0, len(names), batch_docs))]
-        raise AuditError(f"{path} holds no .parquet or .txt files")
-    if path.suffix == ".parquet":
-        return _parquet_batches([path], text_field, id_field, batch_docs)
-    if path.suffix in (".jsonl", ".json", ".ndjson"):
-        return _jsonl_batches(path, text_field, id_field, batch_docs)
-    raise AuditError(f"{path}: not a corpus the audit reads (a .jsonl file, a .parquet file or folder, or a "
-                     "folder of .txt files)")
-
-
-def _jsonl_batches(path: Path, text_field: str, id_field: str | None, batch_docs: int) -> list[Batch]:
-    """Byte ranges of ``batch_docs`` non-blank lines each, found in one pass over the file (lines end at \\n)."""
-    batches, start, line_no, first, docs, offset = [], 0, 0, 1, 0, 0
-    with open(path, "rb") as fh:
-        for line in fh:  # binary iteration splits on b"\n" only, never on U+2028
-            line_no += 1
-            offset += len(line)
-            if line.strip():
-                docs += 1
-            if docs == batch_docs:
-                batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), text_field, id_field))
-                start, first, docs = offset, line_no + 1, 0
-    if docs:
-        batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), text_field, id_field))
-    return batches
-
-
-def _parquet_batches(files: Sequence[Path], text_field: str, id_field: str | None, batch_docs: int) -> list[Batch]:
-    pq = _pyarrow_parquet()
-    batches = []
-    for file in files:
-        meta = pq.ParquetFile(file).metadata
-        names = pq.ParquetFile(file).schema_arrow.names
-        for name in (text_field, id_field):
-            if name is not None and name not in names:
-                raise AuditError(f"{file}: no column {name!r} (columns: {', '.join(names)})")
-        for group in range(meta.num_row_groups):
-            rows = meta.row_group(group).num_rows
-            for s in range(0, rows, batch_docs):
-                batches.append(Batch(len(batches), "parquet", str(file), s, min(s + batch_docs, rows), group, (),
-                                     text_field, id_field))
-    return batches
-
-
-def read_batch(batch: Batch) -> list[tuple[str, str]]:
-    """The (document id, text) pairs of one batch; :class:`AuditError` naming the document for a bad one."""
-    if batch.kind == "txt":
-        docs = []
-        for name in batch.names:
-            try:
-                docs.append((name, (Path(batch.path) / name).read_text(encoding="utf-8")))
-            except UnicodeDecodeError as exc:
-                raise AuditError(f"{name} is not UTF-8 text (byte offset {exc.start})") from None
-            except OSError as exc:
-                raise AuditError(f"{name} cannot be read ({exc.strerror or type(exc).__name__})") from None
-        return docs
-    if batch.kind == "parquet":
-        pq = _pyarrow_parquet()
-        columns = [batch.text_field] + ([batch.id_field] if batch.id_field else [])
-        table = pq.ParquetFile(batch.path).read_row_group(batch.first, columns=columns)
-        table = table.slice(batch.start, batch.stop - batch.start)
-        texts = table.column(batch.text_field).to_pylist()
-        ids = (table.column(batch.id_field).to_pylist() if batch.id_field
-               else [f"{Path(batch.path).name}:{batch.first}:{batch.start + i}" for i in range(len(texts))])
-        for doc_id, text in zip(ids, texts):
-            if not isinstance(text, str):
-                raise AuditError(f"{batch.path}: document {doc_id}: column {batch.text_field!r} is not text "
-                                 f"({type(text).__name__})")
-        return [(str(i), t) for i, t in zip(ids, texts)]
-    with open(batch.path, "rb") as fh:
-        fh.seek(batch.start)
-        raw = fh.read(batch.stop - batch.start)
-    lines = [(number, line) for number, line in enumerate(raw.split(b"\n"), start=batch.first) if line.strip()]
-    try:  # one parse for the whole batch (a C loop); line by line only to name a bad line
-        records = json.loads(b"[" + b",".join(line for _, line in lines) + b"]")
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        records = None
-    docs = []
-    for k, (number, line) in enumerate(lines):
-        try:
-            record = records[k] if records is not None else json.loads(line)
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise AuditError(f"{batch.path} line {number}: not a JSON object") from None
-        if not isinstance(record, dict):
-            raise AuditError(f"{batch.path} line {number}: not a JSON object")
-        if batch.text_field not in record:
-            raise AuditError(f"{batch.path} line {number}: no field {batch.text_field!r} (fields: "
-                             f"{', '.join(map(str, list(record)[:10]))}); name the text field with --text-field")
-        text = record[batch.text_field]
-        if not isinstance(text, str):
-            raise AuditError(f"{batch.path} line {number}: field {batch.text_field!r} is not text "
-                             f"({type(text).__name__})")
-        if batch.id_field is not None and batch.id_field not in record:
-            raise AuditError(f"{batch.path} line {number}: no field {batch.id_field!r}")
-        docs.append((str(record[batch.id_field]) if batch.id_field else str(number), text))
-    return docs
 
 
 # --------------------------------------------------------------------------- scoring one batch
@@ -244,12 +123,46 @@ def finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], 
                                     "repeated_pair_share"),
                                    (r.n_tokens, r.n_scored, r.n_hits, r.phi, r.z, r.p_value, share)):
                 full[name][i] = value
-    too_short = (full["n_transitions"] < 1) | (full["n_tokens"] < (settings.n_min or 0))
+    too_short = _too_short(full["n_tokens"], full["n_transitions"], settings.n_min)
     threshold = None if settings.exact else settings.threshold
     flagged = ~too_short & decide(z=full["z"], p_value=full["p_value"], alpha=settings.alpha, threshold=threshold)
     rows = {name: full[name].tolist() for name in full}
     rows.update(doc_id=[doc_id for doc_id, _ in docs], test=[test] * len(docs), flagged=flagged.tolist())
     return {name: rows[name] for name in COLUMNS if name != "q_value"}
+
+
+def _too_short(n_tokens: Any, n_transitions: Any, n_min: int | None) -> np.ndarray:
+    """Rows the regime does not judge (never flagged, never in the FDR step): no scored transition, or fewer
+    tokens than ``n_min`` (:meth:`chainmark.regime.Regime.too_short`, for columns)."""
+    return (np.asarray(n_transitions) < 1) | (np.asarray(n_tokens) < (n_min or 0))
+
+
+def fdr_refusal(settings: Regime) -> str | None:
+    """Why an audit under ``settings`` computes no q-values, or None when it computes them.
+
+    None for the exact test, and for a z-test (plain or distinct) whose threshold is z_alpha or unset (it
+    flags when its nominal p-value is below alpha). A z-test regime that carries a ``recalibration`` or
+    decides by another threshold gets the reason: its p-values are not on the scale it decides by (see the
+    module docstring).
+    """
+    if settings.exact:
+        return None
+    threshold, za = settings.threshold, settings.z_alpha
+    moved = threshold is not None and not math.isclose(threshold, za, rel_tol=1e-9, abs_tol=1e-12)
+    if not moved and not settings.recalibration:
+        return None
+    if settings.recalibration:
+        method = settings.recalibration.get("method")
+        source = "recalibrated on a null corpus" + (f" by the {method} recipe" if isinstance(method, str) else "")
+    elif settings.trades_fpr_for_power and threshold is not None and threshold < za:
+        source = "lowered to trade false positives for power"
+    else:
+        source = "chosen by the regime"
+    cut = f"z > {threshold:.4g}" if threshold is not None else f"z > z_alpha = {za:.4g}"
+    return (f"the {settings.effective_test} test here flags {cut}, a threshold {source}, not z_alpha = {za:.4g} "
+            f"at alpha = {settings.alpha:g}; so the normal tail's p-values are not the scale this regime decides "
+            "by, and Benjamini-Hochberg on them would not control the FDR. Audit with --test exact for q-values "
+            "(its p-values are valid for every text under a random key)")
 
 
 def score_many(texts: Sequence[np.ndarray], key: bytes, topology: Topology, test: str,
@@ -311,7 +224,7 @@ class AuditSummary:
     flagged: int
     flagged_low: float
     flagged_high: float
-    discoveries: int
+    discoveries: int | None  # None when the audit computes no q-values (fdr_refused says why)
     fdr: float
     alpha: float
     test: str
@@ -321,15 +234,35 @@ class AuditSummary:
     seconds: float
     output: str
     extra: dict = field(default_factory=dict)
+    #: Documents whose p-values entered the Benjamini-Hochberg step (0 when no q-values were computed).
+    fdr_documents: int = 0
+    #: Documents shorter than the regime's n_min tokens, and (of the others) those with no scored transition:
+    #: not judged, q_value null, never a discovery.
+    below_n_min: int = 0
+    unscored: int = 0
+    n_min: int | None = None
+    #: Why no q-values were computed (:func:`fdr_refusal`), or None.
+    fdr_refused: str | None = None
 
     def lines(self) -> list[str]:
         rate = self.flagged / self.documents if self.documents else 0.0
+        short = f"{self.below_n_min:,} below n_min = {self.n_min or 0} tokens" if self.n_min else ""
+        short += (", " if short else "") + f"{self.unscored:,} with no scored transition"
+        if self.fdr_refused is not None:
+            fdr = [f"discoveries at FDR {self.fdr:g}: not computed (every q_value is null): {self.fdr_refused}",
+                   f"FDR step: no document entered it ({self.below_n_min + self.unscored:,} too short to judge: "
+                   f"{short})"]
+        else:
+            fdr = [f"discoveries at FDR {self.fdr:g} (Benjamini-Hochberg q <= {self.fdr:g}): {self.discoveries:,}",
+                   f"FDR step: {self.fdr_documents:,} documents entered it; "
+                   f"{self.below_n_min + self.unscored:,} too short to judge stayed out ({short}; their q_value "
+                   "is null)"]
         return [
             f"audited {self.documents:,} documents ({self.tokens:,} tokens) with the {self.test} test, key "
             f"{self.key_fingerprint}",
             f"flagged at alpha = {self.alpha:g}: {self.flagged:,} ({100 * rate:.2f}% "
             f"[{100 * self.flagged_low:.2f}, {100 * self.flagged_high:.2f}])",
-            f"discoveries at FDR {self.fdr:g} (Benjamini-Hochberg q <= {self.fdr:g}): {self.discoveries:,}",
+            *fdr,
             f"{self.batches_scored} batch(es) scored now, {self.batches_resumed} resumed from an earlier run; "
             f"{self.seconds:.1f} s in all",
             f"throughput: {self.extra['scored_documents'] / max(self.extra['scoring_seconds'], 1e-9):,.0f} "
@@ -409,14 +342,18 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         if progress:
             progress(done, len(batches))
     scoring = time.perf_counter() - scoring
-    documents, tokens, flagged, discoveries = _merge(parts, len(batches), out, fdr)
-    low, high = clopper_pearson(flagged, documents)
+    refused = fdr_refusal(settings)
+    merged = _merge(parts, len(batches), out, fdr, settings.n_min, refused is None)
+    low, high = clopper_pearson(merged["flagged"], merged["documents"])
     import shutil
 
     shutil.rmtree(parts)
-    return AuditSummary(documents, tokens, flagged, low, high, discoveries, fdr, settings.alpha, settings.effective_test,
-                        settings.key_fingerprint, len(todo), resumed, time.perf_counter() - start, str(out),
-                        {"scored_documents": scored_docs, "scored_tokens": scored_tokens, "scoring_seconds": scoring})
+    return AuditSummary(merged["documents"], merged["tokens"], merged["flagged"], low, high, merged["discoveries"],
+                        fdr, settings.alpha, settings.effective_test, settings.key_fingerprint, len(todo), resumed,
+                        time.perf_counter() - start, str(out),
+                        {"scored_documents": scored_docs, "scored_tokens": scored_tokens, "scoring_seconds": scoring},
+                        fdr_documents=merged["fdr_documents"], below_n_min=merged["below_n_min"],
+                        unscored=merged["unscored"], n_min=settings.n_min, fdr_refused=refused)
 
 
 def _part(parts: Path, index: int) -> Path:
@@ -439,12 +376,27 @@ def _read_part(parts: Path, index: int) -> dict[str, list]:
     return json.loads(_part(parts, index).read_text("utf-8"))
 
 
-def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int, int, int]:
-    """q-values from every part's p-values, then the rows to ``out`` part by part (one part in memory)."""
+def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None,
+           with_q: bool = True) -> dict[str, Any]:
+    """q-values from the p-values of every part's judged documents (those :func:`_too_short` leaves in; none
+    without ``with_q``), then the rows to ``out`` part by part (one part in memory); the counts."""
     from scipy.stats import false_discovery_control
 
-    p = np.concatenate([np.asarray(_read_part(parts, i)["p_value"], dtype=float) for i in range(n_batches)])
-    q = false_discovery_control(p, method="bh") if p.size else p
+    p, n_tokens, n_transitions = [], [], []
+    for i in range(n_batches):
+        columns = _read_part(parts, i)
+        p.append(np.asarray(columns["p_value"], dtype=float))
+        n_tokens.append(np.asarray(columns["n_tokens"], dtype=np.int64))
+        n_transitions.append(np.asarray(columns["n_transitions"], dtype=np.int64))
+    p = np.concatenate(p)
+    n_tokens, n_transitions = np.concatenate(n_tokens), np.concatenate(n_transitions)
+    below = n_tokens < (n_min or 0)
+    short = _too_short(n_tokens, n_transitions, n_min)
+    judged = ~short & with_q
+    q = np.full(p.size, np.nan)  # NaN marks "no q-value" here; the rows get None (JSON null, a Parquet null)
+    if judged.any():
+        q[judged] = false_discovery_control(p[judged], method="bh")
+    del n_tokens, n_transitions
     tmp = out.with_name(out.name + ".tmp")
     tokens = flagged = position = 0
     writer = None
@@ -453,7 +405,7 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int
             for i in range(n_batches):
                 columns = _read_part(parts, i)
                 size = len(columns["doc_id"])
-                columns["q_value"] = q[position:position + size].tolist()
+                columns["q_value"] = [None if math.isnan(v) else v for v in q[position:position + size].tolist()]
                 position += size
                 tokens += sum(columns["n_tokens"])
                 flagged += sum(columns["flagged"])
@@ -471,7 +423,10 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float) -> tuple[int, int
             writer.close()
         if tmp.exists():
             tmp.unlink()
-    return int(p.size), tokens, flagged, int(np.count_nonzero(q <= fdr))
+    return {"documents": int(p.size), "tokens": tokens, "flagged": flagged,
+            "discoveries": int(np.count_nonzero(q[judged] <= fdr)) if with_q else None,
+            "fdr_documents": int(np.count_nonzero(judged)), "below_n_min": int(np.count_nonzero(below)),
+            "unscored": int(np.count_nonzero(short & ~below))}
 
 
 def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) -> Any:
@@ -574,13 +529,5 @@ def _score_on_worker(batch: Batch, settings: Regime) -> tuple[int, dict[str, lis
     return batch.index, score_batch(batch, settings, key)
 
 
-def _pyarrow_parquet() -> Any:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise AuditError("Parquet needs pyarrow: pip install 'chainmark[audit]' (or use .jsonl files)") from None
-    return pq
-
-
 __all__ = ["AuditError", "Regime", "AuditSummary", "BATCH_DOCS", "Batch", "COLUMNS",
-           "corpus_batches", "key_plugin", "parts_folder", "read_audit", "finish_batch", "prepare_batch", "read_batch", "run_audit", "score_batch", "score_many"]
+           "corpus_batches", "fdr_refusal", "key_plugin", "parts_folder", "read_audit", "finish_batch", "prepare_batch", "read_batch", "run_audit", "score_batch", "score_many"]

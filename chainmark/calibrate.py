@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy.stats import binom, binomtest, norm
+from scipy.stats import beta, binom, binomtest, norm
 
 from .checks import check_alpha, check_int, check_length, check_rho_positive
 from .checks import is_number as _is_number
@@ -217,6 +217,52 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
         raise ValueError(f"level must lie in (0, 1), got {level}")
     ci = binomtest(hits, trials).proportion_ci(confidence_level=float(level), method="exact")
     return float(ci.low), float(ci.high)
+
+
+def clopper_pearson_upper(hits: int, trials: int, level: float = 0.95) -> float:
+    """Exact one-sided upper confidence bound for a binomial rate (Clopper-Pearson).
+
+    The rate lies at or below it with confidence ``level``: the bound a
+    certificate needs ("at most alpha"), where the two-sided interval's upper
+    end would spend half of 1 - level on the other side.
+    """
+    trials = check_int(trials, "trials", 1)
+    hits = check_int(hits, "hits", 0)
+    if hits > trials:
+        raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
+    if not _is_number(level) or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if hits == trials:
+        return 1.0
+    return float(beta.ppf(float(level), hits + 1, trials - hits))
+
+
+def clopper_pearson_lower(hits: int, trials: int, level: float = 0.95) -> float:
+    """Exact one-sided lower confidence bound for a binomial rate (0 when nothing was hit)."""
+    trials = check_int(trials, "trials", 1)
+    hits = check_int(hits, "hits", 0)
+    if hits > trials:
+        raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
+    if not _is_number(level) or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if hits == 0:
+        return 0.0
+    return float(beta.ppf(1.0 - float(level), hits, trials - hits + 1))
+
+
+def trials_to_bound(rate: float, level: float = 0.95) -> int:
+    """Fewest trials whose one-sided upper bound can reach ``rate``: zero hits in n trials bound the
+    rate by 1 - (1 - level)^(1/n), at most ``rate`` from n = ln(1 - level) / ln(1 - rate) on
+    (299 at rate 1% and 95%: the "rule of three", 3 / n, in exact form)."""
+    rate = check_alpha(rate)
+    if not _is_number(level) or not 0.0 < float(level) < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    n = math.ceil(math.log1p(-float(level)) / math.log1p(-rate) - _EPS)
+    while n > 1 and clopper_pearson_upper(0, n - 1, level) <= rate:
+        n -= 1
+    while clopper_pearson_upper(0, n, level) > rate:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)

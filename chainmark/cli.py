@@ -223,14 +223,22 @@ examples:
 
 The tests (--test): exact (the default), a binomial test on the transitions
 that reach a token for the first time (a spanning forest of the text's
-tokens), whose false-positive rate is at most alpha for every text under a
-random key, repetitive ones included; it decides by its p-value and has no z
-threshold. z, the paper's z-test on every transition (the default of a
-regime that names no test, and of --threshold given alone); distinct, the
-z-test on each distinct token pair once. The table shows how many transitions
-each test scored. A text that repeats its token pairs so much that the z-test's
-p-value cannot be trusted gets a warning on stderr with its repeated-pair
-share (also in --json as repeated_pair_share).
+tokens); its size is at most alpha for every text, repetitive ones included,
+over a random key. A deployed key is one key: its false-positive rate on a
+corpus varies from key to key, and `chainmark key audit` measures it. The
+exact test decides by its p-value and has no z threshold. z, the paper's
+z-test on every transition with a normal tail (the default of a regime that
+names no test, and of --threshold given alone): an approximation, whose exact
+size lies above alpha even on text without repeats (about twice alpha at
+n = 30, S = 5) and far above it on text that repeats its token pairs.
+distinct, the same z-test on each distinct token pair once: close to alpha
+on text without repeated tokens, not valid for every text. The table shows
+how many transitions each test scored. For the z and distinct tests every
+text's own null over random keys is computed from its pair multiplicities;
+when it puts the text's false-positive rate at the applied threshold above
+twice alpha, a warning on stderr says so (in --json: text_null_fpr, the
+variance ratio against the nominal null, text_null_variance_ratio, and z
+standardised by the text's own null variance, z_text_null, a diagnostic).
 
 Texts are read and scored in pieces of a quarter megabyte, cut where the
 tokenizer cuts anyway (each cut checked): the result is the one scoring the
@@ -243,7 +251,8 @@ are used unless the option is given explicitly.
 --json prints one JSON object per input (fields file, n_tokens,
 n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
 S, k, topology, alpha, distinct_pairs, test, tokenizer, key_fingerprint,
-repeated_pair_share); such
+repeated_pair_share, text_null_fpr, text_null_variance_ratio, z_text_null;
+the last three are null for the exact test); such
 a file of unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
 
 _RECAL_EPILOG = """\
@@ -299,9 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score each distinct token pair once (repetitive text); the same as --test distinct")
     d.add_argument("--test", choices=("z", "distinct", "exact"),
                    help="exact (the default): a binomial test on a spanning forest of the text's tokens, whose "
-                        "false-positive rate is at most alpha for every text (decides by its p-value, no z "
-                        "threshold); z: every transition, the paper's z-test (the default with --threshold or a "
-                        "regime that names no test); distinct: each distinct pair once")
+                        "size is at most alpha for every text over a random key (a deployed key's rate: chainmark "
+                        "key audit; decides by its p-value, no z threshold); z: every transition, the paper's "
+                        "z-test, a normal approximation (the default with --threshold or a regime that names no "
+                        "test); distinct: each distinct pair once, valid on text without repeated tokens")
     d.add_argument("--certificate", metavar="FILE.json", help="check this key-audit certificate (chainmark key "
                    "audit) against the key, tokenizer, S and topology first (exit 2 when it does not fit)")
     d.add_argument("--min-tokens", type=_int_at_least(0), metavar="N",
@@ -473,16 +483,23 @@ def build_parser() -> argparse.ArgumentParser:
                                      "written with the key (by default the book's reference null, 1,200 texts "
                                      "of the embedded model, and windows of the Python Language Reference's "
                                      "prose) under this key with the z-test, distinct pairs and the exact test, "
-                                     "and report each test's false-positive rate with its 95% interval, the "
-                                     "threshold that would hold alpha on this corpus, and a verdict for the "
-                                     "test you will deploy. The certificate (JSON: key fingerprint, tokenizer "
-                                     "fingerprint, S, topology, corpus fingerprint and size, rates, thresholds, "
-                                     "package version; never the key) goes into the regime with "
-                                     "`chainmark regime --certificate`, where `chainmark detect --regime` checks it.",
-                         epilog="exit codes: 0 the key holds alpha for --test on the corpus, 1 it does not "
-                                "(the certificate is written either way), 2 a usage error.\n"
+                                     "and report each test's false-positive rate over documents with its 95% "
+                                     "interval and one-sided 95% upper bound, the threshold that would hold "
+                                     "alpha on this corpus, and a verdict for the test you will deploy: PASS "
+                                     "when the upper bound is at or below alpha (which needs at least 299 "
+                                     "documents at alpha = 1%), FAIL when the lower bound lies above it, "
+                                     "INCONCLUSIVE otherwise. The exact test's size is at most alpha for every "
+                                     "text over a random key; this audit measures the one key you deploy. "
+                                     "The certificate (JSON: key fingerprint, tokenizer fingerprint, S, "
+                                     "topology, corpus fingerprint and size, rates, thresholds, how many keys "
+                                     "were tried, package version, a digest; never the key) goes into the regime "
+                                     "with `chainmark regime --certificate`, where `chainmark detect --regime` "
+                                     "checks it.",
+                         epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
+                                "not (the certificate is written either way), 2 a usage error.\n"
                                 "examples:\n  chainmark key audit --key-file acme.key --S 5 --out acme.audit.json\n"
-                                "  chainmark key audit --key-file acme.key --S 5 --corpus forum/*.txt --test z",
+                                "  chainmark key audit --key-file acme.key --S 5 --corpus forum/*.txt --test z\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --check acme.audit.json",
                          formatter_class=fmt)
     ka.add_argument("--key-file", metavar="KEY", help="the key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
     ka.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the embedded model's)")
@@ -498,6 +515,13 @@ def build_parser() -> argparse.ArgumentParser:
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
     ka.add_argument("--max-bytes", type=_int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES, metavar="N",
                     help="refuse corpus files larger than N bytes in all")
+    ka.add_argument("--keys-tried", type=_int_in(1, 10**9), default=1, metavar="N",
+                    help="how many keys were tried before choosing this one (default 1); with more than one, "
+                         "--selected-on must name the other corpus they were compared on")
+    ka.add_argument("--selected-on", metavar="FINGERPRINT", help="the corpus fingerprint (from that corpus's "
+                    "audit) on which the key was chosen; it must differ from the certified corpus's")
+    ka.add_argument("--check", metavar="CERT.json", help="instead of auditing, recompute this certificate's "
+                    "counts and verdict with the key and the corpus (exit 0 when they agree, 1 when not)")
     ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
     ka.add_argument("--json", action="store_true", help="print the certificate instead of the table")
     ka.set_defaults(func=_cmd_key_audit)
@@ -606,8 +630,10 @@ def _cmd_key_help(args: argparse.Namespace) -> int:
     return EXIT_USAGE
 
 
-def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]]]:
-    """The corpus a key is audited on, as token ids: the caller's files, or the book's default corpus."""
+def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]], list[str]]:
+    """The corpus a key is audited on, as token ids with each text's document: the caller's files (each
+    .txt file, and each line of a .jsonl file, a document), or the book's default corpus (each reply of the
+    reference null a document; windows of one Language Reference topic share the topic's)."""
     if args.corpus:
         texts: list[str] = []
         left = args.max_bytes  # the limit holds for the corpus as a whole
@@ -629,22 +655,27 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[l
             else:
                 texts.append(content)
         name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
-        return name, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        return name, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], \
+            [f"text {i}" for i in range(len(texts))]
     from . import reference
-    from .corpora import CORPUS_NAME, human_windows
+    from .corpora import CORPUS_NAME, python_reference_documents, token_windows
 
     model_texts = ([r["output"] for r in reference.load_texts("null")]
                    + [r["output"] for r in reference.load_texts("head_to_head") if r["method"] == "none"])
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in model_texts]
-    human = [w.tolist() for w in human_windows(tokenizer, 200)]
+    human, topics = [], []
+    for doc in python_reference_documents():
+        windows = token_windows([tokenizer(doc.text, add_special_tokens=False)["input_ids"]], 200)
+        human += [w.tolist() for w in windows]
+        topics += [f"topic {doc.name}"] * len(windows)
     name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
             f"200 tokens of {CORPUS_NAME}")
-    return name, ids + human
+    return name, ids + human, [f"reply {i}" for i in range(len(ids))] + topics
 
 
 def _cmd_key_audit(args: argparse.Namespace) -> int:
     from . import __version__
-    from .keyaudit import audit_key, format_audit
+    from .keyaudit import audit_key, format_audit, seal
 
     key = _load_key(args.key_file)
     tokenizer = _load_tokenizer(args.tokenizer, args.tokenizer_revision)
@@ -652,21 +683,39 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
     out = _out_path(args.out, "certificate") if args.out else None
     if out is not None and (out.exists() or out.is_symlink()):
         raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
-    name, texts = _audit_corpus(args, tokenizer)
+    name, texts, documents = _audit_corpus(args, tokenizer)
+    if args.check:
+        return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
     try:
-        cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha,
-                         deploy_test=args.test, vocab_size=len(tokenizer))
+        cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha, deploy_test=args.test,
+                         vocab_size=len(tokenizer), documents=documents, keys_tried=args.keys_tried,
+                         selected_on=args.selected_on)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     cert = {**cert, "tokenizer": _tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
             "package_version": __version__}
     cert["corpus"] = {"name": name, **cert["corpus"]}
+    cert = seal(cert)
     text = json.dumps(cert, indent=2, allow_nan=False)
     if out is not None:
         _create_file(out, text + "\n")
         print(f"wrote the key-audit certificate to {out}", file=sys.stderr)
     print(text if args.json else format_audit(cert))
     return EXIT_OK if cert["verdict"] == "pass" else EXIT_DETECTED
+
+
+def _check_key_audit(path: str, key: bytes, texts: list[list[int]], documents: list[str], vocab_size: int) -> int:
+    """`chainmark key audit --check`: recompute a certificate's counts with the key and its corpus."""
+    from .keyaudit import recheck_certificate
+
+    cert = _read_certificate(path)
+    problems = recheck_certificate(cert, key, texts, documents, vocab_size)
+    for problem in problems:
+        print(f"{path}: {problem}")
+    if not problems:
+        print(f"{path}: the counts and the verdict ({cert['verdict']}) recomputed from the key and the corpus "
+              "agree with the certificate")
+    return EXIT_DETECTED if problems else EXIT_OK
 
 
 def _read_certificate(path: str) -> dict[str, Any]:
@@ -1169,7 +1218,7 @@ def _topology(regime: Regime) -> Any:
 
 def _cmd_detect(args: argparse.Namespace) -> int:
     from .keys import key_fingerprint
-    from .stream import repetition_warning
+    from .repetition import pair_null, repetition_warning
 
     published = _load_regime(args.regime) if args.regime else None
     regime = _detect_regime(args, published)
@@ -1187,9 +1236,11 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         _warn(f"the regime's key-audit certificate does not cover this audit ({note}): its rates are not certified")
     if regime.key_audit is not None and regime.key_audit.get("verdict") != "pass":
         row = regime.key_audit["tests"][regime.key_audit["deploy_test"]]
-        _warn(f"this regime's key failed its audit for the {regime.key_audit['deploy_test']} test: it flagged "
-              f"{100 * row['fpr']:.2f}% [{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of "
-              f"{row['texts']} unwatermarked texts at alpha = {regime.alpha:g} (see the certificate)")
+        _warn(f"this regime's key is not certified for the {regime.key_audit['deploy_test']} test (its audit "
+              f"says {regime.key_audit['verdict'].upper()}): it flagged {100 * row['fpr']:.2f}% "
+              f"[{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of {row['documents']} unwatermarked "
+              f"documents at alpha = {regime.alpha:g}, upper bound {100 * row['upper_bound']:.2f}% "
+              "(see the certificate)")
     if regime.trades_fpr_for_power:
         _warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
               f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "
@@ -1198,12 +1249,19 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
     rows = []
+    test = regime.effective_test
     for item in texts:
-        res, share = _score_input(item, tokenizer, key, regime, topo, args.max_bytes)
+        scorer = _score_input(item, tokenizer, key, regime, topo, args.max_bytes)
+        res, share = scorer.result(), scorer.repeated_pair_share
+        # the text's own null over random keys: what its repeats do to the z or distinct test's rate
+        null = None if test == "exact" else pair_null(*scorer.pair_counts(), topo, test)
+        note, rate = repetition_warning(null, share, scorer.n_transitions, res.n_scored, test,
+                                        regime.operating_threshold, regime.alpha, topo.p0)
         rows.append({"file": item.label, **res.to_dict("audit", regime=regime),
-                     "repeated_pair_share": round(share, 6)})
-        note = repetition_warning(share, max(res.n_tokens - 1, 0), res, regime.effective_test,
-                                  regime.threshold, regime.alpha)
+                     "repeated_pair_share": round(share, 6),
+                     "text_null_fpr": rate,
+                     "text_null_variance_ratio": None if null is None else null.variance_ratio,
+                     "z_text_null": None if null is None else null.z_standardised(res.n_hits)})
         if note:
             _warn(f"{_printable(item.label)}: {note}")
     if args.json:
@@ -1217,14 +1275,14 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 
 def _score_input(item: _TextInput, tokenizer: Any, key: bytes, regime: Regime, topo: Any,
-                 max_bytes: int) -> tuple[Any, float]:
-    """One input scored in pieces (:func:`chainmark.stream.detect_text_stream`): the verdict scoring it whole
-    would give, and its repeated-pair share."""
-    from .stream import UncuttableText, detect_text_stream
+                 max_bytes: int) -> Any:
+    """One input scored in pieces (:func:`chainmark.stream.stream_text`): the fed detector, whose result is the
+    verdict scoring the text whole would give, with its repeated-pair share and pairs' multiplicities."""
+    from .stream import UncuttableText, stream_text
 
     try:
-        return detect_text_stream(item.chunks(max_bytes), tokenizer, key, S=regime.S, topology=topo,
-                                  alpha=regime.alpha, test=regime.effective_test)
+        return stream_text(item.chunks(max_bytes), tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
+                           test=regime.effective_test, count_pairs=regime.effective_test != "exact")
     except UncuttableText as exc:
         raise UsageError(f"{item.label}: {exc}") from None
     except UnicodeDecodeError as exc:  # the input changed since it was checked

@@ -474,8 +474,10 @@ def detect(
     independence the z-test assumes. ``test`` picks the test by name
     (:data:`TESTS`): ``"z"`` (the default, every transition), ``"distinct"``
     (the same as ``distinct_pairs=True``) or ``"exact"``, the binomial test
-    on a spanning forest of the text (:func:`spanning_forest`), whose
-    false-positive rate is at most alpha for every text. ``vocab_size`` (when
+    on a spanning forest of the text (:func:`spanning_forest`), whose size
+    is at most alpha for every text over a uniformly random key (a fixed
+    key's rate on a corpus is what :mod:`chainmark.keyaudit` measures); the
+    z-test's normal tail is an approximation. ``vocab_size`` (when
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """

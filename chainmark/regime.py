@@ -183,7 +183,25 @@ def regime_problems(doc: Any) -> list[str]:
             problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
     if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
         problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
+    problems += _k_below_S(doc)
     return problems
+
+
+def _k_below_S(doc: Mapping[str, Any]) -> list[str]:
+    """The problem when a document's k (or its topology's) is not below S: k successors per state among S
+    states needs 1 <= k <= S - 1 (k = S makes every transition legal, p0 = 1, and leaves nothing to detect)."""
+    S = doc.get("S")
+    if not _is_int(S, 2, MAX_STATES):
+        return []
+    rule = f"k successors per state among S states needs 1 <= k <= S - 1 = {S - 1}"
+    if _is_int(doc.get("k"), 1) and doc["k"] >= S:
+        return [f'"k" is {doc["k"]}, but k must be below S = {S}: {rule} (k = S would make every transition '
+                'legal, p0 = k/S = 1, and leave nothing to detect)']
+    topology = doc.get("topology")
+    if topology in TOPOLOGY_K and TOPOLOGY_K[topology] >= S:
+        return [f'the {topology} topology has k = {TOPOLOGY_K[topology]}, which must be below S = {S}: {rule} '
+                f'(choose S >= {TOPOLOGY_K[topology] + 1} or the clockwork topology)']
+    return []
 
 
 #: Fields a published regime must carry, not null (``threshold`` may be null for the exact test alone).
@@ -415,7 +433,8 @@ class Regime:
         problems = certificate_problems(self.key_audit, key_fingerprint=key_fingerprint(key),
                                         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), S=self.S,
                                         topology=self.topology)
-        other = certificate_problems(self.key_audit, test=self.effective_test, alpha=self.alpha)
+        other = [p for p in certificate_problems(self.key_audit, test=self.effective_test, alpha=self.alpha)
+                 if p not in problems]  # the certificate's own problems are in both lists
         if strict_test:
             problems += other
         if problems:

@@ -23,19 +23,18 @@ the result exact, not approximate:
 :func:`detect_text_stream` returns the :class:`~chainmark.detect.DetectionResult`
 that :func:`~chainmark.detect.detect_text` returns for the whole text (same
 counts, phi, z and p-value; no per-transition masks) together with the
-text's repeated-pair share, and :func:`repetition_warning` says when that
-share makes the chosen test's p-value unreliable.
+text's repeated-pair share; :func:`stream_text` gives the fed detector itself,
+which with ``count_pairs`` also holds every pair's multiplicity, from which
+:mod:`chainmark.repetition` computes the text's own null and its warning.
 """
 from __future__ import annotations
 
 import codecs
-import math
 import re
 from dataclasses import dataclass
 from typing import IO, Any, Iterable, Iterator
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from .detect import (DetectionResult, TopologyLike, _detection_args, _verdict, binomial_p_value, p_value,
                      valid_transitions, z_score)
@@ -161,11 +160,16 @@ class StreamingDetector:
     """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
 
     Equal to :func:`~chainmark.detect.detect` on the concatenated ids for every
-    test. The memory it keeps is one byte per vocabulary entry (the exact
+    test. What it keeps depends on the id range. With a known vocabulary of at
+    most :attr:`DENSE_IDS_MAX` tokens: one byte per vocabulary entry (the exact
     test's seen tokens) and the token pairs seen so far (the repeated-pair
-    share, and the distinct-pair test): one bit per possible pair, a fixed
-    table, when the vocabulary has at most 65,536 tokens; else 8 bytes per
-    distinct pair.
+    share, and the distinct-pair test), one bit per possible pair, a fixed
+    table, when the vocabulary has at most 65,536 tokens, else 8 bytes per
+    distinct pair. Without ``vocab_size``, or with a larger one, nothing is
+    sized by the id range (ids near 2**40 would ask for a tebibyte): the
+    distinct ids seen are kept sorted, each with a number in the order they
+    were first seen (16 bytes per distinct id), and the pairs are coded by
+    those numbers (8 bytes per distinct pair).
     """
 
     key: Key
@@ -174,19 +178,31 @@ class StreamingDetector:
     alpha: float = 0.01
     test: str = "z"
     vocab_size: int | None = None
+    count_pairs: bool = False  # keep every pair's multiplicity too (the text's own null: chainmark.repetition)
+
+    #: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without
+    #: ``vocab_size``, the ids seen are kept in a sorted array instead.
+    DENSE_IDS_MAX = 1 << 24
 
     def __post_init__(self) -> None:
         self._topo, self.alpha, self.test = _detection_args(self.key, self.S, self.topology, self.alpha, False,
                                                             self.test)
         self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
-        self._seen_tokens = np.zeros(self.vocab_size or 0, dtype=bool)
+        self._dense = self.vocab_size is not None and self.vocab_size <= self.DENSE_IDS_MAX
+        # dense: a flag per vocabulary entry, pairs coded a * V + b; sparse: the distinct ids seen (sorted) and
+        # their numbers (in the order first seen), pairs coded by number, the base widened as numbers grow
+        self._seen_tokens = np.zeros(self.vocab_size if self._dense else 0, dtype=bool)
+        self._seen_ids = np.zeros(0, dtype=np.int64)
+        self._numbers = np.zeros(0, dtype=np.int64)
         self._seen_pairs = np.zeros(0, dtype=np.int64)
-        self._width = self.vocab_size or 0  # the pair code's base: a * width + b
+        self._pair_codes = np.zeros(0, dtype=np.int64)  # with count_pairs: the pairs seen, sorted, and how often
+        self._pair_mult = np.zeros(0, dtype=np.int64)
+        self._width = self.vocab_size if self._dense else 0  # the pair code's base: a * width + b
         # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
         # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
         # only pages a pair lands on take memory, and the table never grows, whatever the text's length
-        small = self.vocab_size is not None and self.vocab_size <= PAIR_BITMAP_MAX_VOCAB
+        small = self._dense and self.vocab_size <= PAIR_BITMAP_MAX_VOCAB
         self._pair_bits = np.zeros((self.vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
 
     def update(self, token_ids: Any) -> None:
@@ -203,9 +219,17 @@ class StreamingDetector:
             return
         states = states_of(ext, self.key, self._topo.S, self.vocab_size)
         valid = valid_transitions(states, self._topo)
-        new_pairs = self._new_pairs(ext)
+        if self._dense:
+            codes = ext[:-1] * self._width + ext[1:]
+            new_tokens = self._new_tokens(ext) if self.test == "exact" else None
+        else:
+            numbers, new_tokens = self._number(ext)
+            codes = numbers[:-1] * self._width + numbers[1:]
+        new_pairs = self._new_pairs(codes)
+        if self.count_pairs:
+            self._count(codes)
         if self.test == "exact":
-            scored = self._new_tokens(ext)[1:]
+            scored = new_tokens[1:]
         elif self.test == "distinct":
             scored = new_pairs
         else:
@@ -217,15 +241,8 @@ class StreamingDetector:
             self.n_scored += int(np.count_nonzero(scored))
             self.n_hits += int(np.count_nonzero(valid & scored))
 
-    def _grow(self, top: int) -> None:
-        if top >= self._seen_tokens.size:  # no vocab_size given: grow the bitmap as ids appear
-            grown = np.zeros(max(top + 1, 2 * self._seen_tokens.size), dtype=bool)
-            grown[:self._seen_tokens.size] = self._seen_tokens
-            self._seen_tokens = grown
-
     def _new_tokens(self, ids: np.ndarray) -> np.ndarray:
-        """Mask over ``ids``: True at a token's first occurrence in the whole text so far."""
-        self._grow(int(ids.max()))
+        """Mask over ``ids`` (dense ids): True at a token's first occurrence in the whole text so far."""
         uniq, first = np.unique(ids, return_index=True)
         fresh = ~self._seen_tokens[uniq]
         mask = np.zeros(ids.size, dtype=bool)
@@ -233,16 +250,46 @@ class StreamingDetector:
         self._seen_tokens[uniq] = True
         return mask
 
-    def _new_pairs(self, ids: np.ndarray) -> np.ndarray:
-        """Mask over the transitions of ``ids``: True where the pair appears for the first time in the text."""
-        top = int(ids.max())
-        if top >= self._width:  # re-code the pairs seen so far with a wider base (only without vocab_size)
-            width = max(top + 1, self.vocab_size or 0, 2 * self._width)
-            if self._seen_pairs.size:
-                a, b = np.divmod(self._seen_pairs, self._width)
-                self._seen_pairs = np.sort(a * width + b)
-            self._width = width
-        codes = ids[:-1] * self._width + ids[1:]
+    def _number(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's number (ids of any size: no table over their range), and the mask over ``ids`` that is True
+        at a token's first occurrence in the whole text so far; widens the pair codes' base as numbers grow."""
+        uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        where = np.searchsorted(self._seen_ids, uniq)
+        known = np.zeros(uniq.size, dtype=bool)
+        inside = where < self._seen_ids.size
+        known[inside] = self._seen_ids[where[inside]] == uniq[inside]
+        numbers = np.empty(uniq.size, dtype=np.int64)
+        numbers[known] = self._numbers[where[known]]
+        fresh = ~known
+        count = self._numbers.size
+        numbers[fresh] = np.arange(count, count + int(np.count_nonzero(fresh)), dtype=np.int64)
+        if fresh.any():  # two sorted runs: the stable sort merges them in linear time
+            merged = np.concatenate([self._seen_ids, uniq[fresh]])
+            order = np.argsort(merged, kind="stable")
+            self._seen_ids = merged[order]
+            self._numbers = np.concatenate([self._numbers, numbers[fresh]])[order]
+            self._widen(self._numbers.size)
+        mask = np.zeros(ids.size, dtype=bool)
+        mask[first[fresh]] = True
+        return numbers[inverse.ravel()], mask
+
+    def _widen(self, size: int) -> None:
+        """Re-code the pairs seen so far with a base of at least ``size`` (the sparse codes' numbers)."""
+        if size <= self._width:
+            return
+        width = max(size, 2 * self._width)
+        if width > 3_037_000_499:  # width**2 must stay below 2**63
+            raise ValueError("more than three billion distinct token ids cannot be scored in pieces")
+        if self._seen_pairs.size:
+            a, b = np.divmod(self._seen_pairs, self._width)
+            self._seen_pairs = np.sort(a * width + b)
+        if self._pair_codes.size:  # the recoding keeps the order: a * width + b is increasing in (a, b)
+            a, b = np.divmod(self._pair_codes, self._width)
+            self._pair_codes = a * width + b
+        self._width = width
+
+    def _new_pairs(self, codes: np.ndarray) -> np.ndarray:
+        """Mask over the transitions coded ``codes``: True where the pair appears for the first time in the text."""
         uniq, first = np.unique(codes, return_index=True)
         if self._pair_bits is not None:  # one bit per possible pair: memory fixed by the vocabulary
             byte, bit = uniq >> 3, (uniq & 7).astype(np.uint8)
@@ -260,6 +307,25 @@ class StreamingDetector:
         mask[first[~known]] = True
         self.distinct_pairs += int(np.count_nonzero(~known))
         return mask
+
+    def _count(self, codes: np.ndarray) -> None:
+        """Add a piece's pairs to the multiplicities (sorted codes, merged)."""
+        uniq, counts = np.unique(codes, return_counts=True)
+        merged, inverse = np.unique(np.concatenate([self._pair_codes, uniq]), return_inverse=True)
+        self._pair_mult = np.bincount(inverse.ravel(), weights=np.concatenate([self._pair_mult, counts]),
+                                      minlength=merged.size).astype(np.int64)
+        self._pair_codes = merged
+
+    def pair_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The text's distinct pairs (as token labels a, b: ids, or numbers in order of first appearance) and
+        their multiplicities, as :func:`chainmark.repetition.pair_counts` gives them (needs ``count_pairs``)."""
+        if not self.count_pairs:
+            raise ValueError("this StreamingDetector was made without count_pairs=True: it kept no multiplicities")
+        if self._width == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        a, b = np.divmod(self._pair_codes, self._width)
+        return a, b, self._pair_mult.copy()
 
     @property
     def n_transitions(self) -> int:
@@ -297,7 +363,17 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
     ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
     safely (see :func:`text_pieces`).
     """
-    scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size)
+    scorer = stream_text(chunks, tokenizer, key, S, topology, alpha, test, vocab_size, piece_chars)
+    return scorer.result(), scorer.repeated_pair_share
+
+
+def stream_text(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5, topology: TopologyLike = "clockwork",
+                alpha: float = 0.01, test: str = "z", vocab_size: int | None = None, piece_chars: int | None = None,
+                count_pairs: bool = False) -> StreamingDetector:
+    """The :class:`StreamingDetector` fed with a text given in chunks (what :func:`detect_text_stream` reads);
+    with ``count_pairs`` it also holds the pairs' multiplicities, for the text's own null."""
+    scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size,
+                               count_pairs)
     batch: list[str] = []
     for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
         batch.append(piece)
@@ -305,7 +381,7 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
             _score_batch(scorer, tokenizer, batch)
             batch = []
     _score_batch(scorer, tokenizer, batch)
-    return scorer.result(), scorer.repeated_pair_share
+    return scorer
 
 
 def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -> None:
@@ -313,38 +389,6 @@ def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -
         scorer.update(np.asarray(ids, dtype=np.int64))
 
 
-def repetition_warning(share: float, n_transitions: int, result: DetectionResult, test: str,
-                       threshold: float | None, alpha: float) -> str | None:
-    """What a text's repeated-pair share does to the test applied to it; None when nothing worth saying.
-
-    A repeated pair repeats whatever legality the key gave it, so under the
-    z-test a text of n transitions with d distinct pairs has a null variance
-    at least (n / d) times the nominal one (equality when the repeats are
-    spread evenly). The warning fires when that alone could lift the
-    false-positive rate at the applied threshold above 2 alpha. The
-    distinct-pair and exact tests count each pair (the exact test each new
-    token) once, so repeats cannot inflate them; on a text that is mostly
-    repeats they say how little was scored instead.
-    """
-    if n_transitions == 0 or share <= 0.0:
-        return None
-    percent = f"{100 * share:.1f}% of its {n_transitions} transitions repeat an earlier token pair"
-    if test == "z":
-        cut = threshold if threshold is not None else float(-ndtri(alpha))
-        rate = float(ndtr(-cut * math.sqrt(1.0 - share))) if share < 1.0 else 0.5
-        if rate > 2 * alpha:
-            return (f"{percent}: each repeat counts its pair's legality again, so the z-test's false-positive rate "
-                    f"on such text can reach {100 * rate:.1f}% instead of {100 * alpha:g}%; "
-                    "the exact test (--test exact) holds alpha for every text")
-        return None
-    if share >= 0.5:
-        scored = ("the exact test scores only the transitions that reach a new token" if test == "exact"
-                  else "the distinct test scores each pair once")
-        return (f"{percent}: {scored}, {result.n_scored} here, so it can say little about this text either way "
-                "(repeats cannot inflate its false-positive rate)")
-    return None
-
-
 __all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
-           "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "repetition_warning", "safe_cut",
+           "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "safe_cut", "stream_text",
            "text_pieces"]

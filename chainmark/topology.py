@@ -2,8 +2,20 @@
 
 A topology is a 0/1 matrix T over S states; T[s, s'] = 1 means that s' may
 follow s. ChainMark needs T to be k-regular (every row *and* every column has
-exactly k ones): then the null baseline is p0 = k/S and neighbouring validity
-indicators are uncorrelated (the paper's null-variance lemma).
+exactly k ones, 1 <= k <= S - 1), and each half has its own job:
+
+- **rows** (every state has k successors): what the exact test needs. Each
+  transition it keeps reaches a token the text has not used before, whose
+  state under a uniformly random key is uniform and independent of all
+  before it, so the transition is legal with probability k/S whatever came
+  earlier: p0 = k/S.
+- **columns** (every state has k predecessors): what the z-test's
+  null-variance lemma adds to that. Neighbouring indicators share a state
+  s', legal with probability c(s')/S before it (the column sum) and r(s')/S
+  after it (the row sum), so with both constant they are uncorrelated
+  (:func:`adjacent_covariance`; one constant sum is enough for this pair)
+  and Var(phi) = p0(1 - p0)/(n - 1); regular columns also keep two
+  transitions into one token uncorrelated, as regular rows do two out of one.
 """
 from __future__ import annotations
 
@@ -15,7 +27,13 @@ from .partition import check_num_states
 
 
 class Topology:
-    """A k-regular transition matrix over S states.
+    """A k-regular transition matrix over S states (k ones in every row and every column, 1 <= k <= S - 1).
+
+    Regular rows make a transition into a fresh token legal with probability
+    k/S whatever state it leaves (all the exact test's binomial null needs);
+    regular columns, with them, make the z-test's neighbouring validity
+    indicators uncorrelated (its null-variance lemma). See the module
+    docstring.
 
     Build one with :meth:`clockwork`, :meth:`soft_cycle`,
     :meth:`from_offsets` or :meth:`from_matrix`. ``allow_irregular=True``
@@ -173,12 +191,19 @@ def cycle_topology(S: int, k: int = 1) -> Topology:
 
     k = 1 is :meth:`Topology.clockwork` and k = 2 :meth:`Topology.soft_cycle`
     (their names are :data:`TOPOLOGY_K`); a larger k gives offsets 1..k. The
-    one place that turns a named topology or a reference cell's k into a matrix.
+    one place that turns a named topology or a reference cell's k into a matrix. ``k`` must lie in
+    [1, S - 1]: k = S would make every transition legal (p0 = 1), leaving nothing to detect.
     """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k (successors per state) must be an integer, got {type(k).__name__}")
     if k == 1:
         return Topology.clockwork(S)
     if k == 2:
-        return Topology.soft_cycle(S)
+        return Topology.soft_cycle(S)  # its own message when S < 3
+    S = check_num_states(S)
+    if not 1 <= k <= S - 1:
+        raise ValueError(f"k (successors per state) must lie in [1, S - 1] = [1, {S - 1}] for S = {S} states, "
+                         f"got k = {k}")
     return Topology.from_offsets(S, tuple(range(1, k + 1)))
 
 

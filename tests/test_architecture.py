@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "chainmark"
 #: The model-free core: what ``pip install chainmark`` (no extras) must be able to import and run.
-CORE = ("stream", "detect", "calibrate", "regime", "verdict", "keyaudit", "keys", "gates", "topology", "partition", "tokenizer", "jsonio",
-        "checks", "limits", "cli", "audit")
+CORE = ("stream", "detect", "calibrate", "regime", "verdict", "keyaudit", "repetition", "keys", "gates", "topology", "partition", "tokenizer", "jsonio",
+        "checks", "limits", "cli", "audit", "audit_input")
 MAX_LINES = 600
 REASON = "Longer than 600 lines because"
 

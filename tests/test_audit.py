@@ -66,13 +66,16 @@ def test_rows_are_the_detectors_and_q_values_are_benjamini_hochberg(tmp_path, do
             ids = np.asarray(tokenizer(doc["text"], add_special_tokens=False)["input_ids"])
             pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
             assert row["repeated_pair_share"] == (0.0 if ids.size < 2 else 1 - len(pairs) / (ids.size - 1))
-    p = np.array([r["p_value"] for r in rows])
-    assert np.array_equal([r["q_value"] for r in rows], false_discovery_control(p, method="bh"))
+    judged = [r for r in rows if r["n_transitions"] > 0]  # the empty document is not judged: no q-value
+    assert [r["doc_id"] for r in rows if r not in judged] == ["doc-empty"] and rows[-1]["q_value"] is None
+    p = np.array([r["p_value"] for r in judged])
+    assert np.array_equal([r["q_value"] for r in judged], false_discovery_control(p, method="bh"))
     assert summary.documents == len(docs) and summary.flagged == sum(r["flagged"] for r in rows)
-    assert summary.discoveries == sum(r["q_value"] <= 0.01 for r in rows)
+    assert summary.discoveries == sum(r["q_value"] <= 0.01 for r in judged)
+    assert (summary.fdr_documents, summary.below_n_min, summary.unscored) == (len(docs) - 1, 0, 1)
     # ChainMark's replies are the discoveries; the other methods' are not (the truth is in the corpus)
     marked = {d["id"] for d in docs if d["method"] == "chainmark"}
-    found = {r["doc_id"] for r in rows if r["q_value"] <= 0.01}
+    found = {r["doc_id"] for r in judged if r["q_value"] <= 0.01}
     assert len(found & marked) >= 0.8 * len(marked) and len(found - marked) <= 2
     assert not parts_folder(tmp_path / "out.parquet").exists()  # the parts go once the output is complete
 
@@ -254,3 +257,75 @@ def test_long_documents_are_scored_in_pieces_with_the_same_rows(tmp_path, docs, 
     monkeypatch.setattr(audit, "PIECE_CHARS", 300)  # most replies are now "long": scored by chainmark.stream
     run_audit(source, tmp_path / "pieces.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
     assert (tmp_path / "pieces.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
+
+
+def _marked_short_corpus(docs: list[dict]) -> tuple[list[dict], dict, int]:
+    """Unwatermarked replies, one ChainMark reply with a p-value far below alpha, and the empty document; the
+    n_min that puts that reply just below the floor."""
+    tokenizer = load_tokenizer()
+    plain = [d for d in docs if d["method"] not in ("chainmark", "none")][:60]
+    scored = [(detect_text(d["text"], tokenizer, KEY, S=5, alpha=0.01, test="exact"), d)
+              for d in docs if d["method"] == "chainmark"]
+    result, short = min(((r, d) for r, d in scored if r.p_value < 1e-4), key=lambda rd: rd[0].n_tokens)
+    return plain + [short, docs[-1]], short, result.n_tokens + 1
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_documents_below_n_min_never_enter_the_fdr_step(tmp_path, docs, suffix):
+    corpus, short, n_min = _marked_short_corpus(docs)
+    source = write_jsonl(tmp_path / "c.jsonl", corpus)
+    summary = run_audit(source, tmp_path / f"out{suffix}", KEY, regime(n_min=n_min), id_field="id", batch_docs=25)
+    rows = read_audit(tmp_path / f"out{suffix}")
+    row = next(r for r in rows if r["doc_id"] == short["id"])
+    judged = [r for r in rows if r["n_tokens"] >= n_min and r["n_transitions"] > 0]
+    p_all = np.array([r["p_value"] for r in rows])
+    # the construction: with every p-value in the step, the short watermarked reply would be a discovery
+    assert row["p_value"] < 1e-4 and false_discovery_control(p_all, method="bh")[rows.index(row)] <= 0.01
+    # reported, never judged: its p-value kept, no flag, no q-value, not counted
+    assert row["n_tokens"] == n_min - 1 and row["q_value"] is None and not row["flagged"]
+    assert all(r["q_value"] is None for r in rows if r not in judged) and len(rows) - len(judged) >= 2
+    # the others' q-values are Benjamini-Hochberg on their p-values alone
+    p = np.array([r["p_value"] for r in judged])
+    assert np.array_equal([r["q_value"] for r in judged], false_discovery_control(p, method="bh"))
+    assert summary.discoveries == sum(r["q_value"] <= 0.01 for r in judged)
+    assert summary.fdr_documents == len(judged) and summary.fdr_refused is None
+    assert summary.below_n_min == sum(r["n_tokens"] < n_min for r in rows) and summary.unscored == 0
+    text = "\n".join(summary.lines())
+    assert f"FDR step: {len(judged):,} documents entered it" in text
+    assert f"{summary.below_n_min:,} below n_min = {n_min} tokens" in text
+
+
+def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs, capsys):
+    from chainmark.audit import fdr_refusal
+
+    source = write_jsonl(tmp_path / "c.jsonl", docs[:80])
+    za = regime("z").z_alpha
+    recalibrated = regime("z", threshold=3.1, recalibration={"method": "sd", "n_null": 500}, n_min=20)
+    summary = run_audit(source, tmp_path / "r.parquet", KEY, recalibrated, id_field="id", batch_docs=30)
+    rows = read_audit(tmp_path / "r.parquet")
+    assert all(r["q_value"] is None for r in rows) and summary.discoveries is None and summary.fdr_documents == 0
+    assert all(r["flagged"] == (r["z"] > 3.1 and r["n_tokens"] >= 20) for r in rows)  # the regime's own decisions
+    assert "recalibrated on a null corpus by the sd recipe" in summary.fdr_refused
+    assert "--test exact" in summary.fdr_refused
+    text = "\n".join(summary.lines())
+    assert "discoveries at FDR 0.01: not computed" in text and "FDR step: no document entered it" in text
+    # any threshold other than z_alpha, recalibrated or not, distinct pairs too; z_alpha itself, unset, or the
+    # exact test: q-values as usual
+    for settings in (regime("z", threshold=2.0, trades_fpr_for_power=True), regime("distinct", threshold=4.0)):
+        assert fdr_refusal(settings) is not None
+    for settings in (regime("z"), regime("z", threshold=za), regime("distinct", threshold=za), regime("exact")):
+        assert fdr_refusal(settings) is None
+    plain = run_audit(source, tmp_path / "z.jsonl", KEY, regime("z", threshold=za, n_min=20), id_field="id",
+                      batch_docs=30)
+    rows = read_audit(tmp_path / "z.jsonl")
+    judged = [r for r in rows if r["n_tokens"] >= 20 and r["n_transitions"] > 0]
+    p = np.array([r["p_value"] for r in judged])
+    assert np.array_equal([r["q_value"] for r in judged], false_discovery_control(p, method="bh"))
+    assert plain.fdr_refused is None and plain.discoveries == sum(r["q_value"] <= 0.01 for r in judged)
+    # the command line's summary, as JSON: null discoveries and the reason
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    code = cli.main(["audit", str(source), "--id-field", "id", "--key-file", str(key), "--test", "z",
+                     "--threshold", "3.1", "--scheduler", "none", "--json", "--out", str(tmp_path / "cli.jsonl")])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["discoveries"] is None and "--test exact" in out["fdr_refused"]

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, corpus_fingerprint,
-                                format_audit, read_certificate)
+from chainmark.calibrate import clopper_pearson, clopper_pearson_upper
+from chainmark.detect import detect
+from chainmark.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, corpus_fingerprint,
+                                format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint
 
 KEY = b"key-audit-test-key-0123456789abcdef"
@@ -29,14 +31,93 @@ def test_an_audit_reports_every_test_with_its_interval_and_a_threshold():
     assert cert["format"] == CERTIFICATE_FORMAT and cert["key_fingerprint"] == key_fingerprint(KEY)
     assert set(cert["tests"]) == {"z", "distinct", "exact"}
     for test, row in cert["tests"].items():
-        assert row["texts"] == 300 and 0 <= row["ci_low"] <= row["fpr"] <= row["ci_high"] <= 1
-        assert row["holds_alpha"] == (row["ci_low"] <= 0.01)
+        assert row["texts"] == row["documents"] == 300
+        assert 0 <= row["ci_low"] <= row["fpr"] <= row["upper_bound"] <= row["ci_high"] <= 1
+        assert row["certified"] == (row["upper_bound"] <= 0.01)
     # on text this repetitive the z-test's rate lies far above alpha; the exact test's does not
-    assert not cert["tests"]["z"]["holds_alpha"] and cert["tests"]["exact"]["holds_alpha"]
+    assert cert["tests"]["z"]["ci_low"] > 0.01 and cert["tests"]["exact"]["fpr"] <= 0.01
     assert cert["tests"]["z"]["z_threshold"] > 2.326 and cert["tests"]["exact"]["p_threshold"] is not None
-    assert cert["verdict"] == "pass" and cert["deploy_test"] == "exact"
+    assert cert["deploy_test"] == "exact" and cert["minimum_documents"] == 299
+    assert cert["verdict"] == certify(cert["tests"]["exact"]["flagged"], 300, 0.01)
     assert audit_key(KEY, repetitive_corpus(), S=5, deploy_test="z", vocab_size=400)["verdict"] == "fail"
-    assert "verdict for the exact test: PASS" in format_audit(cert)
+    assert f"verdict for the exact test: {cert['verdict'].upper()}" in format_audit(cert)
+
+
+def test_a_pass_certifies_alpha_by_the_upper_bound_and_needs_about_300_documents():
+    assert minimum_documents(0.01) == 299 and minimum_documents(0.05) == 59 and minimum_documents(0.001) == 2995
+    assert certify(0, 299, 0.01) == "pass" and certify(0, 298, 0.01) == "inconclusive"
+    # the old rule ("not significantly above alpha") passed 3 of 100 at alpha = 1%; a certificate does not
+    assert certify(3, 100, 0.01) != "pass" and certify(3, 1000, 0.01) == "pass"
+    assert certify(30, 100, 0.01) == "fail" and certify(1, 20, 0.01) == "inconclusive"
+    # a key whose true rate is alpha (or 3%) passes with probability at most 5%, the bound's level, at any
+    # corpus size; one well below alpha passes on a large enough corpus
+    from scipy.stats import binom
+    for n in (300, 500, 2000):
+        passing = max(x for x in range(n + 1) if certify(x, n, 0.01) == "pass")
+        assert binom.cdf(passing, n, 0.01) <= 0.05 and binom.cdf(passing, n, 0.03) <= 0.05
+    assert binom.cdf(max(x for x in range(5001) if certify(x, 5000, 0.01) == "pass"), 5000, 0.005) > 0.99
+    # too few documents: the audit reports, certifies nothing, and says how many it needs
+    small = audit_key(KEY, repetitive_corpus(100), S=5, vocab_size=400)
+    assert small["verdict"] in ("inconclusive", "fail") and not small["tests"]["exact"]["certified"]
+    assert "at least 299 documents" in format_audit(small) or small["verdict"] == "fail"
+
+
+def test_windows_of_one_document_count_once():
+    corpus = repetitive_corpus(40)
+    docs = [f"doc {i // 4}" for i in range(40)]  # ten documents of four windows each
+    cert = audit_key(KEY, corpus, S=5, vocab_size=400, documents=docs, deploy_test="z")
+    row = cert["tests"]["z"]
+    assert cert["corpus"]["documents"] == row["documents"] == 10 and row["texts"] == 40
+    flags = [r for r in audit_key(KEY, corpus, S=5, vocab_size=400, deploy_test="z")["tests"]["z"].values()]
+    per_text = audit_key(KEY, corpus, S=5, vocab_size=400)["tests"]["z"]
+    assert row["texts_flagged"] == per_text["flagged"] and row["flagged"] <= per_text["flagged"]
+    expected = len({docs[i] for i in range(40)
+                    if detect(corpus[i], KEY, 5, "clockwork", 0.01, vocab_size=400, test="z").is_watermarked})
+    assert row["flagged"] == expected and flags
+    with pytest.raises(ValueError, match="one document per text"):
+        audit_key(KEY, corpus, S=5, documents=docs[:-1])
+
+
+def test_a_forged_certificate_is_reported_and_a_recheck_recomputes_the_counts():
+    corpus = repetitive_corpus(60)
+    cert = seal({**audit_key(KEY, corpus, S=5, vocab_size=400), "tokenizer": "t", "tokenizer_fingerprint": "tf",
+                 "package_version": "0"})
+    assert certificate_problems(cert) == [] and recheck_certificate(cert, KEY, corpus, vocab_size=400) == []
+    # 23 of 23 flagged with a verdict of "pass", sealed again so that the digest cannot give it away
+    row = dict(cert["tests"]["exact"], flagged=23, documents=23)
+    forged = seal({**cert, "tests": {**cert["tests"], "exact": row}, "verdict": "pass",
+                   "corpus": {**cert["corpus"], "documents": 23}})
+    problems = certificate_problems(forged)
+    assert any("verdict is 'pass'" in p for p in problems) and any("fpr" in p for p in problems)
+    # an edited verdict without a new digest is caught by the digest too
+    edited = {**cert, "verdict": "pass" if cert["verdict"] != "pass" else "fail"}
+    assert any("digest" in p for p in certificate_problems(edited))
+    # consistent numbers that are not this corpus's: only the recheck with the key and the corpus sees it
+    fewer = cert["tests"]["z"]["flagged"] - 1
+    lowered = dict(cert["tests"]["z"], flagged=fewer, texts_flagged=fewer, fpr=fewer / 60)
+    low, high = clopper_pearson(fewer, 60)
+    lowered.update(ci_low=low, ci_high=high, upper_bound=clopper_pearson_upper(fewer, 60),
+                   certified=clopper_pearson_upper(fewer, 60) <= 0.01)
+    fake = seal({**cert, "tests": {**cert["tests"], "z": lowered}})
+    assert certificate_problems(fake) == []
+    assert any("z row's flagged" in p for p in recheck_certificate(fake, KEY, corpus, vocab_size=400))
+    assert "not the certified one" in recheck_certificate(cert, KEY, corpus[:-1], vocab_size=400)[0]
+    assert "fingerprint" in recheck_certificate(cert, b"another-key-0123456789abcdef", corpus)[0]
+
+
+def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
+    corpus = repetitive_corpus(30)
+    with pytest.raises(ValueError, match="choose on one corpus and certify on another"):
+        audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5)
+    fingerprint = corpus_fingerprint([np.asarray(t) for t in corpus])
+    with pytest.raises(ValueError, match="choose on one corpus"):
+        audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on=fingerprint)
+    cert = audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on="0123456789abcdef")
+    assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef"}
+    cert = seal({**cert, "tokenizer": "t", "tokenizer_fingerprint": "tf", "package_version": "0"})
+    assert "chosen among 5 keys" in format_audit(cert)
+    same = seal({**cert, "selection": {"keys_tried": 5, "selected_on": fingerprint}})
+    assert any("biased low" in p for p in certificate_problems(same))
 
 
 def test_the_corpus_fingerprint_follows_content_and_order():
@@ -46,8 +127,8 @@ def test_the_corpus_fingerprint_follows_content_and_order():
 
 
 def test_certificate_problems_name_every_mismatch():
-    cert = audit_key(KEY, repetitive_corpus(30), S=5, vocab_size=400)
-    cert.update(tokenizer="t", tokenizer_fingerprint="tf", package_version="0")
+    cert = seal({**audit_key(KEY, repetitive_corpus(30), S=5, vocab_size=400), "tokenizer": "t",
+                 "tokenizer_fingerprint": "tf", "package_version": "0"})
     assert certificate_problems(cert, key_fingerprint=key_fingerprint(KEY), tokenizer_fingerprint="tf", S=5,
                                 topology="clockwork") == []
     problems = certificate_problems(cert, key_fingerprint="other", tokenizer_fingerprint="x", S=7,
@@ -79,6 +160,8 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     cert = read_certificate(str(cert_path))
     assert code == (0 if cert["verdict"] == "pass" else 1)
     assert cert["corpus"]["texts"] > 1200 and "reference null" in cert["corpus"]["name"]
+    # every reply a document; the Language Reference's windows grouped by topic
+    assert 1200 < cert["corpus"]["documents"] < cert["corpus"]["texts"] and certificate_problems(cert) == []
     assert cert["tokenizer_fingerprint"] and "FPR [95% CI]" in out
     assert key_fingerprint(keys["a"].read_bytes()) == cert["key_fingerprint"]
     assert keys["a"].read_bytes().hex() not in cert_path.read_text("utf-8")  # never the key
@@ -97,12 +180,26 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     assert cli.main(["regime", "--key-file", str(keys["a"]), "--S", "5", "--alpha", "0.05", "--test", "exact",
                      "--certificate", str(cert_path)]) == 2
     assert "alpha" in capsys.readouterr().err
-    # a certificate that says the key failed can be published, and every audit then says so
-    failed = dict(cert, verdict="fail")
+    # a certificate that does not certify the key can be published, and every audit then says so
+    half = cert["corpus"]["documents"] // 2
+    row = dict(cert["tests"]["exact"], flagged=half, fpr=half / cert["corpus"]["documents"])
+    row.update(zip(("ci_low", "ci_high"), clopper_pearson(row["flagged"], row["documents"])),
+               upper_bound=clopper_pearson_upper(row["flagged"], row["documents"]), certified=False)
+    failed = seal({**cert, "tests": {**cert["tests"], "exact": row}, "verdict": "fail"})
+    assert certificate_problems(failed) == []
     (tmp_path / "failed.json").write_text(json.dumps(failed), "utf-8")
     assert cli.main(["detect", "--key-file", str(keys["a"]), "--S", "5", "--test", "exact", "--certificate",
                      str(tmp_path / "failed.json"), str(text)]) == 0
-    assert "failed its audit for the exact test" in capsys.readouterr().err
+    assert "not certified for the exact test (its audit says FAIL)" in capsys.readouterr().err
+    # a forged verdict is refused by every command that reads the certificate
+    (tmp_path / "forged.json").write_text(json.dumps({**failed, "verdict": "pass"}), "utf-8")
+    assert cli.main(["detect", "--key-file", str(keys["a"]), "--S", "5", "--test", "exact", "--certificate",
+                     str(tmp_path / "forged.json"), str(text)]) == 2
+    assert "verdict is 'pass'" in capsys.readouterr().err
+    # the auditor with the key recomputes the counts from the corpus
+    assert cli.main(["key", "audit", "--key-file", str(keys["a"]), "--S", "5", "--check", str(cert_path)]) == 0
+    assert "agree with the certificate" in capsys.readouterr().out
+    assert cli.main(["key", "audit", "--key-file", str(keys["b"]), "--S", "5", "--check", str(cert_path)]) == 1
     # an auditor who applies another test than the certificate's is told the rate is not certified
     assert cli.main(["detect", "--key-file", str(keys["a"]), "--regime", str(regime), "--test", "z", str(text)]) == 0
     assert "not certified" in capsys.readouterr().err
@@ -129,7 +226,10 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     args = ["key", "audit", "--key-file", str(keys["a"]), "--S", "5", "--json"]
     assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body"]) in (0, 1)
     cert = json.loads(capsys.readouterr().out)
-    assert cert["corpus"]["texts"] == 120 and cert["corpus"]["name"].startswith("120 text(s)")
+    assert cert["corpus"]["texts"] == cert["corpus"]["documents"] == 120
+    assert cert["corpus"]["name"].startswith("120 text(s)") and cert["verdict"] != "pass"  # 120 < 299
+    assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--keys-tried", "3"]) == 2
+    assert "choose on one corpus" in capsys.readouterr().err
     assert cli.main(args + ["--corpus", str(corpus)]) == 2  # no field "text"
     assert "no text field 'text'" in capsys.readouterr().err
     assert cli.main(args + ["--corpus", str(tmp_path / "missing.txt")]) == 2

@@ -250,3 +250,61 @@ def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
     path.write_text(text[:-1] + ', "threshold": -10}', "utf-8")
     with pytest.raises(RegimeError, match="appears twice"):
         Regime.from_file(path)
+
+
+# ---------------------------------------------------------------- k successors among S states: k < S
+
+
+def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
+    """k = S (or more) would make every transition legal (p0 = 1): the document check says k must be below S,
+    not a later "p0 must lie in (0, 1)" from deep inside."""
+    from chainmark import cli
+    from chainmark.keys import write_key_file
+    from chainmark.regime import published_regime_problems, regime_digest
+
+    base = {"format": REGIME_FORMAT, "scheme": "chainmark"}
+    for doc, says in [({**base, "S": 3, "k": 3}, '"k" is 3, but k must be below S = 3'),
+                      ({**base, "S": 5, "k": 9}, '"k" is 9, but k must be below S = 5'),
+                      ({**base, "S": 2, "topology": "soft_cycle"}, "soft_cycle topology has k = 2, which must be "
+                                                                  "below S = 2"),
+                      ({**base, "S": 2, "topology": "soft_cycle", "k": 2}, '"k" is 2, but k must be below S = 2')]:
+        problems = regime_problems(doc)
+        assert len(problems) == 1 and says in problems[0] and "1 <= k <= S - 1" in problems[0], problems
+        assert "p0 must lie" not in problems[0]
+        with pytest.raises(RegimeError, match="must be below S"):
+            Regime.from_document(doc)
+    assert regime_problems({**base, "S": 4, "k": 3}) == []
+    assert regime_problems({**base, "S": 3, "topology": "soft_cycle"}) == []
+    # a published document edited to k = S (digest recomputed) names the rule too
+    doc = regime_document(KEY, 3, 0.01, topology="soft_cycle", tokenizer=_Vocab())
+    edited = {**doc, "S": 2, "p0": 0.5}
+    edited["digest"] = regime_digest(edited)
+    assert "k must be below S = 2" in " ".join(published_regime_problems(edited))
+    # and the command line refuses such a regime file with exit 2, saying so
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    (tmp_path / "r.json").write_text(json.dumps(edited), "utf-8")
+    (tmp_path / "t.txt").write_text("hello there", "utf-8")
+    code = cli.main(["detect", "--key-file", str(key), "--regime", str(tmp_path / "r.json"), str(tmp_path / "t.txt")])
+    assert code == cli.EXIT_USAGE and "k must be below S = 2" in capsys.readouterr().err
+
+
+def test_every_entry_point_taking_k_and_S_apart_says_k_must_be_below_S():
+    from chainmark.calibrate import null_p0, predicted_z
+    from chainmark.quality import kl_bound
+    from chainmark.reference import topology_for
+
+    for call in (lambda: cycle_topology(3, 3), lambda: cycle_topology(4, 7), lambda: topology_for(5, 5),
+                 lambda: cycle_topology(5, 0)):
+        with pytest.raises(ValueError, match=r"k \(successors per state\) must lie in \[1, S - 1\]"):
+            call()
+    with pytest.raises(TypeError, match="k"):
+        cycle_topology(5, 1.0)
+    for call in (lambda: null_p0(4, 4), lambda: predicted_z(100, 0.5, 3, k=3)):
+        with pytest.raises(ValueError, match=r"k \(successors per state\) must lie in \[1, S - 1\]"):
+            call()
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, S-1\]"):
+        kl_bound(0.5, 3, 3)
+    with pytest.raises(ValueError, match="soft_cycle needs S >= 3"):  # k = 2 = S: the named topology's message
+        cycle_topology(2, 2)
+    assert cycle_topology(4, 3) == Topology.from_offsets(4, (1, 2, 3))

@@ -13,10 +13,12 @@ import pytest
 from chainmark import cli
 from chainmark.detect import TESTS, detect, detect_text
 from chainmark.keys import write_key_file
+from chainmark.repetition import repetition_warning
 from chainmark.stream import (StreamingDetector, UncuttableText, cut_keeps_tokens, decoded_chunks,
-                              detect_text_stream, repetition_warning, text_pieces)
+                              detect_text_stream, stream_text, text_pieces)
 from chainmark.tokenizer import load_tokenizer
 
+Z_ALPHA_01 = 2.3263478740408408
 KEY = bytes(range(32))
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,23 +126,38 @@ def test_decoding_in_blocks_keeps_multibyte_characters_whole(size):
 
 
 def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokenizer):
+    from chainmark.repetition import null_fpr, pair_counts, pair_null, text_null
+    from chainmark.topology import Topology
+
+    clockwork = Topology.clockwork(5)
     smiles = "🙂" * 500
-    result, share = detect_text_stream([smiles], tokenizer, KEY, test="z")
+    scorer = stream_text([smiles], tokenizer, KEY, test="z", count_pairs=True, piece_chars=300)
+    result, share = scorer.result(), scorer.repeated_pair_share
     assert share > 0.99
-    note = repetition_warning(share, result.n_tokens - 1, result, "z", None, 0.01)
-    assert note and f"{100 * share:.1f}%" in note and "--test exact" in note
-    exact, share_exact = detect_text_stream([smiles], tokenizer, KEY, test="exact")
-    assert share_exact == share and exact.n_scored <= 3 and not exact.is_watermarked
-    assert "scores only the transitions that reach a new token" in repetition_warning(
-        share, exact.n_tokens - 1, exact, "exact", None, 0.01)
+    # the multiplicities the stream kept give the null the whole text gives
+    ids = np.array(tokenizer(smiles, add_special_tokens=False)["input_ids"])
+    null = pair_null(*scorer.pair_counts(), clockwork)
+    whole = text_null(ids, clockwork)
+    assert (null.mean, null.variance) == (whole.mean, whole.variance)
+    assert sorted(scorer.pair_counts()[2].tolist()) == sorted(pair_counts(ids)[2].tolist())
+    note, rate = repetition_warning(null, share, scorer.n_transitions, result.n_scored, "z", Z_ALPHA_01, 0.01,
+                                    clockwork.p0)
+    assert note and f"{100 * share:.1f}%" in note and "--test exact" in note and rate > 0.02
+    exact = stream_text([smiles], tokenizer, KEY, test="exact")
+    assert exact.repeated_pair_share == share and exact.n_scored <= 3 and not exact.result().is_watermarked
+    note, rate = repetition_warning(None, share, exact.n_transitions, exact.n_scored, "exact", Z_ALPHA_01, 0.01, 0.2)
+    assert rate is None and "scores only the transitions that reach a new token" in note
     prose = ("Bees tell each other where flowers are by dancing: the angle of the waggle run gives the direction "
              "and its length the distance, so a forager that watches one dance can fly straight to the patch.")
-    result, share = detect_text_stream([prose], tokenizer, KEY, test="z")
-    assert share < 0.05 and repetition_warning(share, result.n_tokens - 1, result, "z", None, 0.01) is None
-    # the rule: the least variance inflation a share implies, 1 / (1 - share), lifts the rate above 2 alpha
-    assert repetition_warning(0.30, 100, result, "z", None, 0.01) is not None
-    assert repetition_warning(0.15, 100, result, "z", None, 0.01) is None
-    assert repetition_warning(0.30, 100, result, "z", 3.5, 0.01) is None  # a recalibrated, higher threshold
+    scorer = stream_text([prose], tokenizer, KEY, test="z", count_pairs=True)
+    null = pair_null(*scorer.pair_counts(), clockwork)
+    assert scorer.repeated_pair_share < 0.05
+    assert repetition_warning(null, scorer.repeated_pair_share, scorer.n_transitions, scorer.n_scored, "z",
+                              Z_ALPHA_01, 0.01, clockwork.p0)[0] is None
+    # a higher (recalibrated) threshold lowers the rate the text's null gives
+    assert null_fpr(null, 0.2, 3.5) < null_fpr(null, 0.2, Z_ALPHA_01)
+    with pytest.raises(ValueError, match="count_pairs"):
+        stream_text([prose], tokenizer, KEY).pair_counts()
 
 
 def test_cli_reports_the_share_and_warns(tmp_path, capsys, monkeypatch):
@@ -152,9 +169,12 @@ def test_cli_reports_the_share_and_warns(tmp_path, capsys, monkeypatch):
     out, err = capsys.readouterr()
     row = json.loads(out)
     assert code == 0 and row["repeated_pair_share"] > 0.99 and "repeat an earlier token pair" in err
+    assert row["text_null_fpr"] > 0.02 and row["text_null_variance_ratio"] > 10 and row["z_text_null"] is not None
+    assert f"flagged {100 * row['text_null_fpr']:.1f}% of the time" in err
     code = cli.main(["detect", "--key-file", str(key), "--json", "smile.txt"])  # the default: exact
     out, err = capsys.readouterr()
-    assert code == 0 and json.loads(out)["test"] == "exact" and not json.loads(out)["is_watermarked"]
+    row = json.loads(out)
+    assert code == 0 and row["test"] == "exact" and not row["is_watermarked"] and row["text_null_fpr"] is None
 
 
 def test_cli_refuses_an_uncuttable_input_with_exit_2(tmp_path, capsys, monkeypatch):
@@ -216,3 +236,41 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     row = json.loads(proc.stdout)
     streamed, _ = detect_text_stream([text], tokenizer, KEY, test="z")
     assert row["n_tokens"] == streamed.n_tokens and row["z"] == streamed.z and row["n_valid"] == streamed.n_hits
+
+
+@pytest.mark.parametrize("test", TESTS)
+def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
+    """Without vocab_size the counters keep the ids seen (sorted), never a table indexed by id: ids near 2**40
+    (a tebibyte of first-seen flags, pair codes past 2**63) score in a few megabytes, as detect scores them."""
+    import time
+    import tracemalloc
+
+    rng = np.random.default_rng(40)
+    base = 2**40
+    ids = base + np.concatenate([rng.integers(0, 3000, 20_000), np.tile(rng.integers(0, 50, 8), 500),
+                                 rng.integers(0, 2**20, 2_000)]).astype(np.int64)
+    ids[::97] += 2**41  # a few ids further out still
+    parts = np.split(ids, np.sort(rng.integers(0, ids.size, 12)))
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        scorer = StreamingDetector(KEY, S=5, test=test)
+        for part in parts:
+            scorer.update(part)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 30 and peak < 64 << 20, peak
+    assert same(scorer.result(), detect(ids, KEY, S=5, test=test))
+    pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
+    assert scorer.distinct_pairs == len(pairs)
+    assert scorer.repeated_pair_share == 1 - len(pairs) / (ids.size - 1)
+    # a vocabulary larger than any state table is refused when ids arrive, never allocated first
+    tracemalloc.start()
+    try:
+        wide = StreamingDetector(KEY, S=5, test=test, vocab_size=2**41)
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(ValueError, match="vocab_size must lie in"):
+        wide.update(ids[1:10])

@@ -218,3 +218,24 @@ def test_lemma_formula_fails_for_hub():
     p0 = hub.p0
     naive = p0 * (1 - p0) / (n - 1)
     assert phi.var(ddof=1) > naive * (1 + 10 * np.sqrt(2 / (reps - 1)))
+
+
+def test_rows_give_a_fresh_target_p0_and_columns_decorrelate_a_shared_target():
+    """What each half of k-regularity does (the module docstring), exactly over uniform states: with regular
+    rows a transition into a fresh state is legal with probability k/S whatever state it leaves (the exact
+    test); two transitions into one shared token are uncorrelated only when the columns are regular too."""
+    import itertools
+
+    def moments(m):
+        S = m.shape[0]
+        legal_from = [m[s].mean() for s in range(S)]  # P(legal | the state left), the target uniform
+        both = np.mean([m[a, b] * m[c, b] for a, b, c in itertools.product(range(S), repeat=3)])
+        return legal_from, both - m.mean() ** 2  # covariance of a -> b and c -> b
+
+    rows_only = np.array([[0, 1, 0], [0, 1, 0], [0, 1, 0]])  # one successor each, all into state 1
+    legal_from, cov = moments(rows_only)
+    assert legal_from == [1 / 3] * 3 and cov == pytest.approx(2 / 9)
+    assert adjacent_covariance(Topology.from_matrix(rows_only, allow_irregular=True)) == pytest.approx(0.0)
+    for topo in (Topology.clockwork(5), Topology.soft_cycle(5), Topology.from_offsets(7, (1, 3, 4))):
+        legal_from, cov = moments(topo.matrix.astype(int))
+        assert legal_from == pytest.approx([topo.p0] * topo.S) and cov == pytest.approx(0.0)
