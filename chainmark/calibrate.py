@@ -177,6 +177,44 @@ def exact_fpr(n: int, S: int, alpha: float, k: int = 1) -> float:
     return float(binom.sf(c - 1, n - 1, null_p0(S, k)))
 
 
+def midpoint_exact_fpr(n: int, rho: float, S: int, k: int = 1) -> float:
+    """Exact false-positive rate of the midpoint detector on a text of n distinct tokens: P(phi >= tau_mid).
+
+    The count of legal transitions is Binomial(n - 1, p0) under a random key
+    whenever the text's tokens are all distinct (and for every text on the
+    exact test's m + 1 tokens). :func:`s_star` makes the midpoint clear
+    z_alpha on the normal scale; this is what that margin delivers exactly,
+    which can be more than alpha (18 alpha at n = 100, rho = 0.3,
+    alpha = 1e-6, where the binomial's right tail is longer than the normal's).
+    """
+    n = check_length(n)
+    tau = midpoint_threshold(rho, S, k)
+    m = n - 1
+    return float(binom.sf(math.ceil(tau * m - _EPS) - 1, m, null_p0(S, k)))
+
+
+def s_star_exact(n: int, rho: float, alpha: float, k: int = 1, max_states: int = 1_000_000) -> int:
+    """Smallest S whose midpoint detector has exact false-positive rate at most alpha (:func:`midpoint_exact_fpr`).
+
+    The binomial counterpart of :func:`s_star`: the same provisioning rule
+    (the midpoint between the null and the watermarked means must be a
+    rejection point), with the binomial tail where the closed form has the
+    normal one. For the exact test, n is the number of distinct tokens (its
+    m + 1). Searched upwards from k + 1; the rate is not monotone in S (the
+    count moves in steps), so the first S that qualifies is returned, as the
+    closed form's ceiling does.
+    """
+    n = check_length(n)
+    rho = check_rho_positive(rho)
+    alpha = check_alpha(alpha)
+    k = check_int(k, "k", 1)
+    for S in range(max(2, k + 1), max_states + 1):
+        if midpoint_exact_fpr(n, rho, S, k) <= alpha:
+            return S
+    raise ValueError(f"no S up to {max_states} gives the midpoint detector an exact rate of at most alpha = "
+                     f"{alpha:g} at n = {n}, rho = {rho}")
+
+
 def calibration_table(
     ns: Iterable[int] = PAPER_NS,
     rhos: Iterable[float] = PAPER_RHOS,

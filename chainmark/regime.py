@@ -133,6 +133,17 @@ def _is_text(value: Any) -> bool:
     return isinstance(value, str)
 
 
+#: What the published test's alpha means, written into every regime document (``"guarantee"``) so that a
+#: reader of the JSON alone knows what is promised and what is not.
+GUARANTEES = {
+    "exact": ("size at most alpha for every text, repetitive ones included, over a uniformly random key; the "
+              "deployed key's own false-positive rate on a corpus is what its key audit (key_audit) measures"),
+    "z": ("the paper's z-test, a normal approximation: its exact size lies above alpha on short texts and at "
+          "small alpha even without repeated tokens, and far above it on text that repeats its token pairs"),
+    "distinct": ("the z-test on each distinct token pair once: close to alpha on text without repeated tokens, "
+                 "not valid for every text"),
+}
+
 #: Every field of a regime document: (accepts the value, what it must be). None is
 #: allowed only where the description says so.
 REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -158,6 +169,7 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
+    "guarantee": (_is_text, "a string (what the test's alpha promises)"),
     "digest": (lambda v: isinstance(v, str) and len(v) == 64, "a 64-digit hexadecimal SHA-256"),
 }
 
@@ -268,6 +280,8 @@ def published_regime_problems(doc: Any) -> list[str]:
         return problems
     from .calibrate import z_alpha
 
+    if doc.get("guarantee") != GUARANTEES[test]:
+        problems.append(f'"guarantee" must state what the {test} test promises: {GUARANTEES[test]!r}')
     S, k, alpha = doc["S"], doc["k"], doc["alpha"]
     if not math.isclose(doc["p0"], k / S, rel_tol=1e-12, abs_tol=1e-15):
         problems.append(f'"p0" is {doc["p0"]}, but k/S = {k}/{S} = {k / S}')
@@ -509,6 +523,7 @@ class Regime:
             "distinct_pairs": bool(self.distinct_pairs),
             "tokenizer": self.tokenizer,
             "key_fingerprint": self.key_fingerprint,
+            "guarantee": GUARANTEES[self.effective_test],
         }
         doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
         for name in ("recalibration", "key_audit"):

@@ -474,3 +474,22 @@ def test_cluster_bootstrap_gives_a_real_interval_when_no_or_every_unit_is_flagge
     assert (none.low, none.high) == pytest.approx(clopper_pearson(0, 16))
     assert (every.low, every.high) == pytest.approx(clopper_pearson(16, 16))
     assert none.high > 0.1 and every.low < 0.9            # 16 texts cannot pin a rate of 0 or 1
+
+
+def test_the_exact_s_star_is_the_first_state_count_whose_midpoint_holds_alpha_exactly():
+    from scipy.stats import binom
+
+    from chainmark.calibrate import midpoint_exact_fpr, midpoint_threshold, s_star, s_star_exact
+
+    # S* guarantees a margin on the z scale, not an exact rate: 18 alpha at the paper's n = 100, rho = 0.3, 1e-6
+    assert midpoint_exact_fpr(100, 0.3, s_star(100, 0.3, 1e-6), 1) / 1e-6 == pytest.approx(18.16, abs=0.01)
+    for n, rho, alpha, k in [(100, 0.3, 1e-6, 1), (100, 0.3, 1e-3, 1), (200, 0.5, 1e-2, 2), (1000, 0.3, 1e-6, 1),
+                             (30, 0.5, 0.01, 1)]:
+        S = s_star_exact(n, rho, alpha, k)
+        brute = next(s for s in range(k + 1, 10_000)
+                     if binom.sf(math.ceil(midpoint_threshold(rho, s, k) * (n - 1) - 1e-9) - 1, n - 1, k / s) <= alpha)
+        assert S == brute and midpoint_exact_fpr(n, rho, S, k) <= alpha
+    assert s_star_exact(100, 0.3, 1e-6) == 16 > s_star(100, 0.3, 1e-6) == 12
+    assert s_star_exact(1000, 0.3, 1e-6) == 2 < s_star(1000, 0.3, 1e-6) == 3
+    with pytest.raises(ValueError, match="alpha"):
+        s_star_exact(100, 0.3, 0.0)

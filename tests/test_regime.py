@@ -15,8 +15,8 @@ from chainmark.calibrate import z_alpha
 from chainmark.detect import detect
 from chainmark.keys import key_fingerprint
 from chainmark.limits import MAX_REGIME_BYTES
-from chainmark.regime import (REGIME_FORMAT, TOPOLOGY_K, Regime, RegimeError, regime_document, regime_problems,
-                              tokenizer_fingerprint)
+from chainmark.regime import (GUARANTEES, REGIME_FORMAT, TOPOLOGY_K, Regime, RegimeError, published_regime_problems,
+                              regime_digest, regime_document, regime_problems, tokenizer_fingerprint)
 from chainmark.topology import Topology, cycle_topology, resolve_topology
 from chainmark.verdict import Verdict
 
@@ -63,8 +63,14 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
     doc = regime_document(KEY, 5, 0.01)
     assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)
     assert list(doc) == ["format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
-                         "distinct_pairs", "tokenizer", "key_fingerprint", "tokenizer_fingerprint", "vocab_size",
-                         "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
+                         "distinct_pairs", "tokenizer", "key_fingerprint", "guarantee", "tokenizer_fingerprint",
+                         "vocab_size", "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
+    # the document says what its test's alpha promises, and a reader cannot make it promise more
+    assert doc["guarantee"] == GUARANTEES["z"] and "normal approximation" in doc["guarantee"]
+    inflated = {**doc, "guarantee": GUARANTEES["exact"]}
+    inflated["digest"] = regime_digest(inflated)
+    assert any('"guarantee"' in p for p in published_regime_problems(inflated))
+    assert "over a uniformly random key" in GUARANTEES["exact"] and "key audit" in GUARANTEES["exact"]
     assert Regime(alpha=0.01).operating_threshold == z_alpha(0.01)
     with pytest.raises(RegimeError, match='"key_fingerprint" is null'):  # not a regime anyone can publish
         Regime(alpha=0.01).to_document()
