@@ -67,6 +67,7 @@ from .partition import states_of
 from .prompts import load_prompts, prompt_grid
 from .settings import ATTACK_SEED, DEFAULT_MODEL, GENERATION_SEED, get_settings
 from .store import default_runs_dir, lock_run_folder
+from .reference_compare import VERIFY_TOLERANCE, compare_records, tolerance_rules
 from .topology import cycle_topology
 
 #: The published label the reference key is derived from (HKDF-SHA-256).
@@ -448,7 +449,7 @@ def _manifest(root: Path, protocol: Protocol, model_name: str) -> dict[str, Any]
             "key_label": REFERENCE_LABEL, "key_fingerprint": key_fingerprint(reference_key()),
             "protocol": protocol.describe(), "seeds": {"generation": protocol.seed, "attack": protocol.attack_seed,
                                                       "batch": "generation seed + batch index"},
-            "created": _now(), "parts": {}, "verify_tolerance": dict(VERIFY_TOLERANCE)}
+            "created": _now(), "parts": {}, "verify_tolerance": json.loads(json.dumps(VERIFY_TOLERANCE))}
 
 
 def _now() -> str:
@@ -598,87 +599,6 @@ class Check:
     differences: list[str] = field(default_factory=list)
 
 
-#: How far a regenerated float may lie from the stored one: PyTorch's CPU kernels (Intel or AMD,
-#: AVX2 or AVX-512) sum in different orders, so entropies and perplexities move in the last bits, and
-#: a gate signal stored to 4 decimals can cross a rounding boundary (seen: 1e-4 on an AMD EPYC against
-#: the Intel Xeon that made the run; self-perplexity 1e-8). Token ids, gate decisions, counts and
-#: verdicts are integers and booleans, compared exactly. Recorded in the manifest.
-VERIFY_TOLERANCE = {"rel": 1e-5, "abs": 5e-4}
-
-
-def _is_float(x: Any) -> bool:
-    return isinstance(x, float) or (isinstance(x, int) and not isinstance(x, bool))
-
-
-def _compare(stored: Any, fresh: Any, where: str, out: list[str],
-             tolerance: Mapping[str, float] = VERIFY_TOLERANCE) -> None:
-    """Append to ``out`` every place where ``fresh`` differs from ``stored``: exactly for ids, flags,
-    counts and strings, within ``tolerance`` for floats."""
-    if isinstance(stored, dict) and isinstance(fresh, dict):
-        for k in sorted(set(stored) | set(fresh)):
-            if k == "seconds":
-                continue
-            _compare(stored.get(k), fresh.get(k), f"{where}.{k}", out, tolerance)
-    elif isinstance(stored, list) and isinstance(fresh, list) and len(stored) == len(fresh):
-        for i, (a, b) in enumerate(zip(stored, fresh)):
-            _compare(a, b, f"{where}[{i}]", out, tolerance)
-            if len(out) > 20:
-                return
-    elif (isinstance(stored, float) or isinstance(fresh, float)) and _is_float(stored) and _is_float(fresh):
-        if not math.isclose(stored, fresh, rel_tol=tolerance["rel"], abs_tol=tolerance["abs"]):
-            out.append(f"{where}: stored {stored!r}, regenerated {fresh!r} (beyond the tolerance "
-                       f"rel {tolerance['rel']:g}, abs {tolerance['abs']:g})")
-    elif stored != fresh or type(stored) is not type(fresh):
-        out.append(f"{where}: stored {str(stored)[:80]!r}, regenerated {str(fresh)[:80]!r}")
-
-
-def divergence(stored: Mapping[str, Any], fresh: Mapping[str, Any], tau: float | None) -> str | None:
-    """Where a regenerated text's tokens first leave the stored ones, with the gate's margin there.
-
-    None when the token ids agree. The margin is the stored gate signal minus
-    the threshold tau at that position: a margin near zero means the gate
-    decision sat on a rounding boundary of this CPU's arithmetic.
-    """
-    a, b = list(stored.get("token_ids") or []), list(fresh.get("token_ids") or [])
-    if a == b:
-        return None
-    pos = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    where = (f"tokens diverge at position {pos} of {len(a)} (stored id {a[pos] if pos < len(a) else None}, "
-             f"regenerated {b[pos] if pos < len(b) else None})")
-    signals, fresh_signals = stored.get("gate_signal") or [], fresh.get("gate_signal") or []
-    gated, fresh_gated = stored.get("gated") or [], fresh.get("gated") or []
-    if pos < len(signals) and signals[pos] is not None:
-        where += f"; gate signal there {signals[pos]:.4f} stored"
-        if pos < len(fresh_signals) and fresh_signals[pos] is not None:
-            where += f", {fresh_signals[pos]:.4f} regenerated"
-        if tau is not None and math.isfinite(tau):
-            where += f" (tau {tau:.4f}, margin {signals[pos] - tau:+.4f})"
-    if pos < len(gated) and pos < len(fresh_gated):
-        where += f"; gated {bool(gated[pos])} stored, {bool(fresh_gated[pos])} regenerated"
-    return where
-
-
-def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping[str, Any]],
-                    tau: float | None = None, tolerance: Mapping[str, float] = VERIFY_TOLERANCE) -> list[str]:
-    """The differences between a stored batch and its regeneration (empty when they match).
-
-    A text whose tokens diverge is reported once, by :func:`divergence`, and
-    its other fields (which follow from the tokens) are not compared.
-    """
-    if len(stored) != len(fresh):
-        return [f"stored {len(stored)} records, regenerated {len(fresh)}"]
-    out: list[str] = []
-    for i, (a, b) in enumerate(zip(stored, fresh)):
-        split = divergence(a, b, tau)
-        if split is not None:
-            out.append(f"[{i}] {a.get('id', '')}: {split}")
-        else:
-            _compare(a, b, f"[{i}]", out, tolerance)
-        if len(out) > 20:
-            break
-    return out
-
-
 def _cell_tau(ctx: "_Context", cell: Cell) -> float | None:
     """The gate threshold a cell's texts were generated with (None for methods without a gate)."""
     spec = cell.spec
@@ -699,10 +619,15 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
            log: Callable[[str], None] = print) -> list[Check]:
     """Regenerate ``samples`` stored batches with the current code and compare them with the stored ones.
 
-    Token ids, gate decisions, counts and verdicts must be identical; floats
-    agree within the manifest's ``verify_tolerance`` (:data:`VERIFY_TOLERANCE`),
-    because another CPU rounds differently. A text whose tokens diverge is
-    reported with the first differing position and the gate's margin there.
+    Token ids, gate decisions, counts and verdicts must be identical, and so
+    must every float that is a function of them and the key (phi, z,
+    p-values); the floats PyTorch computes from the model's logits (gate
+    signals, self-perplexity) agree within their relative tolerance, because
+    another CPU rounds differently: :data:`~chainmark.reference_compare.VERIFY_FIELDS` states the rule of
+    each field, the manifest's ``verify_tolerance`` the numbers
+    (:func:`tolerance_rules`; a float field without a rule is exact). A text
+    whose tokens diverge is reported with the first differing position and
+    the gate's margin there.
 
     The draw is seeded by the current git commit (``seed`` overrides it), so
     every commit checks different batches. The whole batch a record was
@@ -721,7 +646,12 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     if diff:
         return [Check("protocol", 0, False, [f"protocol field {k}: stored {manifest['protocol'].get(k)!r}, "
                                              f"code {protocol.describe().get(k)!r}" for k in diff])]
-    tolerance = {**VERIFY_TOLERANCE, **manifest.get("verify_tolerance", {})}
+    recorded = manifest.get("verify_tolerance")
+    rules = tolerance_rules(recorded)
+    kernel = ", ".join(f"{n} (rel {r['rel']:g}, abs {r['abs']:g})" for n, r in rules.items() if r["rule"] == "rel")
+    old_format = isinstance(recorded, Mapping) and "format" not in recorded
+    log(f"verify: floats from the model's logits within their tolerance, {kernel}; every other float exactly"
+        + (" (the manifest's single tolerance, format 1, is read as the one of these floats)" if old_format else ""))
     seed = seed if seed is not None else _git_commit().replace("+dirty", "")
     chosen = choose_shards(root, samples, seed, protocol)
     if not chosen:
@@ -744,7 +674,7 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
             fresh = _roundtrip(ctx.run_batch(cell, batch))
         finally:
             torch.set_num_threads(threads)
-        differences = compare_records(stored, fresh, _cell_tau(ctx, cell), tolerance)
+        differences = compare_records(stored, fresh, _cell_tau(ctx, cell), rules)
         name = str(path.relative_to(root))
         checks.append(Check(name, len(stored), not differences, differences[:10]))
         log(f"verify {name}: {len(stored)} records, {'identical' if not differences else 'DIFFERENT'} "

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from chainmark import reference as ref
+from chainmark import reference_compare as rcmp
 from chainmark.reference import PROTOCOL, Protocol, cells
 
 TINY = Protocol(n_per_domain=2, batch_size=2, max_new_tokens=12, paraphrase_tokens=24, domains=("factual", "wiki"),
@@ -226,37 +227,125 @@ def test_verify_accepts_float_rounding_within_the_stated_tolerance():
     # what another CPU did: a gate signal stored to 4 decimals crossed a rounding boundary, the
     # perplexity moved at 1e-8 (AMD EPYC against the Intel Xeon that made the run)
     fresh = [_record(gate_signal=[1.2346, 0.5, 2.0, 0.1], self_ppl=3.1737226896180176)]
-    assert ref.compare_records(stored, fresh) == []
-    assert ref.VERIFY_TOLERANCE["abs"] >= 1e-4
+    assert rcmp.compare_records(stored, fresh) == []
+    assert rcmp.VERIFY_FIELDS["gate_signal"]["abs"] >= 1e-4  # one step of the 4-decimal rounding
 
 
 def test_verify_is_exact_for_tokens_gates_counts_and_verdicts():
     stored = [_record()]
     gate_flip = [_record(gated=[1, 1, 1, 0])]
-    assert any("gated[1]" in d for d in ref.compare_records(stored, gate_flip))
+    assert any("gated[1]" in d for d in rcmp.compare_records(stored, gate_flip))
     verdict = [_record(detection={"chainmark": {"z": 4.2, "p_value": 1.3e-5, "decision": False, "n_scored": 3}})]
-    assert any("decision" in d for d in ref.compare_records(stored, verdict))
+    assert any("decision" in d for d in rcmp.compare_records(stored, verdict))
     count = [_record(detection={"chainmark": {"z": 4.2, "p_value": 1.3e-5, "decision": True, "n_scored": 4}})]
-    assert any("n_scored" in d for d in ref.compare_records(stored, count))
+    assert any("n_scored" in d for d in rcmp.compare_records(stored, count))
     drift = [_record(self_ppl=3.2)]
-    assert any("self_ppl" in d and "tolerance" in d for d in ref.compare_records(stored, drift))
-    assert ref.compare_records(stored, []) == ["stored 1 records, regenerated 0"]
+    assert any("self_ppl" in d and "tolerance" in d for d in rcmp.compare_records(stored, drift))
+    assert rcmp.compare_records(stored, []) == ["stored 1 records, regenerated 0"]
 
 
 def test_a_token_divergence_names_the_position_and_the_gate_margin():
     stored = [_record()]
     fresh = [_record(token_ids=[5, 6, 9, 8], gate_signal=[1.2345, 0.5, 1.9999, 0.1], gated=[1, 0, 0, 0])]
-    out = ref.compare_records(stored, fresh, tau=2.0)
+    out = rcmp.compare_records(stored, fresh, tau=2.0)
     assert len(out) == 1, out  # reported once, not once per field that follows from the tokens
     assert "position 2" in out[0] and "stored id 7" in out[0] and "regenerated 9" in out[0]
     assert "margin +0.0000" in out[0] and "gated True stored, False regenerated" in out[0]
 
 
-def test_the_committed_manifest_states_the_verify_tolerance():
-    import json
-
+def _committed_rules():
     manifest = json.loads((ref.reference_dir("smollm2-135m-instruct-gguf") / ref.MANIFEST).read_text())
-    assert manifest["verify_tolerance"] == ref.VERIFY_TOLERANCE
+    return rcmp.tolerance_rules(manifest["verify_tolerance"])
+
+
+def test_the_committed_manifest_states_the_verify_tolerance():
+    """It records format 1, one tolerance for every float: read as the kernel floats' tolerance, all else exact."""
+    manifest = json.loads((ref.reference_dir("smollm2-135m-instruct-gguf") / ref.MANIFEST).read_text())
+    assert manifest["verify_tolerance"] == {"rel": 1e-5, "abs": 5e-4}
+    rules = _committed_rules()
+    assert {n for n, r in rules.items() if r["rule"] == "rel"} == {"gate_signal", "self_ppl"}
+    assert all(rules[n] == {"rule": "rel", "rel": 1e-5, "abs": 5e-4} for n in ("gate_signal", "self_ppl"))
+    assert all(rules[n] == {"rule": "exact"} for n in ("phi", "z", "p_value", "p_value_binomial", "rho_realised"))
+
+
+def test_a_new_run_records_the_per_field_rules(tmp_path):
+    recorded = ref._manifest(tmp_path, TINY, "tiny-test")["verify_tolerance"]
+    assert recorded["format"] == "chainmark-verify/2" and recorded["default"] == "exact"
+    assert json.loads(json.dumps(recorded)) == rcmp.VERIFY_TOLERANCE
+    assert rcmp.tolerance_rules(recorded) == rcmp.tolerance_rules()
+    # a manifest states the numbers of the kernel floats, but cannot relax a field the code computes exactly
+    looser = {**recorded, "fields": {**recorded["fields"], "self_ppl": {"rule": "rel", "rel": 1e-3, "abs": 0.0},
+                                     "z": {"rule": "rel", "rel": 0.5, "abs": 0.5}, "new": {"rule": "rel", "rel": 1}}}
+    rules = rcmp.tolerance_rules(looser)
+    assert rules["self_ppl"]["rel"] == 1e-3 and rules["z"] == {"rule": "exact"} and "new" not in rules
+    with pytest.raises(ValueError, match="unknown verify_tolerance"):
+        rcmp.tolerance_rules({"relative": 1e-5})
+    with pytest.raises(ValueError, match="compared exactly"):
+        rcmp.tolerance_rules({**recorded, "default": "rel"})
+
+
+# ---- verify is exact for what the ids determine, relative for kernel floats, log10 for kernel p-values -----
+def _scores(**over):
+    return {"chainmark": {"z": 7.1, "p_value": 1e-12, "decision": True, "n_scored": 199, **over}}
+
+
+@pytest.mark.parametrize("rules", [None, "committed"], ids=["code", "committed-manifest"])
+def test_verify_compares_p_values_and_z_from_the_ids_exactly(rules):
+    rules = _committed_rules() if rules == "committed" else None
+    stored = [_record(detection=_scores())]
+    # the old tolerance (abs 5e-4 below 50) called these equal
+    out = rcmp.compare_records(stored, [_record(detection=_scores(p_value=4e-4))], rules=rules)
+    assert len(out) == 1 and "detection.chainmark.p_value" in out[0] and "compared exactly" in out[0], out
+    out = rcmp.compare_records(stored, [_record(detection=_scores(z=7.1 + 1e-9))], rules=rules)
+    assert len(out) == 1 and "detection.chainmark.z" in out[0] and "compared exactly" in out[0], out
+    assert rcmp.compare_records(stored, [_record(detection=_scores())], rules=rules) == []
+
+
+@pytest.mark.parametrize("field", ["self_ppl", "gate_signal"])
+@pytest.mark.parametrize("rules", [None, "committed"], ids=["code", "committed-manifest"])
+def test_verify_compares_kernel_floats_within_their_relative_tolerance(field, rules):
+    rules = _committed_rules() if rules == "committed" else None
+    stored = [_record()]
+
+    def moved(factor):
+        value = stored[0][field]
+        return [_record(**{field: [v * factor for v in value] if isinstance(value, list) else value * factor})]
+
+    assert rcmp.compare_records(stored, moved(1 + 1e-6), rules=rules) == []
+    out = rcmp.compare_records(stored, moved(1 + 1e-2), rules=rules)
+    assert out and all(field in d and "beyond the tolerance rel" in d for d in out), out
+
+
+def test_an_unknown_float_field_is_compared_exactly():
+    stored = [_record(new_score=0.25, detection={"chainmark": {"z": 4.2, "new_stat": 3.0}})]
+    fresh = [_record(new_score=0.25 + 1e-15, detection={"chainmark": {"z": 4.2, "new_stat": 3.0 * (1 + 1e-12)}})]
+    out = rcmp.compare_records(stored, fresh)
+    assert len(out) == 2 and all("no rule in VERIFY_FIELDS" in d for d in out), out
+    assert "new_score" not in rcmp.VERIFY_FIELDS and "new_stat" not in rcmp.VERIFY_FIELDS
+    same = [_record(new_score=0.25, detection={"chainmark": {"z": 4.2, "new_stat": 3.0}})]
+    assert rcmp.compare_records(stored, same) == []
+
+
+def test_a_kernel_p_value_is_compared_on_a_log_scale():
+    """No stored p-value comes from the logits today; a detector that did (the LR detector) would be named by path."""
+    rules = {**rcmp.VERIFY_FIELDS, "detection.lr.p_value": {"rule": "log10_p", "log10": 1e-3}}
+
+    def rec(p_lr, p_chainmark=1e-12):
+        return [_record(detection={"lr": {"p_value": p_lr}, "chainmark": {"p_value": p_chainmark}})]
+
+    assert rcmp.compare_records(rec(1e-12), rec(1.001e-12), rules=rules) == []       # 0.04% of p
+    assert rcmp.compare_records(rec(0.3), rec(0.3 * (1 + 1e-4)), rules=rules) == []
+    far = rcmp.compare_records(rec(1e-12), rec(4e-4), rules=rules)
+    assert len(far) == 1 and "log10 p differs by 8.6" in far[0], far
+    assert rcmp.compare_records(rec(1e-12), rec(1.01e-12), rules=rules)              # 1% of p: beyond 10**0.001
+    # underflow: 0 and a subnormal both lie below the smallest normal double; 1e-300 does not
+    assert rcmp.compare_records(rec(0.0), rec(1e-320), rules=rules) == []
+    assert rcmp.compare_records(rec(0.0), rec(0.0), rules=rules) == []
+    assert rcmp.compare_records(rec(0.0), rec(1e-300), rules=rules)
+    assert "not a probability" in rcmp.compare_records(rec(0.5), rec(-0.5), rules=rules)[0]
+    # the path-qualified rule is the lr detector's only: chainmark's p-value beside it stays exact
+    out = rcmp.compare_records(rec(0.5), rec(0.5, 1.0000001e-12), rules=rules)
+    assert len(out) == 1 and "detection.chainmark.p_value" in out[0] and "compared exactly" in out[0], out
 
 
 @pytest.mark.slow
