@@ -238,7 +238,9 @@ text's own null over random keys is computed from its pair multiplicities;
 when it puts the text's false-positive rate at the applied threshold above
 twice alpha, a warning on stderr says so (in --json: text_null_fpr, the
 variance ratio against the nominal null, text_null_variance_ratio, and z
-standardised by the text's own null variance, z_text_null, a diagnostic).
+standardised by the text's own null variance, z_text_null, a diagnostic;
+null for a text of more than 2,000,000 distinct token pairs, whose counts are
+not kept so that memory stays flat).
 
 Texts are read and scored in pieces of a quarter megabyte, cut where the
 tokenizer cuts anyway (each cut checked): the result is the one scoring the
@@ -396,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help; "
-                   "default: exact, or the z-test when --threshold or --distinct-pairs is given)")
+                   "default: exact, or the z-test when --threshold or --distinct-pairs is given): exact, size at "
+                   "most alpha for every text over a random key; z, the paper's normal approximation; distinct, "
+                   "valid on text without repeated tokens. The regime's \"guarantee\" field states which")
     g.add_argument("--recalibrated", metavar="METHOD:N", type=_recalibration,
                    help="record that --threshold was fitted by `chainmark recalibrate --method METHOD` on N null "
                         "texts (e.g. quantile:412); needed for a fitted threshold below z_alpha")
@@ -439,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--alpha", type=_float_in(0.0, 1.0, closed=False), help="significance level (default 0.01)")
     au.add_argument("--threshold", type=_finite_float(), metavar="Z", help="operating z threshold (z-test)")
     au.add_argument("--distinct-pairs", action="store_true", default=None, help="the same as --test distinct")
-    au.add_argument("--test", choices=("z", "distinct", "exact"), help="the test (default: exact, as for detect)")
+    au.add_argument("--test", choices=("z", "distinct", "exact"), help="the test (default: exact, as for detect: "
+                    "its p-values are valid for every text over a random key, so its q-values are too; a z regime "
+                    "off z_alpha gets no q-values)")
     au.add_argument("--min-tokens", type=_int_at_least(0), metavar="N", help="documents shorter than N tokens are "
                     "not flagged (default: the regime's n_min)")
     au.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the regime's, else "
@@ -1254,7 +1260,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         scorer = _score_input(item, tokenizer, key, regime, topo, args.max_bytes)
         res, share = scorer.result(), scorer.repeated_pair_share
         # the text's own null over random keys: what its repeats do to the z or distinct test's rate
-        null = None if test == "exact" else pair_null(*scorer.pair_counts(), topo, test)
+        null = None if test == "exact" or not scorer.pairs_counted else pair_null(*scorer.pair_counts(), topo, test)
         note, rate = repetition_warning(null, share, scorer.n_transitions, res.n_scored, test,
                                         regime.operating_threshold, regime.alpha, topo.p0)
         rows.append({"file": item.label, **res.to_dict("audit", regime=regime),

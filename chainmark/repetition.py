@@ -26,12 +26,14 @@ every text.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.signal import fftconvolve
+from scipy.special import ndtr
 from scipy.stats import binom
 
 from .checks import check_alpha
@@ -39,6 +41,11 @@ from .topology import Topology
 
 #: The false-positive rate, as a multiple of alpha, above which the warning speaks.
 WARN_FACTOR = 2.0
+#: Texts of up to this many scored transitions get their null's distribution convolved exactly (an array of
+#: that many probabilities); longer ones keep the largest groups exact and take the rest as normal.
+EXACT_UP_TO = 250_000
+#: How many groups of largest multiplicity a long text's null keeps exact.
+LARGEST_GROUPS = 10
 
 
 def pair_counts(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -49,7 +56,13 @@ def pair_counts(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if ids.size < 2:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
-    pairs, counts = np.unique(np.stack([ids[:-1], ids[1:]], axis=1).astype(np.int64), axis=0, return_counts=True)
+    ids = ids.astype(np.int64)
+    low, top = int(ids.min()), int(ids.max())
+    if low >= 0 and top < 2**31:  # one int64 code per pair: much faster than unique over rows
+        codes, counts = np.unique(ids[:-1] * (top + 1) + ids[1:], return_counts=True)
+        a, b = np.divmod(codes, top + 1)
+        return a, b, counts.astype(np.int64)
+    pairs, counts = np.unique(np.stack([ids[:-1], ids[1:]], axis=1), axis=0, return_counts=True)
     return pairs[:, 0], pairs[:, 1], counts.astype(np.int64)
 
 
@@ -62,7 +75,11 @@ class TextNull:
     mean: float
     variance: float
     nominal_variance: float
-    pmf: np.ndarray  # P(C = c) for c = 0 .. n_scored, pair groups independent
+    pmf: np.ndarray | None  # P(C = c) for c = 0 .. n_scored, pair groups independent; None past EXACT_UP_TO
+    big_values: np.ndarray | None = None  # past EXACT_UP_TO: the largest groups' joint values and probabilities,
+    big_probs: np.ndarray | None = None  # the rest normal with its exact mean and variance
+    rest_mean: float = 0.0
+    rest_variance: float = 0.0
 
     @property
     def variance_ratio(self) -> float:
@@ -85,7 +102,7 @@ def _topology_constants(topology: Topology) -> tuple[float, float, float]:
     return topology.p0, float(np.trace(m)) / S, float((m * m.T).sum()) / S**2
 
 
-def text_null(ids: Any, topology: Topology, test: str = "z") -> TextNull:
+def text_null(ids: Any, topology: Topology, test: str = "z", exact_up_to: int | None = None) -> TextNull:
     """The null of one text's legal count under a uniformly random key, for the z or the distinct test.
 
     ``test="z"`` scores every transition (a pair repeated m times counts m
@@ -94,12 +111,21 @@ def text_null(ids: Any, topology: Topology, test: str = "z") -> TextNull:
     if test not in ("z", "distinct"):
         raise ValueError(f"test must be 'z' or 'distinct' (the exact test's null is Binomial(m, p0) for every "
                          f"text), got {test!r}")
-    return pair_null(*pair_counts(ids), topology, test)
+    return pair_null(*pair_counts(ids), topology, test, exact_up_to)
 
 
-def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, test: str = "z") -> TextNull:
+def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, test: str = "z",
+              exact_up_to: int | None = None) -> TextNull:
     """:func:`text_null` from the text's distinct pairs (a, b) and their multiplicities m (:func:`pair_counts`,
-    or a streaming detector's): any labelling of the tokens will do, the pairs' pattern is what counts."""
+    or a streaming detector's): any labelling of the tokens will do, the pairs' pattern is what counts.
+
+    The distribution is convolved exactly (pair groups independent) up to
+    ``exact_up_to`` scored transitions (:data:`EXACT_UP_TO`); past that, so
+    that memory does not grow with the text, the :data:`LARGEST_GROUPS`
+    groups of largest multiplicity are kept exact and the rest is taken as
+    normal with its exact mean and variance.
+    """
+    exact_up_to = EXACT_UP_TO if exact_up_to is None else exact_up_to
     if test not in ("z", "distinct"):
         raise ValueError(f"test must be 'z' or 'distinct' (the exact test's null is Binomial(m, p0) for every "
                          f"text), got {test!r}")
@@ -126,8 +152,37 @@ def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, t
     mean = p0 * float(m_fw.sum() + m_bw.sum()) + d * float(m_self.sum())
     variance = (p0 * (1 - p0) * float((m_fw**2).sum() + (m_bw**2).sum()) + d * (1 - d) * float((m_self**2).sum())
                 + 2.0 * (R - p0 * p0) * float((m_fw * m_bw).sum()))
-    pmf = _distribution(n, p0, d, R, m_fw, m_bw, m_self)
-    return TextNull(n, mean, max(variance, 0.0), p0 * (1 - p0) * n, pmf)
+    variance = max(variance, 0.0)
+    if n <= exact_up_to:
+        return TextNull(n, mean, variance, p0 * (1 - p0) * n, _distribution(n, p0, d, R, m_fw, m_bw, m_self))
+    values, probs, big_mean, big_variance = _largest_groups(p0, d, R, m_fw, m_bw, m_self)
+    return TextNull(n, mean, variance, p0 * (1 - p0) * n, None, values, probs, mean - big_mean,
+                    max(variance - big_variance, 0.0))
+
+
+def _largest_groups(p0: float, d: float, R: float, m_fw: np.ndarray, m_bw: np.ndarray,
+                    m_self: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The joint distribution of the :data:`LARGEST_GROUPS` groups of largest multiplicity (values, probabilities)
+    and their mean and variance: on a long text these are the ones a normal curve would misdescribe."""
+    both = (m_fw > 0) & (m_bw > 0)
+    lone = np.concatenate([m_fw[~both & (m_fw > 0)], m_bw[~both & (m_bw > 0)]])
+    items: list[tuple[int, np.ndarray, np.ndarray]] = [(int(m), np.array([0, m]), np.array([1 - p0, p0]))
+                                                       for m in np.sort(lone)[-LARGEST_GROUPS:]]
+    if d > 0:
+        items += [(int(m), np.array([0, m]), np.array([1 - d, d])) for m in np.sort(m_self)[-LARGEST_GROUPS:]]
+    sums = m_fw[both] + m_bw[both]
+    for i in np.argsort(sums)[-LARGEST_GROUPS:]:
+        x, y = int(m_fw[both][i]), int(m_bw[both][i])
+        items.append((x + y, np.array([0, x, y, x + y]), np.array([1 - 2 * p0 + R, p0 - R, p0 - R, R])))
+    items = sorted(items, key=lambda item: item[0])[-LARGEST_GROUPS:]
+    values, probs = np.zeros(1, dtype=np.int64), np.ones(1)
+    for _, v, q in items:
+        joint_v = (values[:, None] + v[None, :]).ravel()
+        joint_q = (probs[:, None] * q[None, :]).ravel()
+        values, index = np.unique(joint_v, return_inverse=True)
+        probs = np.bincount(index.ravel(), weights=joint_q, minlength=values.size)
+    mean = float((values * probs).sum())
+    return values, probs, mean, float(((values - mean) ** 2 * probs).sum())
 
 
 def _scaled(pmf_small: np.ndarray, step: int) -> np.ndarray:
@@ -158,17 +213,46 @@ def _distribution(n: int, p0: float, d: float, R: float, m_fw: np.ndarray, m_bw:
         kernel[int(x)] += p0 - R
         kernel[int(y)] += p0 - R
         kernel[int(x + y)] += R
-        group = np.ones(1)
-        for _ in range(int(count)):
-            group = np.convolve(group, kernel)
-        parts.append(group)
-    pmf = np.ones(1)
-    for part in sorted(parts, key=len):
-        pmf = fftconvolve(pmf, part) if pmf.size * part.size > 50_000 else np.convolve(pmf, part)
-        pmf = np.clip(pmf, 0.0, None)
+        parts.append(_power(kernel, int(count)))
+    pmf = _convolve_all(parts)
     out = np.zeros(n + 1)
     out[:min(pmf.size, n + 1)] = pmf[:n + 1]
     return out / out.sum()
+
+
+def _convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The pmf of a sum of two independent counts (FFT for long ones; rounding below zero clipped)."""
+    out = fftconvolve(a, b) if min(a.size, b.size) > 64 else np.convolve(a, b)
+    return np.clip(out, 0.0, None)
+
+
+def _power(kernel: np.ndarray, count: int) -> np.ndarray:
+    """The pmf of a sum of ``count`` independent copies of ``kernel`` (by repeated squaring)."""
+    result, square = np.ones(1), kernel
+    while count:
+        if count & 1:
+            result = _convolve(result, square)
+        count >>= 1
+        if count:
+            square = _convolve(square, square)
+    return result
+
+
+def _convolve_all(parts: list[np.ndarray]) -> np.ndarray:
+    """The pmf of the sum of independent parts, the two shortest merged first (a Huffman order: each long
+    convolution happens once, not once per part)."""
+    heap = [(part.size, i, part) for i, part in enumerate(parts)]
+    heapq.heapify(heap)
+    if not heap:
+        return np.ones(1)
+    counter = len(heap)
+    while len(heap) > 1:
+        _, _, a = heapq.heappop(heap)
+        _, _, b = heapq.heappop(heap)
+        merged = _convolve(a, b)
+        heapq.heappush(heap, (merged.size, counter, merged))
+        counter += 1
+    return heap[0][2]
 
 
 def null_fpr(null: TextNull, p0: float, threshold: float) -> float:
@@ -176,9 +260,18 @@ def null_fpr(null: TextNull, p0: float, threshold: float) -> float:
     n = null.n_scored
     if n == 0:
         return 0.0
-    counts = np.arange(n + 1)
-    z = (counts / n - p0) / math.sqrt(p0 * (1 - p0) / n)
-    return float(null.pmf[z > threshold].sum())
+    if null.pmf is not None:
+        counts = np.arange(n + 1)
+        z = (counts / n - p0) / math.sqrt(p0 * (1 - p0) / n)
+        return float(null.pmf[z > threshold].sum())
+    # flagged when the count exceeds n p0 + threshold * sd: from the first integer above that line on
+    first = math.floor(n * p0 + threshold * math.sqrt(n * p0 * (1 - p0))) + 1
+    need = first - null.big_values  # what the rest must reach, for each joint value of the largest groups
+    if null.rest_variance <= 0:
+        rest = (null.rest_mean >= need).astype(float)
+    else:
+        rest = ndtr((null.rest_mean - (need - 0.5)) / math.sqrt(null.rest_variance))  # continuity corrected
+    return float((null.big_probs * rest).sum())
 
 
 def repetition_warning(null: TextNull | None, share: float, n_transitions: int, n_scored: int, test: str,
@@ -211,4 +304,4 @@ def repetition_warning(null: TextNull | None, share: float, n_transitions: int, 
     return None, rate
 
 
-__all__ = ["TextNull", "WARN_FACTOR", "null_fpr", "pair_counts", "pair_null", "repetition_warning", "text_null"]
+__all__ = ["EXACT_UP_TO", "LARGEST_GROUPS", "TextNull", "WARN_FACTOR", "null_fpr", "pair_counts", "pair_null", "repetition_warning", "text_null"]

@@ -155,6 +155,11 @@ def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = READ_
         offset += len(data)
 
 
+#: The most distinct token pairs whose multiplicities a :class:`StreamingDetector` keeps with ``count_pairs``
+#: (16 bytes each: 32 MiB); a longer text is still scored, without its own null.
+PAIR_COUNT_MAX = 2_000_000
+
+
 @dataclass
 class StreamingDetector:
     """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
@@ -198,6 +203,7 @@ class StreamingDetector:
         self._seen_pairs = np.zeros(0, dtype=np.int64)
         self._pair_codes = np.zeros(0, dtype=np.int64)  # with count_pairs: the pairs seen, sorted, and how often
         self._pair_mult = np.zeros(0, dtype=np.int64)
+        self.pairs_counted = bool(self.count_pairs)  # False once the text passes PAIR_COUNT_MAX distinct pairs
         self._width = self.vocab_size if self._dense else 0  # the pair code's base: a * width + b
         # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
         # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
@@ -309,18 +315,32 @@ class StreamingDetector:
         return mask
 
     def _count(self, codes: np.ndarray) -> None:
-        """Add a piece's pairs to the multiplicities (sorted codes, merged)."""
+        """Add a piece's pairs to the multiplicities (sorted codes): existing pairs in place, new ones inserted;
+        past :data:`PAIR_COUNT_MAX` distinct pairs the counts are dropped (:attr:`pairs_counted` turns False)."""
+        if not self.pairs_counted:
+            return
         uniq, counts = np.unique(codes, return_counts=True)
-        merged, inverse = np.unique(np.concatenate([self._pair_codes, uniq]), return_inverse=True)
-        self._pair_mult = np.bincount(inverse.ravel(), weights=np.concatenate([self._pair_mult, counts]),
-                                      minlength=merged.size).astype(np.int64)
-        self._pair_codes = merged
+        where = np.searchsorted(self._pair_codes, uniq)
+        known = np.zeros(uniq.size, dtype=bool)
+        inside = where < self._pair_codes.size
+        known[inside] = self._pair_codes[where[inside]] == uniq[inside]
+        self._pair_mult[where[known]] += counts[known]
+        if self._pair_codes.size + int(np.count_nonzero(~known)) > PAIR_COUNT_MAX:
+            self.pairs_counted = False  # memory stays flat: the text's own null is not computed for it
+            self._pair_codes = self._pair_mult = np.zeros(0, dtype=np.int64)
+            return
+        self._pair_codes = np.insert(self._pair_codes, where[~known], uniq[~known])
+        self._pair_mult = np.insert(self._pair_mult, where[~known], counts[~known])
 
     def pair_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The text's distinct pairs (as token labels a, b: ids, or numbers in order of first appearance) and
-        their multiplicities, as :func:`chainmark.repetition.pair_counts` gives them (needs ``count_pairs``)."""
+        their multiplicities, as :func:`chainmark.repetition.pair_counts` gives them (needs ``count_pairs``,
+        and a text of at most :data:`PAIR_COUNT_MAX` distinct pairs: see :attr:`pairs_counted`)."""
         if not self.count_pairs:
             raise ValueError("this StreamingDetector was made without count_pairs=True: it kept no multiplicities")
+        if not self.pairs_counted:
+            raise ValueError(f"the text has more than {PAIR_COUNT_MAX:,} distinct token pairs: their "
+                             "multiplicities were not kept (memory stays flat)")
         if self._width == 0:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty
@@ -389,6 +409,6 @@ def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -
         scorer.update(np.asarray(ids, dtype=np.int64))
 
 
-__all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
+__all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PAIR_COUNT_MAX", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
            "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "safe_cut", "stream_text",
            "text_pieces"]

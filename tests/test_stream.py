@@ -274,3 +274,25 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
         tracemalloc.stop()
     with pytest.raises(ValueError, match="vocab_size must lie in"):
         wide.update(ids[1:10])
+
+
+def test_pair_counts_are_kept_up_to_a_cap_and_then_dropped_so_memory_stays_flat(monkeypatch):
+    import chainmark.stream as stream_module
+    from chainmark.repetition import pair_counts
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 300, 4000)
+    scorer = StreamingDetector(KEY, 5, "clockwork", 0.01, "z", 300, count_pairs=True)
+    for piece in np.array_split(ids, 7):  # pieces: the counts merge across them, the boundary pair included
+        scorer.update(piece)
+    a, b, m = scorer.pair_counts()
+    ea, eb, em = pair_counts(ids)
+    assert scorer.pairs_counted and (a.tolist(), b.tolist(), m.tolist()) == (ea.tolist(), eb.tolist(), em.tolist())
+    monkeypatch.setattr(stream_module, "PAIR_COUNT_MAX", 50)
+    capped = StreamingDetector(KEY, 5, "clockwork", 0.01, "z", 300, count_pairs=True)
+    for piece in np.array_split(ids, 7):
+        capped.update(piece)
+    assert not capped.pairs_counted  # scored all the same:
+    assert capped.result().to_dict() == scorer.result().to_dict()
+    with pytest.raises(ValueError, match="more than 50 distinct token pairs"):
+        capped.pair_counts()
