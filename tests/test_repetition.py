@@ -127,3 +127,26 @@ def test_a_long_texts_null_keeps_its_largest_groups_exact_and_the_rest_normal():
     plain = text_null(np.arange(5000), topo, exact_up_to=10)
     assert null_fpr(plain, 0.2, Z_ALPHA) == pytest.approx(null_fpr(text_null(np.arange(5000), topo), 0.2, Z_ALPHA),
                                                            abs=0.003)
+
+
+def test_the_predicted_rate_matches_simulation_on_the_most_repetitive_reference_replies():
+    from chainmark import reference
+    from chainmark.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    texts = [np.array(tokenizer(r["output"], add_special_tokens=False)["input_ids"])
+             for r in reference.load_texts("null")]
+    texts = [t for t in texts if t.size > 20]
+
+    def share(ids: np.ndarray) -> float:
+        return 1 - len(set(zip(ids[:-1].tolist(), ids[1:].tolist()))) / (ids.size - 1)
+
+    topo = Topology.clockwork(5)
+    for ids in sorted(texts, key=share, reverse=True)[:4]:
+        null = text_null(ids, topo)
+        rate, mean, var = simulate(ids, topo)
+        predicted = null_fpr(null, topo.p0, Z_ALPHA)
+        se = math.sqrt(max(predicted * (1 - predicted), 1e-4) / B)
+        assert null.variance_ratio > 5 and predicted > 0.1  # replies that loop: far above alpha
+        assert abs(predicted - rate) <= 4 * se, (share(ids), predicted, rate)
+        assert abs(null.variance - var) <= 0.06 * null.variance
