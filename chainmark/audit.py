@@ -57,7 +57,7 @@ from .jsonio import atomic_write_json, to_jsonable
 from .regime import Regime
 from .verdict import decide
 from .stream import PIECE_CHARS, detect_text_stream, ids_batch
-from .audit_input import BATCH_DOCS, AuditError, Batch, _pyarrow_parquet, corpus_batches, read_batch
+from .audit_input import BATCH_DOCS, AuditError, Batch, pyarrow_parquet, corpus_batches, read_batch
 
 #: Columns of an audit's output, in order.
 COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
@@ -310,7 +310,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
     if not (0 < fdr < 1):
         raise AuditError(f"fdr must lie in (0, 1), got {fdr!r}")
     if out.suffix == ".parquet":
-        _pyarrow_parquet()
+        pyarrow_parquet()
     batches = corpus_batches(source, text_field, id_field, batch_docs)
     if not batches:
         raise AuditError(f"{source}: no documents")
@@ -449,7 +449,7 @@ def read_audit(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if path.suffix == ".jsonl":
         return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
-    return _pyarrow_parquet().read_table(path).to_pylist()
+    return pyarrow_parquet().read_table(path).to_pylist()
 
 
 # --------------------------------------------------------------------------- one process, or Dask

@@ -85,7 +85,7 @@ def _jsonl_batches(path: Path, text_field: str, id_field: str | None, batch_docs
 
 
 def _parquet_batches(files: Sequence[Path], text_field: str, id_field: str | None, batch_docs: int) -> list[Batch]:
-    pq = _pyarrow_parquet()
+    pq = pyarrow_parquet()
     batches = []
     for file in files:
         meta = pq.ParquetFile(file).metadata
@@ -114,7 +114,7 @@ def read_batch(batch: Batch) -> list[tuple[str, str]]:
                 raise AuditError(f"{name} cannot be read ({exc.strerror or type(exc).__name__})") from None
         return docs
     if batch.kind == "parquet":
-        pq = _pyarrow_parquet()
+        pq = pyarrow_parquet()
         columns = [batch.text_field] + ([batch.id_field] if batch.id_field else [])
         table = pq.ParquetFile(batch.path).read_row_group(batch.first, columns=columns)
         table = table.slice(batch.start, batch.stop - batch.start)
@@ -155,7 +155,8 @@ def read_batch(batch: Batch) -> list[tuple[str, str]]:
     return docs
 
 
-def _pyarrow_parquet() -> Any:
+def pyarrow_parquet() -> Any:
+    """pyarrow.parquet, or an AuditError saying how to install it (the `audit` extra)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -163,4 +164,4 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-__all__ = ["AuditError", "BATCH_DOCS", "Batch", "corpus_batches", "read_batch"]
+__all__ = ["AuditError", "BATCH_DOCS", "Batch", "corpus_batches", "pyarrow_parquet", "read_batch"]

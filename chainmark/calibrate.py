@@ -245,14 +245,20 @@ def calibration_table(
 # ---------------------------------------------------------------------------
 # measured rates
 # ---------------------------------------------------------------------------
-def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) two-sided confidence interval for a binomial rate."""
+def _check_binomial(hits: object, trials: object, level: object) -> tuple[int, int, float]:
+    """Checked (hits, trials, level) of a binomial rate's confidence bound."""
     trials = check_int(trials, "trials", 1)
     hits = check_int(hits, "hits", 0)
     if hits > trials:
         raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
     if not _is_number(level) or not 0.0 < float(level) < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level}")
+    return hits, trials, float(level)
+
+
+def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) two-sided confidence interval for a binomial rate."""
+    hits, trials, level = _check_binomial(hits, trials, level)
     ci = binomtest(hits, trials).proportion_ci(confidence_level=float(level), method="exact")
     return float(ci.low), float(ci.high)
 
@@ -264,28 +270,18 @@ def clopper_pearson_upper(hits: int, trials: int, level: float = 0.95) -> float:
     certificate needs ("at most alpha"), where the two-sided interval's upper
     end would spend half of 1 - level on the other side.
     """
-    trials = check_int(trials, "trials", 1)
-    hits = check_int(hits, "hits", 0)
-    if hits > trials:
-        raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
+    hits, trials, level = _check_binomial(hits, trials, level)
     if hits == trials:
         return 1.0
-    return float(beta.ppf(float(level), hits + 1, trials - hits))
+    return float(beta.ppf(level, hits + 1, trials - hits))
 
 
 def clopper_pearson_lower(hits: int, trials: int, level: float = 0.95) -> float:
     """Exact one-sided lower confidence bound for a binomial rate (0 when nothing was hit)."""
-    trials = check_int(trials, "trials", 1)
-    hits = check_int(hits, "hits", 0)
-    if hits > trials:
-        raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
+    hits, trials, level = _check_binomial(hits, trials, level)
     if hits == 0:
         return 0.0
-    return float(beta.ppf(1.0 - float(level), hits, trials - hits + 1))
+    return float(beta.ppf(1.0 - level, hits, trials - hits + 1))
 
 
 def trials_to_bound(rate: float, level: float = 0.95) -> int:

@@ -108,9 +108,6 @@ def text_null(ids: Any, topology: Topology, test: str = "z", exact_up_to: int | 
     ``test="z"`` scores every transition (a pair repeated m times counts m
     times); ``"distinct"`` each distinct pair once.
     """
-    if test not in ("z", "distinct"):
-        raise ValueError(f"test must be 'z' or 'distinct' (the exact test's null is Binomial(m, p0) for every "
-                         f"text), got {test!r}")
     return pair_null(*pair_counts(ids), topology, test, exact_up_to)
 
 
