@@ -15,7 +15,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_COMPILE := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: book test install clean browser reference
+.PHONY: book test install clean browser reference participant
 
 install: $(STAMP)
 
@@ -38,6 +38,10 @@ test:
 	@$(MAKE) --no-print-directory book && echo "book $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory browser && echo "browser $$(date +%s.%N)" >> $(CLOCK)
 	$(BIN)/pytest
+
+# the workshop's participant edition alone (make book also writes it, zipped, into the site)
+participant: $(STAMP)
+	$(BIN)/python tools/participant_edition.py _build/participant --zip _build/participant/chainmark-participant-edition.zip
 
 # headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian
 browser:

@@ -218,16 +218,21 @@ def _build_section(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 
 @pytest.mark.parametrize("chapter", BUILD_CHAPTERS)
 def test_core_chapter_builds_its_component_before_importing_it(chapter):
-    """A '## Build it' section where the reader's own code (a def or a class, shown, not hidden)
-    is checked against the package by a visible assert."""
+    """A '## Build it' section where the reader's own code (a def or a class, shown, not hidden, in a cell
+    tagged build-it) is checked against the package in a visible cell tagged build-check that calls
+    chainmark.workshop.check_build (strict in the book, explanatory in the participant edition)."""
     nb = nbformat.read(ROOT / chapter, as_version=4)
     section = _build_section(nb)
     assert section, f"{chapter} has no '## Build it' section"
     shown = [c for c in section if c.cell_type == "code" and not set(c.metadata.get("tags", [])) & _HIDDEN]
     assert any(re.search(r"^\s*(def|class) \w+", c.source, re.M) for c in shown), (
         f"{chapter}: the Build it section has no visible function or class written by the reader")
-    assert any(re.search(r"^\s*assert\b", c.source, re.M) for c in shown), (
-        f"{chapter}: the Build it section never checks the reader's code against the package (no visible assert)")
+    assert any("build-it" in c.metadata.get("tags", []) and re.search(r"^\s*(def|class) \w+", c.source, re.M)
+               for c in shown), f"{chapter}: the reader's function or class is not in a cell tagged build-it"
+    assert any("build-check" in c.metadata.get("tags", []) and re.search(r"\bcheck_build\(", c.source)
+               for c in shown), (
+        f"{chapter}: the Build it section never checks the reader's code against the package (no visible "
+        "check_build in a cell tagged build-check)")
 
 
 @pytest.mark.parametrize("chapter", BUILD_CHAPTERS)

