@@ -2,7 +2,8 @@
 
 Every chapter with a Build it is executed twice from its participant copy: with the skeletons unfilled
 (every check says "not written yet" and the chapter runs to its end on the package's versions) and with
-the book's code put back (every check agrees). The other chapters differ from the book only by their
+the book's code put back (every check agrees), on the small foreign model (see ``participant_runs``);
+chapter 1's copy with a deliberately broken partition runs on the embedded model. The other chapters differ from the book only by their
 removed solutions and the edition's switch; a static check shows that nothing a later cell uses was
 defined inside a removed solution.
 """
@@ -15,6 +16,7 @@ import os
 import re
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -74,6 +76,15 @@ def test_each_participant_copy_has_skeletons_no_solutions_and_the_switch(path):
     kept = [c for c in copy_.cells if c.source != edition.MODE_CELL and edition.BUILD_TAG not in tags(c)]
     book_sources = {c.source for c in book.cells}
     assert all(c.source in book_sources or c.cell_type == "markdown" for c in kept)  # the rest is the book's
+
+
+@pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
+def test_a_check_shows_its_sentence_and_nothing_of_its_bookkeeping(path):
+    """A check cell never ends on a bare check_build(...) call, whose result object would print below it."""
+    for cell in read(path).cells:
+        if edition.CHECK_TAG in tags(cell):
+            last = ast.parse(cell.source).body[-1]
+            assert not (isinstance(last, ast.Expr) and "check_build" in ast.unparse(last)), cell.source[-200:]
 
 
 def test_a_skeleton_keeps_imports_constants_signatures_and_docstrings():
@@ -178,35 +189,28 @@ def test_the_zip_holds_every_chapter_and_a_readme(tmp_path):
 
 # --- executing the participant notebooks -------------------------------------------------------------------
 
-def execute(nb, cwd: Path, runs: Path, stop_after: int | None = None):
-    from nbclient import NotebookClient
-    cells = nb.cells if stop_after is None else nb.cells[:stop_after + 1]
-    nb = copy.deepcopy(nb)
-    nb.cells = copy.deepcopy(cells)
-    env_before = dict(os.environ)
-    os.environ.update(CHAINMARK_RUNS=str(runs), HF_HUB_OFFLINE="1")
-    os.environ.pop("CHAINMARK_EDITION", None)
-    try:
-        NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(env_before)
-    return nb
-
-
 def check_outputs(nb) -> list[str]:
     return ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
             for c in nb.cells if edition.CHECK_TAG in tags(c)]
 
 
 def test_a_deliberately_broken_partition_is_explained_in_one_sentence(tmp_path):
-    nb = edition.participant_notebook(read(ROOT / "book" / "01_partition.ipynb"), "01_partition.ipynb")
+    """Chapter 1's participant copy, on the embedded model, with an off-by-one in the id it hashes: run to
+    its check, which says where the tables differ and why in one sentence, then lets the chapter go on."""
+    from nbclient import NotebookClient
+
+    book = read(ROOT / "book" / "01_partition.ipynb")
+    nb = edition.participant_notebook(book, "01_partition.ipynb")
     build = next(i for i, c in enumerate(nb.cells) if edition.BUILD_TAG in tags(c))
-    book_cell = next(c for c in read(ROOT / "book" / "01_partition.ipynb").cells if edition.BUILD_TAG in tags(c))
+    book_cell = next(c for c in book.cells if edition.BUILD_TAG in tags(c))
     nb.cells[build].source = book_cell.source.replace('token_id.to_bytes(8, "big")', '(token_id + 1).to_bytes(8, "big")')
     assert nb.cells[build].source != book_cell.source
     check = next(i for i, c in enumerate(nb.cells) if edition.CHECK_TAG in tags(c))
-    (out,) = check_outputs(execute(nb, tmp_path, tmp_path / "runs", stop_after=check))
+    nb.cells = nb.cells[:check + 1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINMARK_")}
+    env.update(CHAINMARK_RUNS=str(tmp_path / "runs"), HF_HUB_OFFLINE="1")
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
+    (out,) = check_outputs(nb)
     explanation = out.strip().split(". Look at ")[0]
     assert explanation.startswith("✗ my_state_table differs from the package: at token id 0 yours gives state")
     assert explanation.endswith("is the package's at t + 1: an off-by-one in what you use for t")
@@ -214,11 +218,52 @@ def test_a_deliberately_broken_partition_is_explained_in_one_sentence(tmp_path):
     assert out.strip().endswith("The chapter goes on with the package's version.")
 
 
+@pytest.fixture(scope="module")
+def participant_runs(tmp_path_factory) -> dict[tuple[str, bool], dict]:
+    """Every participant copy with a Build it, executed to its end twice: skeletons unfilled, and with the
+    book's Build it code put back.
+
+    They run on the small foreign model of tests/foreign_model.py (random weights, its own tokenizer), two
+    kernels of one thread at a time, in soft claim mode: what is tested is the edition's code path (the
+    skeletons, the checks, the package's versions taking over), which is the same on any model, and a
+    chapter costs seconds instead of minutes. The book build executes the same Build it code and checks
+    strictly on the embedded model; the test above runs chapter 1's participant copy on it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import claims_robustness
+    import foreign_model
+
+    from chainmark.keys import write_key_file
+
+    model = foreign_model.build(tmp_path_factory.mktemp("foreign-model"))
+    work = tmp_path_factory.mktemp("participant")
+    jobs = [(path, restore) for path in BUILD_CHAPTERS for restore in (False, True)]
+
+    def run(job: tuple[Path, bool]) -> tuple[tuple[str, bool], dict]:
+        path, restore = job
+        folder = work / f"{path.stem}-{'restored' if restore else 'unfilled'}"
+        folder.mkdir()
+        notebook = folder / path.name
+        nbformat.write(edition.participant_notebook(read(path), path.name, restore=restore), notebook)
+        write_key_file(folder / "key.key")
+        result = claims_robustness.execute(str(notebook), folder / "key.key", folder / "claims.jsonl", folder / "runs",
+                                           timeout=900, threads=1, keep_notebook=True)
+        return (path.stem, restore), result
+
+    with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
+        env.setenv("CHAINMARK_MODEL", str(model))
+        env.setenv("CHAINMARK_SCALE", "smoke")
+        env.delenv("CHAINMARK_EDITION", raising=False)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(pool.map(run, jobs))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("restore", [False, True], ids=["unfilled", "book-code-restored"])
 @pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
-def test_the_participant_copy_runs_to_its_end(path, restore, tmp_path):
-    nb = execute(edition.participant_notebook(read(path), path.name, restore=restore), tmp_path, tmp_path / "runs")
-    outputs = check_outputs(nb)
+def test_the_participant_copy_runs_to_its_end(path, restore, participant_runs):
+    result = participant_runs[path.stem, restore]
+    assert result["completed"], f"{path.name} ({'restored' if restore else 'unfilled'}) stopped: {result['error']}"
+    outputs = check_outputs(result["notebook"])
     assert outputs and all(o.strip() for o in outputs)
     for out in outputs:
         lines = [l for l in out.splitlines() if l.startswith(("✓", "✗"))]
