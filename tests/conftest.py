@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,49 @@ def chromium():
         browser = launch(playwright, binary)
         yield browser
         browser.close()
+
+
+# --- another model: tests/foreign_model.py, every chapter executed on it ------------------------------------
+
+@pytest.fixture(scope="session")
+def foreign(tmp_path_factory):
+    """A small model that is not the embedded one (tests/foreign_model.py), built once per test session."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import foreign_model
+
+    folder = foreign_model.build(tmp_path_factory.mktemp("foreign-model"))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    assert len(tok) != 49_152 and not tok.chat_template
+    return folder
+
+
+@pytest.fixture(scope="session")
+def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
+    """Every chapter executed on the foreign model, each under a fresh key in its own kernel, two at a time
+    (tests/test_foreign_model.py checks them; tests/test_participant_edition.py reads their Build it checks).
+
+    On this tiny model most of a chapter's time is its kernel's start, imports and small computations on one
+    core, so two kernels of one CPU thread each finish the set in a little over half the time of one after
+    the other (issue 41); each chapter still runs alone in its kernel, as a reader's would."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import claims_robustness
+
+    from chainmark.keys import write_key_file
+
+    work = tmp_path_factory.mktemp("foreign-runs")
+
+    def execute(chapter: str) -> tuple[str, dict]:
+        folder = work / Path(chapter).stem
+        folder.mkdir()
+        key_file = folder / "teaching-or-not.key"
+        write_key_file(key_file)
+        return chapter, claims_robustness.execute(chapter, key_file, folder / "claims.jsonl", folder / "runs",
+                                                  timeout=900, threads=1, keep_notebook=True)
+
+    with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
+        env.setenv("CHAINMARK_MODEL", str(foreign))
+        env.setenv("CHAINMARK_SCALE", "smoke")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return dict(pool.map(execute, claims_robustness.toc_chapters()))

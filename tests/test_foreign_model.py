@@ -10,7 +10,6 @@ embedded model's committed reference run, so every reference claim holds.
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,40 +58,8 @@ def check_settings_and_forecast(nb, folder: Path, chapter: str) -> None:
     assert not long_steps or forecasts[0] < long_steps[0], (chapter, forecasts, long_steps)
 
 
-@pytest.fixture(scope="module")
-def foreign(tmp_path_factory):
-    folder = foreign_model.build(tmp_path_factory.mktemp("foreign-model"))
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    assert len(tok) != 49_152 and not tok.chat_template
-    return folder
-
-
-@pytest.fixture(scope="module")
-def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
-    """Every chapter executed on the foreign model, each under a fresh key in its own kernel, two at a time.
-
-    On this tiny model most of a chapter's time is its kernel's start, imports and small computations on one
-    core, so two kernels of one CPU thread each finish the set in a little over half the time of one after
-    the other (issue 41); each chapter still runs alone in its kernel, as a reader's would."""
-    from chainmark.keys import write_key_file
-
-    work = tmp_path_factory.mktemp("foreign-runs")
-
-    def execute(chapter: str) -> tuple[str, dict]:
-        folder = work / Path(chapter).stem
-        folder.mkdir()
-        key_file = folder / "teaching-or-not.key"
-        write_key_file(key_file)
-        return chapter, claims_robustness.execute(chapter, key_file, folder / "claims.jsonl", folder / "runs",
-                                                  timeout=900, threads=1, keep_notebook=True)
-
-    with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
-        env.setenv("CHAINMARK_MODEL", str(foreign))
-        env.setenv("CHAINMARK_SCALE", "smoke")
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return dict(pool.map(execute, CHAPTERS))
+# the fixtures `foreign` (the model's folder) and `foreign_runs` (every chapter executed on it) live in
+# conftest.py: the participant edition's tests reuse both
 
 
 @pytest.mark.slow

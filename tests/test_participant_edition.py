@@ -1,9 +1,10 @@
 """The participant edition (tools/participant_edition.py): skeletons, no solutions, and it runs both ways.
 
-Every chapter with a Build it is executed twice from its participant copy: with the skeletons unfilled
-(every check says "not written yet" and the chapter runs to its end on the package's versions) and with
-the book's code put back (every check agrees), on the small foreign model (see ``participant_runs``);
-chapter 1's copy with a deliberately broken partition runs on the embedded model. The other chapters differ from the book only by their
+Every chapter with a Build it is executed from its participant copy with the skeletons unfilled (every
+check says "not written yet" and the chapter runs to its end on the package's versions), on the small
+foreign model (see ``participant_runs``), and so is chapter 1's copy with a deliberately broken
+partition. With the book's code put back, a copy is the book's chapter less its solutions: its checks are
+read from the book's chapter executed on the same model (see the last test). The other chapters differ from the book only by their
 removed solutions and the edition's switch; a static check shows that nothing a later cell uses was
 defined inside a removed solution.
 """
@@ -194,81 +195,102 @@ def check_outputs(nb) -> list[str]:
             for c in nb.cells if edition.CHECK_TAG in tags(c)]
 
 
-def test_a_deliberately_broken_partition_is_explained_in_one_sentence(tmp_path):
-    """Chapter 1's participant copy, on the embedded model, with an off-by-one in the id it hashes: run to
-    its check, which says where the tables differ and why in one sentence, then lets the chapter go on."""
-    from nbclient import NotebookClient
-
-    book = read(ROOT / "book" / "01_partition.ipynb")
+def broken_partition(book) -> object:
+    """Chapter 1's participant copy with the book's Build it code put back and an off-by-one in the hashed id."""
     nb = edition.participant_notebook(book, "01_partition.ipynb")
     build = next(i for i, c in enumerate(nb.cells) if edition.BUILD_TAG in tags(c))
     book_cell = next(c for c in book.cells if edition.BUILD_TAG in tags(c))
     nb.cells[build].source = book_cell.source.replace('token_id.to_bytes(8, "big")', '(token_id + 1).to_bytes(8, "big")')
     assert nb.cells[build].source != book_cell.source
-    check = next(i for i, c in enumerate(nb.cells) if edition.CHECK_TAG in tags(c))
-    nb.cells = nb.cells[:check + 1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHAINMARK_")}
-    env.update(CHAINMARK_RUNS=str(tmp_path / "runs"), HF_HUB_OFFLINE="1")
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute(env=env)
-    (out,) = check_outputs(nb)
-    explanation = out.strip().split(". Look at ")[0]
-    assert explanation.startswith("✗ my_state_table differs from the package: at token id 0 yours gives state")
-    assert explanation.endswith("is the package's at t + 1: an off-by-one in what you use for t")
-    assert explanation.count(". ") == 0  # one sentence
-    assert out.strip().endswith("The chapter goes on with the package's version.")
+    return nb
 
 
 @pytest.fixture(scope="module")
-def participant_runs(tmp_path_factory) -> dict[tuple[str, bool], dict]:
-    """Every participant copy with a Build it, executed to its end twice: skeletons unfilled, and with the
-    book's Build it code put back.
+def participant_runs(foreign, tmp_path_factory) -> dict[str, dict]:
+    """Every participant copy with a Build it executed to its end with its skeletons unfilled, and chapter 1's
+    copy with a deliberately broken partition.
 
     They run on the small foreign model of tests/foreign_model.py (random weights, its own tokenizer), two
     kernels of one thread at a time, in soft claim mode: what is tested is the edition's code path (the
     skeletons, the checks, the package's versions taking over), which is the same on any model, and a
-    chapter costs seconds instead of minutes. The book build executes the same Build it code and checks
-    strictly on the embedded model; the test above runs chapter 1's participant copy on it."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    chapter costs seconds instead of minutes."""
+    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
-    import foreign_model
 
     from chainmark.keys import write_key_file
 
-    model = foreign_model.build(tmp_path_factory.mktemp("foreign-model"))
     work = tmp_path_factory.mktemp("participant")
-    jobs = [(path, restore) for path in BUILD_CHAPTERS for restore in (False, True)]
+    jobs = {f"{p.stem}-unfilled": edition.participant_notebook(read(p), p.name) for p in BUILD_CHAPTERS}
+    jobs["01_partition-broken"] = broken_partition(read(ROOT / "book" / "01_partition.ipynb"))
 
-    def run(job: tuple[Path, bool]) -> tuple[tuple[str, bool], dict]:
-        path, restore = job
-        folder = work / f"{path.stem}-{'restored' if restore else 'unfilled'}"
+    def run(job: tuple[str, object]) -> tuple[str, dict]:
+        name, nb = job
+        folder = work / name
         folder.mkdir()
-        notebook = folder / path.name
-        nbformat.write(edition.participant_notebook(read(path), path.name, restore=restore), notebook)
+        nbformat.write(nb, folder / "chapter.ipynb")
         write_key_file(folder / "key.key")
-        result = claims_robustness.execute(str(notebook), folder / "key.key", folder / "claims.jsonl", folder / "runs",
-                                           timeout=900, threads=1, keep_notebook=True)
-        return (path.stem, restore), result
+        return name, claims_robustness.execute(str(folder / "chapter.ipynb"), folder / "key.key", folder / "claims.jsonl",
+                                               folder / "runs", timeout=900, threads=1, keep_notebook=True)
 
     with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
-        env.setenv("CHAINMARK_MODEL", str(model))
+        env.setenv("CHAINMARK_MODEL", str(foreign))
         env.setenv("CHAINMARK_SCALE", "smoke")
         env.delenv("CHAINMARK_EDITION", raising=False)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            return dict(pool.map(run, jobs))
+            return dict(pool.map(run, jobs.items()))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("restore", [False, True], ids=["unfilled", "book-code-restored"])
+def test_a_deliberately_broken_partition_is_explained_in_one_sentence(participant_runs):
+    """Chapter 1's copy with an off-by-one in the id it hashes: its check says where the tables differ and why,
+    in one sentence, and the chapter goes on to its end with the package's table."""
+    result = participant_runs["01_partition-broken"]
+    assert result["completed"], result["error"]
+    out = check_outputs(result["notebook"])[0].strip()
+    explanation = out.split(". Look at ")[0]
+    assert re.fullmatch(r"✗ my_state_table differs from the package: at token id \d+ yours gives state \d and the "
+                        r"package \d \([\d,]+ of [\d,]+ differ\); your state at every token id t is the package's at "
+                        r"t \+ 1: an off-by-one in what you use for t", explanation), explanation
+    assert out.endswith("The chapter goes on with the package's version.")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
-def test_the_participant_copy_runs_to_its_end(path, restore, participant_runs):
-    result = participant_runs[path.stem, restore]
-    assert result["completed"], f"{path.name} ({'restored' if restore else 'unfilled'}) stopped: {result['error']}"
+def test_the_participant_copy_runs_to_its_end_unfilled(path, participant_runs):
+    result = participant_runs[f"{path.stem}-unfilled"]
+    assert result["completed"], f"{path.name} (unfilled) stopped: {result['error']}"
     outputs = check_outputs(result["notebook"])
     assert outputs and all(o.strip() for o in outputs)
     for out in outputs:
         lines = [l for l in out.splitlines() if l.startswith(("✓", "✗"))]
-        assert lines, out
-        if restore:
-            assert all(l.startswith("✓") for l in lines), out
+        assert lines and all(l.startswith("✗") and "is not written yet." in l for l in lines), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)
+def test_the_participant_copy_with_the_book_code_put_back_passes_every_check(path, foreign_runs):
+    """With the book's Build it code, a participant copy is the book's chapter less its solutions, which come
+    after every check, plus the switch, which changes what a check does only when it fails (tested above:
+    the rest is the book's, and no kept cell needs a solution). So its checks print what the book's checks
+    print, and the book's chapter has just been executed on the foreign model (conftest.foreign_runs, for
+    tests/test_foreign_model.py): every check there agrees with the package."""
+    book = read(path)
+    restored = edition.participant_notebook(book, path.name, restore=True)
+    book_code = [c for c in book.cells if c.cell_type == "code"]
+    kept = [c.source for c in restored.cells if c.cell_type == "code" and c.source != edition.MODE_CELL]
+    removed, j = [], 0
+    for i, cell in enumerate(book_code):  # the copy's code cells are the book's, in order, some left out
+        if j < len(kept) and cell.source == kept[j]:
+            j += 1
         else:
-            assert all(l.startswith("✗") and "is not written yet." in l for l in lines), out
+            removed.append(i)
+    assert j == len(kept) and removed
+    last_check = max(i for i, c in enumerate(book_code) if edition.CHECK_TAG in tags(c))
+    assert all(i > last_check for i in removed), (removed, last_check)  # only solutions, after every check
+    result = foreign_runs[f"book/{path.name}"]
+    assert result["completed"], f"{path.name} stopped on the foreign model: {result['error']}"
+    outputs = check_outputs(result["notebook"])
+    assert len(outputs) == sum(edition.CHECK_TAG in tags(c) for c in restored.cells)
+    for out in outputs:
+        lines = [l for l in out.splitlines() if l.startswith(("✓", "✗"))]
+        assert lines and all(l.startswith("✓") and "agrees with the package" in l for l in lines), out
