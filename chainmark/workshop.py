@@ -84,21 +84,21 @@ def check_build(what: str, yours: Callable[[], Any], package: Any, *, compare: C
     try:
         mine = yours()
     except NotImplementedError:
-        return _outcome(what, "not written", f"{what} is not written yet.", package, raise_in_book=True)
+        return _outcome(what, "not written", f"{what} is not written yet.", package)
     except Exception as exc:  # the reader's code failed: say how, and what to look at
         message = f"{what} raised {type(exc).__name__}: {exc}. Look at {look_at.strip().rstrip('.')}."
-        return _outcome(what, "raised", message, package, raise_in_book=True, cause=exc)
+        return _outcome(what, "raised", message, package, cause=exc)
     difference = compare(mine, package)
     if difference is None:
         print(f"✓ {what} agrees with the package{(' ' + agrees.strip()) if agrees.strip() else ''}.")
         return BuildCheck(what, "agrees", "", mine)
     message = f"{what} differs from the package: {difference.rstrip('.')}. Look at {look_at.strip().rstrip('.')}."
-    return _outcome(what, "differs", message, package, raise_in_book=True)
+    return _outcome(what, "differs", message, package)
 
 
-def _outcome(what: str, status: str, message: str, package: Any, *, raise_in_book: bool,
-             cause: BaseException | None = None) -> BuildCheck:
-    if not in_participant_edition() and raise_in_book:
+def _outcome(what: str, status: str, message: str, package: Any, cause: BaseException | None = None) -> BuildCheck:
+    """A failed check: raised in the book; printed in the participant edition, which goes on with the package's."""
+    if not in_participant_edition():
         raise BuildCheckFailed(message) from cause
     print(f"✗ {message} The chapter goes on with the package's version.")
     return BuildCheck(what, status, message, package)
