@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TOKENIZE_ONLY = """
 import json, resource, sys, time
-from chainmark.tokenizer import load_tokenizer
+from chainmark.auditor.tokenizer import load_tokenizer
 tok = load_tokenizer()
 texts = [json.loads(line)["text"] for line in open(sys.argv[1], encoding="utf-8")]
 start = time.perf_counter()
@@ -70,7 +70,7 @@ print(json.dumps({"seconds": seconds, "peak_kb": resource.getrusage(resource.RUS
 
 
 def shipped_documents() -> list[str]:
-    from chainmark.corpora import shipped_texts
+    from chainmark.harness.corpora import shipped_texts
 
     return shipped_texts()
 

@@ -28,10 +28,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from chainmark.embed import ChainMarkConfig, calibrate_gate, generate  # noqa: E402
-from chainmark.models import load_model  # noqa: E402
-from chainmark.prompts import load_prompts  # noqa: E402
-from chainmark.reference import PROTOCOL, reference_key  # noqa: E402
+from chainmark.config import ChainMarkConfig  # noqa: E402
+from chainmark.embed import calibrate_gate, generate  # noqa: E402
+from chainmark.harness.models import load_model  # noqa: E402
+from chainmark.harness.prompts import load_prompts  # noqa: E402
+from chainmark.harness.reference.protocol import PROTOCOL, reference_key  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

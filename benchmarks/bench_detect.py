@@ -4,7 +4,7 @@
 
 Both detectors see the same 1,000,000 random token ids (vocabulary 49,152,
 the embedded model's). The reference is the paper's listing restated in
-``chainmark.detect.reference_detect``: one SHA-256 per token in a Python
+``chainmark.detection.reference_detect``: one SHA-256 per token in a Python
 loop, on a Python list (its natural input). The vectorised detector is
 timed warm (state table already cached, the steady state of an auditor
 checking many texts with one key) on the numpy array a tokenizer returns
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from chainmark.detect import detect, detect_batch, reference_detect
+from chainmark.detection import detect, detect_batch, reference_detect
 
 VOCAB = 49152
 

@@ -52,9 +52,11 @@ import torch  # noqa: E402
 from transformers import LogitsProcessorList  # noqa: E402
 from transformers.generation.logits_process import WatermarkLogitsProcessor  # noqa: E402
 
-from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, calibrate_gate, generate, logits_width  # noqa: E402
+from chainmark.config import ChainMarkConfig  # noqa: E402
+from chainmark.embed import ChainMarkLogitsProcessor, calibrate_gate, generate, logits_width  # noqa: E402
 from chainmark.keys import book_key  # noqa: E402
-from chainmark.models import chat_prompt, load_model  # noqa: E402
+from chainmark.embed import chat_prompt  # noqa: E402
+from chainmark.harness.models import load_model  # noqa: E402
 
 PROMPTS = [
     "Explain photosynthesis in a comprehensive way.",

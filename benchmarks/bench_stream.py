@@ -5,8 +5,8 @@ scoring the text whole (the baseline, what detect did before), in one run.
 
 The corpus is built from what ships, so anyone can rebuild it: the book's
 reference run (every stored reply, watermarked and not, of the embedded
-model: ``chainmark.reference.load_texts``) and the prose of the Python
-Language Reference (``chainmark.corpora.python_reference_documents``), one
+model: ``chainmark.harness.reference.load_texts``) and the prose of the Python
+Language Reference (``chainmark.harness.corpora.python_reference_documents``), one
 document per paragraph, blank lines between them. That base (a few MB) is
 repeated, each copy in a freshly shuffled document order (seeded), until the
 size is reached. Each measurement is a separate process running
@@ -49,9 +49,9 @@ print(json.dumps({"seconds": time.perf_counter() - start, "peak_kb": resource.ge
 
 WHOLE = """
 import json, resource, sys, time
-from chainmark.detect import detect_text
+from chainmark.detection import detect_text
 from chainmark.keys import read_key_file
-from chainmark.tokenizer import load_tokenizer
+from chainmark.auditor.tokenizer import load_tokenizer
 start = time.perf_counter()
 text = open(sys.argv[2], encoding="utf-8").read()
 r = detect_text(text, load_tokenizer(), read_key_file(sys.argv[1]), S=5, test="z")
@@ -62,7 +62,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "peak_kb": resource.ge
 
 
 def base_documents() -> list[str]:
-    from chainmark.corpora import shipped_texts
+    from chainmark.harness.corpora import shipped_texts
 
     return shipped_texts()
 

@@ -33,6 +33,13 @@ from .checks import check_alpha, check_int, check_length, check_rho_positive
 from .checks import is_number as _is_number
 from .verdict import decide
 
+__all__ = ["HEAVY_TAIL_KURTOSIS", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "RECALIBRATION_METHODS", "RateEstimate",
+           "calibration_table", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper",
+           "cluster_bootstrap_rate", "critical_count", "exact_fpr", "exceedance_rate", "excess_kurtosis",
+           "hoeffding_fpr_bound", "judge_against", "lifted_threshold", "midpoint_exact_fpr", "midpoint_threshold",
+           "midpoint_z", "min_null_samples", "null_p0", "predicted_z", "rate_estimate", "recalibrate", "s_star",
+           "s_star_exact", "split_halves", "threshold_interval", "trials_to_bound", "z_alpha"]
+
 #: The paper's lookup-table grid (section "Reference tables").
 PAPER_NS = (100, 200, 500, 1000)
 PAPER_RHOS = (0.3, 0.5)

@@ -12,6 +12,9 @@ import numpy as np
 
 from .limits import MAX_STATES
 
+__all__ = ["check_alpha", "check_int", "check_length", "check_num_states", "check_rho", "check_rho_positive",
+           "check_states", "is_number"]
+
 
 def is_number(x: object) -> bool:
     """A real number (Python or numpy), not a bool."""

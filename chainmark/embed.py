@@ -15,8 +15,8 @@ choices keep it cheap:
   candidate logits instead of masking the whole ``batch x V`` matrix;
 * the gate signal (entropy, and the top-2 gap when asked for) is computed
   once per step and shared with the trace recorder, sharing one softmax
-  (:func:`chainmark.signals.entropy_signals` with ``fused=True``, or
-  :func:`chainmark.signals.row_signals` row by row);
+  (:func:`chainmark.gate_signals.entropy_signals` with ``fused=True``, or
+  :func:`chainmark.gate_signals.row_signals` row by row);
 * scratch memory is reused from step to step (fresh vocabulary-sized
   temporaries cost more than the arithmetic on them);
 * on the CPU each row is handled while it sits in the cache (signal, masked
@@ -33,62 +33,32 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .gates import Gate, check_gate_kind, check_rho
-from .keys import key_fingerprint
-from .models import chat_prompt
-from .partition import Key, check_num_states, key_bytes, state_table
-from .settings import GENERATION_SEED
-from .signals import Workspace, entropy_signals, row_maxima, row_signals
-from .topology import Topology, TopologyLike, resolve_topology
+from .config import GENERATION_SEED, ChainMarkConfig
+from .gates import Gate, check_gate_kind
+from .checks import check_rho
+from .partition import state_table
+from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
+from .topology import Topology
+
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "SignalRecorder", "calibrate_gate", "candidate_table",
+           "chat_prompt", "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
 #: large (huge S with large k); the processor then masks row by row instead.
 _MAX_CANDIDATE_ENTRIES = 1 << 24
 
 
-@dataclass(frozen=True)
-class ChainMarkConfig:
-    """A validated watermark configuration. The key never appears in its repr."""
-
-    key: Key = field(repr=False)
-    S: int = 5
-    rho: float = 0.5
-    gate: str = "high_entropy"
-    topology: TopologyLike = "clockwork"
-
-    def __post_init__(self) -> None:
-        key_bytes(self.key)  # TypeError for anything but bytes/str
-        if len(key_bytes(self.key)) == 0:
-            raise ValueError("key must not be empty")
-        object.__setattr__(self, "S", check_num_states(self.S))
-        object.__setattr__(self, "rho", check_rho(self.rho))
-        check_gate_kind(self.gate)
-        if self.gate == "all" and self.rho != 1.0:
-            raise ValueError(f"gate 'all' watermarks every position, so rho must be 1, got {self.rho}")
-        topo = resolve_topology(self.topology, self.S)
-        object.__setattr__(self, "topology", topo)
-
-    @property
-    def topo(self) -> Topology:
-        return self.topology  # type: ignore[return-value]
-
-    @property
-    def fingerprint(self) -> str:
-        return key_fingerprint(self.key)
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready description with the key's fingerprint, never the key."""
-        return {"key_fingerprint": self.fingerprint, "S": self.S, "rho": self.rho,
-                "gate": self.gate, "topology": self.topo.name, "k": self.topo.k}
-
-    def default_gate(self) -> Gate:
-        """The gate when no calibration is needed (rho = 0 or 1, or the 'all' gate)."""
-        if self.gate == "all" or self.rho in (0.0, 1.0):
-            return Gate.calibrate(self.gate, self.rho, [])
-        raise ValueError(
-            f"gate {self.gate!r} at rho = {self.rho} needs a threshold tau: calibrate it on a "
-            "pilot with chainmark.embed.calibrate_gate(...) and pass gate=..."
-        )
+def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) -> str:
+    """Render one user message through the tokenizer's chat template."""
+    if not isinstance(user_message, str) or not user_message.strip():
+        raise ValueError("user_message must be a non-empty string")
+    messages = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": user_message})
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return user_message  # base models without a template get the raw text
 
 
 class SignalRecorder(LogitsProcessor):

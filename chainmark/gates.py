@@ -7,7 +7,7 @@ quantile matching, so that the share of gated positions tracks the budget rho.
 
 This module is the gate's model-free logic (kinds, thresholds, calibration,
 flags from a signal), importable without torch; the signals themselves are
-computed from logits in :mod:`chainmark.signals`, whose :func:`~chainmark.signals.gate_flags`
+computed from logits in :mod:`chainmark.gate_signals`, whose :func:`~chainmark.gate_signals.gate_flags`
 applies a gate to a batch of logits.
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from .checks import check_rho
+
+__all__ = ["GATE_KINDS", "Gate", "check_gate_kind"]
 
 GATE_KINDS = ("all", "high_entropy", "low_entropy", "top2_gap")
 
@@ -36,7 +38,7 @@ def _quantile(values: np.ndarray, q: float) -> float:
 @dataclass(frozen=True)
 class Gate:
     """A gate of one kind with a threshold: flags from a signal (:meth:`flags_from_signal`),
-    or from logits with :func:`chainmark.signals.gate_flags`.
+    or from logits with :func:`chainmark.gate_signals.gate_flags`.
 
     ``tau = +inf`` with ``high_entropy`` (or ``-inf`` with the others) gates
     nothing, the opposite infinity gates everything, so rho = 0 and rho = 1

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["atomic_write", "atomic_write_json", "to_jsonable"]
+
 
 def to_jsonable(value: Any) -> Any:
     """A JSON-safe copy: dict keys to str, tuples and arrays to lists, numpy scalars to

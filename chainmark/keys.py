@@ -17,6 +17,11 @@ from pathlib import Path
 from .limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
 from .partition import Key, key_bytes
 
+__all__ = ["HASH_LENGTH", "KEY_ENV", "KEY_FILE_ENV", "KEY_LENGTH", "TEACHING_LABEL", "book_key", "book_key_source",
+           "check_key_bytes", "derive_key", "generate_key", "hkdf", "hkdf_expand", "hkdf_extract",
+           "key_file_is_private", "key_fingerprint", "load_key", "read_key_file", "teaching_key", "weak_key_reason",
+           "write_key_file"]
+
 KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
 KEY_FILE_ENV = "CHAINMARK_KEY_FILE"  # path of a file holding the raw key bytes
 KEY_LENGTH = 32

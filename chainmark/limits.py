@@ -6,6 +6,9 @@ names it, before anything of that size is read or allocated.
 """
 from __future__ import annotations
 
+__all__ = ["DEFAULT_MAX_CORPUS_BYTES", "DEFAULT_MAX_INPUT_BYTES", "DEFAULT_MAX_TEXT_BYTES", "MAX_KEY_FILE_BYTES",
+           "MAX_REGIME_BYTES", "MAX_STATES", "MIN_KEY_BYTES"]
+
 #: Largest state count S. The keyed partition splits the vocabulary into S
 #: classes: at S = 4096 the embedded model's 49,152 tokens leave 12 per state,
 #: so a forced step chooses among a handful of tokens and larger S cannot
@@ -23,7 +26,7 @@ MAX_KEY_FILE_BYTES = 4096
 
 #: Default largest text input of ``chainmark detect`` (``--max-bytes`` changes
 #: it): a safety limit, not a memory limit, since texts are tokenized and
-#: scored in pieces of a quarter megabyte (:mod:`chainmark.stream`) and memory
+#: scored in pieces of a quarter megabyte (:mod:`chainmark.auditor.stream`) and memory
 #: stays flat as they grow. A gibibyte of text is some 300 million tokens.
 DEFAULT_MAX_TEXT_BYTES = 1024 * 1024 * 1024
 

@@ -23,7 +23,10 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from .partition import check_num_states
+from .checks import check_num_states
+
+__all__ = ["TOPOLOGY_K", "TOPOLOGY_NAMES", "Topology", "TopologyLike", "adjacent_covariance", "cycle_topology",
+           "null_moments", "resolve_topology"]
 
 
 class Topology:

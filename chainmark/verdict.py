@@ -2,8 +2,8 @@
 
 Every detector of the package counts, among the ``n_scored`` positions it
 scores, the ``n_hits`` that follow the watermark: legal transitions for
-ChainMark (:mod:`chainmark.detect`, :mod:`chainmark.lrdetect`), green tokens
-for KGW and SWEET (:mod:`chainmark.baselines`). ``phi = n_hits / n_scored``
+ChainMark (:mod:`chainmark.detection`, :mod:`chainmark.comparison.lrdetect`), green tokens
+for KGW and SWEET (:mod:`chainmark.comparison.baselines`). ``phi = n_hits / n_scored``
 is compared with its rate ``p0`` under the null (k/S, or the green share
 gamma) through a z-score and a one-sided p-value, and :func:`decide` turns
 them into a flag. :class:`Verdict` holds these fields under one set of names;
@@ -18,7 +18,7 @@ of a few fixed *forms*, so that what is already published never changes: the
 detector's own dictionary (``"result"``), the line of a stored record
 (``"record"``: ``phi, z, p_value, decision, n_scored`` and a detector's
 extras) and, for ChainMark, the command line's audit row (``"audit"``, which
-reads its threshold and decision from a :class:`chainmark.regime.Regime`).
+reads its threshold and decision from a :class:`chainmark.auditor.regime.Regime`).
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ import numpy as np
 
 #: A field of a form: its name in the dictionary, or (name in the dictionary, where the value comes from).
 #: A source ``"regime.NAME"`` reads the regime's attribute NAME; ``"regime.flagged"`` and
-#: ``"regime.label"`` are the regime's verdict on this text (:meth:`~chainmark.regime.Regime.decide`,
-#: :meth:`~chainmark.regime.Regime.label`).
+#: ``"regime.label"`` are the regime's verdict on this text (:meth:`~chainmark.auditor.regime.Regime.decide`,
+#: :meth:`~chainmark.auditor.regime.Regime.label`).
 FormField = Union[str, Tuple[str, str]]
 
 #: The fields of a stored record's detection entry, in their stored order (detectors append their extras).
@@ -41,8 +41,8 @@ def decide(*, z: Any, p_value: Any = None, alpha: Any = None, threshold: Any = N
     """The decision rule, stated once: flag when p < alpha or, when a z threshold is set, when z > threshold.
 
     Every detector flags with it at its own alpha (no threshold); a
-    published regime (:class:`chainmark.regime.Regime`) and the calibrated
-    rates of :func:`chainmark.records.tpr` apply an operating threshold on
+    published regime (:class:`chainmark.auditor.regime.Regime`) and the calibrated
+    rates of :func:`chainmark.harness.runner.tpr` apply an operating threshold on
     z. It works element by element on numpy arrays and pandas Series as on
     numbers (a NaN never flags).
     """
@@ -138,4 +138,4 @@ class Verdict:
         return getattr(regime, name)
 
 
-__all__ = ["RECORD_FORM", "Verdict", "alias", "decide"]
+__all__ = ["FormField", "RECORD_FORM", "Verdict", "alias", "decide"]

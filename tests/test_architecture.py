@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,37 +18,63 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "chainmark"
-#: The model-free core: what ``pip install chainmark`` (no extras) must be able to import and run.
-CORE = ("stream", "detect", "calibrate", "regime", "verdict", "keyaudit", "repetition", "keys", "gates", "topology", "partition", "tokenizer", "jsonio",
-        "checks", "limits", "cli", "audit", "audit_input")
+#: What ``pip install chainmark`` (no extras) must be able to import and run: the method's detection side,
+#: the auditor's toolkit and the command line's dispatcher.
+CORE = ("detection", "significance", "calibrate", "config", "verdict", "keys", "gates", "topology", "partition",
+        "repetition", "jsonio", "checks", "limits", "auditor.stream", "auditor.corpus", "auditor.corpus_input",
+        "auditor.regime", "auditor.keyaudit", "auditor.tokenizer", "cli")
 MAX_LINES = 600
-REASON = "Longer than 600 lines because"
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
+                           "lint_imports_command()"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
 
 
 def test_import_linter_contracts_hold():
-    """Layers (interfaces > orchestration > model-based > core), the core free of torch,
-    transformers and plotting, and no cycles between modules (see pyproject.toml)."""
-    out = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
-                          "lint_imports_command()"], cwd=ROOT, capture_output=True, text=True)
+    """One layers contract over the folders (cli > teaching > harness > comparison, auditor > the method),
+    exhaustive; the model-free side free of torch, transformers and plotting; no cycles (pyproject.toml)."""
+    out = _lint(ROOT)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "3 kept, 0 broken" in out.stdout
 
 
+def test_a_module_outside_the_layers_contract_fails_it(tmp_path):
+    """The layers contract is exhaustive: a new module or subpackage that joins no layer breaks it."""
+    import shutil
+
+    shutil.copytree(PACKAGE, tmp_path / "chainmark", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "chainmark" / "stray.py").write_text('"""A module nobody placed."""\n', "utf-8")
+    out = _lint(tmp_path)
+    assert out.returncode != 0 and "stray" in out.stdout, out.stdout[-3000:]
+
+
 def _package_imports() -> dict[str, set[str]]:
-    """Every module's imports of sibling modules, at any depth of the file (function-local ones too)."""
-    names = {p.stem for p in PACKAGE.glob("*.py")}
+    """Every module's imports of other chainmark modules, at any depth of the file (function-local ones too)."""
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in _modules():
+        name = _dotted(path)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                targets = [node.module] if node.module else [a.name for a in node.names]
-                deps |= {t.split(".")[0] for t in targets if t and t.split(".")[0] in names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chainmark."):
-                deps.add(node.module.split(".")[1])
-        deps.discard(path.stem)
-        deps.discard("__init__")
-        graph[path.stem] = deps
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+                deps |= {target} if node.module else {f"{target}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chainmark"):
+                deps.add(node.module)
+        graph[name] = {d for d in deps if d != name}
     return graph
 
 
@@ -88,23 +115,113 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_modules():
     graph = _package_imports()
-    assert graph["records"] and "methods" in graph["records"]  # the scan sees imports
-    assert _cycles(graph) == []
+    assert "chainmark.harness.adapters" in graph["chainmark.harness.runner"]  # the scan sees imports
+    modules = {n: {d for d in deps if d in graph and not n.startswith(d + ".")} for n, deps in graph.items()
+               if not n.endswith("__init__")}
+    assert _cycles({n: d for n, d in modules.items()}) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_module_is_longer_than_600_lines_without_a_reason():
-    long = {}
-    for path in sorted(PACKAGE.glob("*.py")):
-        text = path.read_text("utf-8")
-        n = text.count("\n")
-        doc = ast.get_docstring(ast.parse(text)) or ""
-        if n > MAX_LINES and REASON not in doc:
-            long[path.name] = n
-    assert long == {}, f"modules over {MAX_LINES} lines without '{REASON} ...' in their docstring: {long}"
+def test_no_module_is_longer_than_600_lines():
+    long = {str(p.relative_to(PACKAGE)): p.read_text("utf-8").count("\n") for p in _modules()}
+    assert {name: n for name, n in long.items() if n > MAX_LINES} == {}
+
+
+def test_every_module_declares_all_and_imports_names_where_they_live():
+    """An ``__all__`` in every module (packages compute theirs from their modules'); every name imported from
+    another chainmark module is defined there (no re-exports), and none is private."""
+    defined: dict[str, set[str]] = {}
+    trees = {}
+    for path in _modules():
+        tree = trees[_dotted(path)] = ast.parse(path.read_text("utf-8"))
+        top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        top |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        top |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        defined[_dotted(path)] = top
+        if path.name not in ("__init__.py", "__main__.py"):
+            assert "__all__" in top, f"{path.relative_to(ROOT)} declares no __all__"
+    problems = []
+    for name, tree in trees.items():
+        is_package = (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file()
+        package = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("chainmark")):
+                continue
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            for alias in node.names:
+                if source in defined and alias.name not in defined[source] and f"{source}.{alias.name}" not in trees \
+                        and alias.name != "__version__":
+                    problems.append(f"{name} imports {alias.name} from {source}, which does not define it")
+                elif alias.name.startswith("_") and alias.name != "__version__":
+                    problems.append(f"{name} imports the private {alias.name} from {source}")
+    assert problems == []
+
+
+def test_class_names_are_distinct_and_chainmark_variables_defined_once():
+    """Two classes never share a name; every ``CHAINMARK_*`` environment variable is named in one place."""
+    classes: dict[str, list[str]] = {}
+    variables: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(_dotted(path))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith("CHAINMARK_") and node.value.isupper() and " " not in node.value:
+                variables.setdefault(node.value, []).append(_dotted(path))
+    assert {n: m for n, m in classes.items() if len(m) > 1} == {}
+    assert {n: m for n, m in variables.items() if len(m) > 1} == {}
+    assert {"CHAINMARK_MODEL", "CHAINMARK_KEY_FILE", "CHAINMARK_RUNS"} <= set(variables)
+
+
+def test_the_package_is_the_method_and_a_few_subpackages_as_the_readme_lists_them():
+    """``ls chainmark/`` shows the method's modules and the audience folders, each explained in the README's
+    layout section, which names nothing that is not there."""
+    import chainmark
+
+    entries = {p.stem for p in PACKAGE.glob("*.py") if not p.name.startswith("_")}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(chainmark.SUBPACKAGES)
+    assert set(chainmark.METHOD_MODULES) <= entries
+    readme = (ROOT / "README.md").read_text("utf-8")
+    layout = readme[readme.index("## Package layout"):]
+    layout = layout[:layout.index("\n## ", 4)]
+    listed = set(re.findall(r"^\| `chainmark/([a-z_]+)(?:\.py|/)`", layout, flags=re.M))
+    assert listed == entries | folders, (listed ^ (entries | folders))
+
+
+def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
+    found = {}
+    for nb in sorted((ROOT / "book").glob("*.ipynb")):
+        statements = []
+        for cell in json.loads(nb.read_text("utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
+                               else line for line in "".join(cell["source"]).splitlines())
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chainmark"):
+                    statements.append(node)
+                elif isinstance(node, ast.Import) and any(a.name.startswith("chainmark") for a in node.names):
+                    statements.append(node)
+        found[nb.stem] = statements
+    return found
+
+
+def test_a_readers_api_of_a_few_names():
+    """Over every chapter: at most 80 distinct chainmark names imported, from at most 10 modules, and no
+    chapter with more than 10 chainmark import statements."""
+    found = _chapter_imports()
+    names = {a.asname or a.name for st in sum(found.values(), []) for a in st.names}
+    modules = {st.module if isinstance(st, ast.ImportFrom) else a.name for st in sum(found.values(), [])
+               for a in st.names}
+    assert len(found) >= 20 and "detect" in names
+    assert len(names) <= 80, sorted(names)
+    assert len(modules) <= 10, sorted(modules)
+    assert {ch: len(st) for ch, st in found.items() if len(st) > 10} == {}
 
 
 # A child interpreter in which torch, transformers and the plotting libraries cannot be imported:
@@ -150,9 +267,9 @@ def test_the_auditors_cli_runs_without_torch_and_agrees_with_the_full_install(tm
     out = _core_python(cli, "detect", "--key-file", str(key), "--S", "5", "--json", str(text))
     assert out.returncode in (0, 1), out.stderr[-3000:]
     row = json.loads(out.stdout.splitlines()[0])
-    from chainmark.detect import detect_text
+    from chainmark.detection import detect_text
     from chainmark.keys import load_key
-    from chainmark.models import load_tokenizer
+    from chainmark.auditor.tokenizer import load_tokenizer
     full = detect_text(text.read_text("utf-8"), load_tokenizer(), load_key(key), S=5, test="exact")  # the default
     assert row["z"] == pytest.approx(full.z) and row["n_tokens"] == full.n_tokens
     assert bool(row["is_watermarked"]) == bool(full.is_watermarked)

@@ -1,4 +1,5 @@
-"""Tests for chainmark.attacks: the edit counts, determinism, delta_eff, the (1-delta)^2 law, the Monte Carlo."""
+"""Tests for chainmark.comparison.attacks, .rewrites and .adversary: the edit counts, determinism, delta_eff,
+the (1-delta)^2 law, the Monte Carlo."""
 from __future__ import annotations
 
 import math
@@ -6,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from chainmark import attacks as A
-from chainmark.detect import detect
-from chainmark.experiments import simulate_watermarked_ids
+from chainmark.comparison import adversary as D
+from chainmark.comparison import attacks as A
+from chainmark.comparison import rewrites as R
+from chainmark.detection import detect
+from chainmark.harness.grids import simulate_watermarked_ids
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -166,7 +169,7 @@ def test_mean_z_ratio_after_substitution_is_one_minus_delta_squared(delta):
     seqs = watermarked_sequences(count, n, rho)
     mean, se = mean_ratio_and_se(seqs, A.Substitution(delta, V, seed=43))
     gap = rho * (S - 1) / S  # phi_pre - p0 in expectation
-    finite_n = abs(A.predicted_z_ratio("substitution", delta, n) - (1 - delta) ** 2)
+    finite_n = abs(D.predicted_z_ratio("substitution", delta, n) - (1 - delta) ** 2)
     tol = 4 * se + finite_n + partition_slack(gap, delta)
     assert abs(mean - (1 - delta) ** 2) <= tol, (mean, (1 - delta) ** 2, tol)
 
@@ -175,9 +178,9 @@ def test_mean_z_ratio_after_substitution_is_one_minus_delta_squared(delta):
 def test_mean_z_ratio_after_deletion_and_insertion(kind, delta):
     n, rho, count = 200, 0.5, 300
     seqs = watermarked_sequences(count, n, rho, seed=11)
-    attack = A.make_attack(kind, delta=delta, **({"vocab_size": V} if kind == "insertion" else {}))
+    attack = R.make_attack(kind, delta=delta, **({"vocab_size": V} if kind == "insertion" else {}))
     mean, se = mean_ratio_and_se(seqs, attack)
-    predicted = A.predicted_z_ratio(kind, delta, n, rho=rho, S=S)
+    predicted = D.predicted_z_ratio(kind, delta, n, rho=rho, S=S)
     gap = rho * (S - 1) / S
     assert abs(mean - predicted) <= 4 * se + partition_slack(gap, delta), (mean, predicted, se)
 
@@ -209,38 +212,38 @@ def _reference_blind(states, delta, S, rng):
 def test_simulate_walks_draws_like_the_chapters_first_simulation(S, rho):
     mine, ref = np.random.default_rng(43), np.random.default_rng(43)
     for n in (1, 2, 40):
-        walks = A.simulate_walks(50, n, S, rho, mine)
+        walks = D.simulate_walks(50, n, S, rho, mine)
         want = _reference_walks(50, n, S, rho, ref)
         assert walks.dtype == np.int64 and walks.shape == (50, n)
         np.testing.assert_array_equal(walks, want)
         for d in (0.0, 0.3, 1.0):  # one generator shared by walks and attacks, in the chapter's order
-            np.testing.assert_array_equal(A.blind_substitution(walks, d, S, mine), _reference_blind(want, d, S, ref))
-    np.testing.assert_array_equal(A.simulate_walks(20, 30, S, rho, 7), A.simulate_walks(20, 30, S, rho, 7))
-    np.testing.assert_array_equal(A.simulate_walks(20, 30, S, rho), A.simulate_walks(20, 30, S, rho, 43))
+            np.testing.assert_array_equal(D.blind_substitution(walks, d, S, mine), _reference_blind(want, d, S, ref))
+    np.testing.assert_array_equal(D.simulate_walks(20, 30, S, rho, 7), D.simulate_walks(20, 30, S, rho, 7))
+    np.testing.assert_array_equal(D.simulate_walks(20, 30, S, rho), D.simulate_walks(20, 30, S, rho, 43))
 
 
 def test_simulate_walks_on_a_k_regular_topology():
     soft = Topology.soft_cycle(5)
     succ = np.array([soft.successors(s) for s in range(5)])
-    walks = A.simulate_walks(300, 60, 5, 1.0, np.random.default_rng(1), topology=soft)
+    walks = D.simulate_walks(300, 60, 5, 1.0, np.random.default_rng(1), topology=soft)
     np.testing.assert_array_equal(walks, _reference_walks(300, 60, 5, 1.0, np.random.default_rng(1), succ))
     assert soft.is_valid(walks[:, :-1], walks[:, 1:]).all()  # rho = 1: every step legal
-    assert A.simulate_walks(5, 9, 5, 0.5, 3, topology="soft_cycle").shape == (5, 9)
+    assert D.simulate_walks(5, 9, 5, 0.5, 3, topology="soft_cycle").shape == (5, 9)
     with pytest.raises(ValueError, match="k-regular"):
         irregular = Topology.from_matrix([[0, 1, 1], [1, 0, 0], [1, 0, 0]], allow_irregular=True)
-        A.simulate_walks(5, 9, 3, 0.5, topology=irregular)
+        D.simulate_walks(5, 9, 3, 0.5, topology=irregular)
 
 
 @pytest.mark.parametrize("delta", [0.1, 0.3, 0.5])
 def test_blind_substitution_on_walks_follows_the_law(delta):
     S, rho, trials, n = 5, 0.5, 4000, 100
     rng = np.random.default_rng(5)
-    walks = A.simulate_walks(trials, n, S, rho, rng)
+    walks = D.simulate_walks(trials, n, S, rho, rng)
 
     def excess(w):
         return (((w[:, 1:] - w[:, :-1]) % S == 1).mean(axis=1) - 1 / S)
 
-    before, after = excess(walks), excess(A.blind_substitution(walks, delta, S, rng))
+    before, after = excess(walks), excess(D.blind_substitution(walks, delta, S, rng))
     ratio = after.mean() / before.mean()
     se = after.std(ddof=1) / np.sqrt(trials) / before.mean()
     assert abs(ratio - (1 - delta) ** 2) <= 4 * se + 0.01, (ratio, (1 - delta) ** 2, se)
@@ -248,42 +251,42 @@ def test_blind_substitution_on_walks_follows_the_law(delta):
 
 def test_monte_carlo_argument_errors():
     with pytest.raises(ValueError, match="trials"):
-        A.simulate_walks(0, 10, 5, 0.5)
+        D.simulate_walks(0, 10, 5, 0.5)
     with pytest.raises(TypeError, match="n"):
-        A.simulate_walks(10, 2.5, 5, 0.5)
+        D.simulate_walks(10, 2.5, 5, 0.5)
     with pytest.raises(ValueError, match="rho"):
-        A.simulate_walks(10, 10, 5, 1.5)
+        D.simulate_walks(10, 10, 5, 1.5)
     with pytest.raises(ValueError, match="S"):
-        A.simulate_walks(10, 10, 1, 0.5)
+        D.simulate_walks(10, 10, 1, 0.5)
     with pytest.raises(ValueError, match="delta"):
-        A.blind_substitution(np.zeros((2, 3), dtype=int), -0.1, 5)
+        D.blind_substitution(np.zeros((2, 3), dtype=int), -0.1, 5)
     with pytest.raises(TypeError, match="integer"):
-        A.blind_substitution(np.zeros((2, 3)), 0.1, 5)
+        D.blind_substitution(np.zeros((2, 3)), 0.1, 5)
 
 
 def test_predicted_ratio_limits():
-    assert A.predicted_z_ratio("substitution", 0.2) == pytest.approx(0.64)
-    assert A.predicted_z_ratio("substitution", 0.2, 10 ** 6) == pytest.approx(0.64, abs=1e-5)
-    assert A.predicted_z_ratio("deletion", 0.3) == pytest.approx(0.7 ** 1.5)
-    assert A.predicted_z_ratio("deletion", 0.3, 10 ** 4) == pytest.approx(0.7 ** 1.5, abs=1e-3)
-    assert A.predicted_z_ratio("insertion", 0.3, 10 ** 5) == pytest.approx(1.3 ** -1.5, abs=1e-4)
+    assert D.predicted_z_ratio("substitution", 0.2) == pytest.approx(0.64)
+    assert D.predicted_z_ratio("substitution", 0.2, 10 ** 6) == pytest.approx(0.64, abs=1e-5)
+    assert D.predicted_z_ratio("deletion", 0.3) == pytest.approx(0.7 ** 1.5)
+    assert D.predicted_z_ratio("deletion", 0.3, 10 ** 4) == pytest.approx(0.7 ** 1.5, abs=1e-3)
+    assert D.predicted_z_ratio("insertion", 0.3, 10 ** 5) == pytest.approx(1.3 ** -1.5, abs=1e-4)
     delta_star = 1 - 1 / math.sqrt(2)
-    assert A.predicted_z_ratio("substitution", delta_star) == pytest.approx(0.5)
+    assert D.predicted_z_ratio("substitution", delta_star) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="kind"):
-        A.predicted_z_ratio("paraphrase", 0.2)
+        D.predicted_z_ratio("paraphrase", 0.2)
 
 
 # --------------------------------------------------------------------------- the Attack interface
 
 
 def test_attack_registry_and_levels():
-    assert set(A.ATTACKS) == {"substitution", "deletion", "insertion", "paraphrase", "back_translation"}
-    sub = A.make_attack("substitution", delta=0.2, vocab_size=V)
+    assert set(R._ATTACKS) == {"substitution", "deletion", "insertion", "paraphrase", "back_translation"}
+    sub = R.make_attack("substitution", delta=0.2, vocab_size=V)
     assert sub.level == "tokens" and sub.describe()["delta"] == 0.2
     assert A.Deletion(0.1).level == A.Insertion(0.1, V).level == "tokens"
-    assert A.Paraphrase.level == A.BackTranslation.level == "text"
+    assert R.Paraphrase.level == R.BackTranslation.level == "text"
     with pytest.raises(ValueError, match="unknown attack"):
-        A.make_attack("shuffle")
+        R.make_attack("shuffle")
 
 
 def test_apply_ids_gives_each_item_its_own_stream():
@@ -309,22 +312,22 @@ def test_apply_ids_with_names_derives_each_stream_from_the_seed_and_the_name():
     assert sub.apply_ids([ids], names=["m/wiki/0001"]) == [b]
     assert A.Substitution(0.2, V, seed=44).apply_ids([ids], names=["m/wiki/0001"]) != [b]
     # the stream is record_seed's, and it is nested in delta like the plain attack
-    assert b == sub.edit(ids, np.random.default_rng(A.record_seed(43, "m/wiki/0001")))
-    assert b == sub.edit(ids, A.record_seed(43, "m/wiki/0001"))
+    assert b == sub.edit(ids, np.random.default_rng(A._record_seed(43, "m/wiki/0001")))
+    assert b == sub.edit(ids, A._record_seed(43, "m/wiki/0001"))
     small = A.Substitution(0.1, V, seed=43).apply_ids([ids], names=["m/wiki/0001"])[0]
     assert {i for i, (x, y) in enumerate(zip(ids, small)) if x != y} <= \
         {i for i, (x, y) in enumerate(zip(ids, b)) if x != y}
     # a stable hash: the same words on every machine and every Python (no PYTHONHASHSEED)
-    assert A.record_seed(43, "chainmark/wiki/0003").spawn_key == A.record_seed(43, "chainmark/wiki/0003").spawn_key
-    assert A.record_seed(43, "x").spawn_key == (1108767021, 1152394935, 2843501057, 4113739003)
+    assert A._record_seed(43, "chainmark/wiki/0003").spawn_key == A._record_seed(43, "chainmark/wiki/0003").spawn_key
+    assert A._record_seed(43, "x").spawn_key == (1108767021, 1152394935, 2843501057, 4113739003)
     with pytest.raises(ValueError, match="one entry per item"):
         sub.apply_ids([ids, ids], names=["only one"])
     with pytest.raises(TypeError, match="names"):
         sub.apply_ids([ids], names="m/wiki/0000")
     with pytest.raises(TypeError, match="Generator"):
-        A.record_seed(np.random.default_rng(0), "x")
+        A._record_seed(np.random.default_rng(0), "x")
     with pytest.raises(TypeError, match="record"):
-        A.record_seed(43, 7)
+        A._record_seed(43, 7)
 
 
 def upper(texts, source, target):
@@ -340,7 +343,7 @@ def test_text_attack_through_apply_ids():
         def __call__(self, text, add_special_tokens=False):
             return {"input_ids": [ord(c) for c in text]}
 
-    bt = A.BackTranslation("fr", upper)
+    bt = R.BackTranslation("fr", upper)
     assert bt.apply_ids([[104, 105]], Tok()) == [[72, 73]]
     assert bt.apply_ids([[104, 105]], Tok(), names=["m/wiki/0000"]) == [[72, 73]]  # names do not matter
     with pytest.raises(ValueError, match="tokenizer"):
@@ -390,10 +393,10 @@ def test_back_translation_calls_the_translator_once_per_leg_on_the_whole_batch()
         calls.append((list(texts), source, target))
         return [f"{source}>{target}|{t}" for t in texts]
 
-    bt = A.BackTranslation("zh", translator)
+    bt = R.BackTranslation("zh", translator)
     assert bt.apply_text(["hello", "world"]) == ["zh>en|en>zh|hello", "zh>en|en>zh|world"]
     assert calls == [(["hello", "world"], "en", "zh"), (["en>zh|hello", "en>zh|world"], "zh", "en")]
-    assert A.BackTranslation("de", translator, source="fr").apply_text(["a"]) == ["de>fr|fr>de|a"]
+    assert R.BackTranslation("de", translator, source="fr").apply_text(["a"]) == ["de>fr|fr>de|a"]
     assert bt.apply_text([]) == []
     assert bt.describe() == {"attack": "back_translation", "level": "text", "pivot": "zh", "source": "en",
                              "translator": "translator"}
@@ -402,35 +405,35 @@ def test_back_translation_calls_the_translator_once_per_leg_on_the_whole_batch()
 def test_back_translation_takes_one_translator_protocol():
     # a model id, None, a one-argument round trip, a non-callable: each a TypeError that says what to pass
     with pytest.raises(TypeError, match=r"Seq2SeqTranslator\('facebook/nllb"):
-        A.BackTranslation("zh", "facebook/nllb-200-distilled-600M")
+        R.BackTranslation("zh", "facebook/nllb-200-distilled-600M")
     with pytest.raises(TypeError, match="LMTranslator"):
-        A.BackTranslation("zh", None)
+        R.BackTranslation("zh", None)
     with pytest.raises(TypeError, match="texts, source, target"):
-        A.BackTranslation("zh", lambda text: text)
+        R.BackTranslation("zh", lambda text: text)
     with pytest.raises(TypeError, match="translator"):
-        A.BackTranslation("zh", 42)
+        R.BackTranslation("zh", 42)
     # a per-text translator (text, source, target) -> text is caught when it returns one string
     with pytest.raises(TypeError, match="list of strings"):
-        A.BackTranslation("zh", lambda text, source, target: f"{target}:{text}").apply_text(["a"])
+        R.BackTranslation("zh", lambda text, source, target: f"{target}:{text}").apply_text(["a"])
     with pytest.raises(ValueError, match="returned 1 texts for 2"):
-        A.BackTranslation("zh", lambda texts, source, target: texts[:1]).apply_text(["a", "b"])
+        R.BackTranslation("zh", lambda texts, source, target: texts[:1]).apply_text(["a", "b"])
     with pytest.raises(TypeError, match="position 0"):
-        A.BackTranslation("zh", lambda texts, source, target: [None] * len(texts)).apply_text(["a"])
+        R.BackTranslation("zh", lambda texts, source, target: [None] * len(texts)).apply_text(["a"])
 
 
 def test_back_translation_argument_errors():
     with pytest.raises(ValueError, match="language"):
-        A.BackTranslation("klingon", upper)
+        R.BackTranslation("klingon", upper)
     with pytest.raises(ValueError, match="language"):
-        A.BackTranslation("fr", upper, source="klingon")
+        R.BackTranslation("fr", upper, source="klingon")
     with pytest.raises(TypeError, match="texts"):
-        A.BackTranslation("fr", upper).apply_text("a single string")
+        R.BackTranslation("fr", upper).apply_text("a single string")
 
 
 def test_language_codes():
-    assert A.language("zh") == ("zho_Hans", "Chinese (Simplified)")
-    assert A.language("fra_Latn")[0] == "fra_Latn"
-    assert A.language("swh_Latn") == ("swh_Latn", "swh_Latn")
+    assert R._language("zh") == ("zho_Hans", "Chinese (Simplified)")
+    assert R._language("fra_Latn")[0] == "fra_Latn"
+    assert R._language("swh_Latn") == ("swh_Latn", "swh_Latn")
 
 
 def _tiny_nllb():
@@ -462,25 +465,25 @@ def test_seq2seq_translator_runs_the_nllb_code_path():
         return out
 
     model.generate = spy
-    translator = A.Seq2SeqTranslator(model, tok, max_new_tokens=4, num_beams=1)
-    out = A.BackTranslation("zh", translator).apply_text(["hello world", "abc"])
+    translator = R.Seq2SeqTranslator(model, tok, max_new_tokens=4, num_beams=1)
+    out = R.BackTranslation("zh", translator).apply_text(["hello world", "abc"])
     assert len(out) == 2 and all(isinstance(t, str) for t in out)
     assert seen == [("eng_Latn", tok.convert_tokens_to_ids("zho_Hans")),
                     ("zho_Hans", tok.convert_tokens_to_ids("eng_Latn"))]
-    bt = A.BackTranslation("fr", translator)
+    bt = R.BackTranslation("fr", translator)
     assert bt.describe()["translator"] == translator.name
 
 
 def test_seq2seq_translator_needs_a_tokenizer_for_a_loaded_model():
     model, _ = _tiny_nllb()
     with pytest.raises(ValueError, match="tokenizer"):
-        A.Seq2SeqTranslator(model)
+        R.Seq2SeqTranslator(model)
 
 
 def test_clean_reply():
-    assert A._clean_reply("Here is the rewritten text:\nThe sky is blue.") == "The sky is blue."
-    assert A._clean_reply('"Quoted answer."') == "Quoted answer."
-    assert A._clean_reply("Plain answer.") == "Plain answer."
+    assert R._clean_reply("Here is the rewritten text:\nThe sky is blue.") == "The sky is blue."
+    assert R._clean_reply('"Quoted answer."') == "Quoted answer."
+    assert R._clean_reply("Plain answer.") == "Plain answer."
 
 
 # --------------------------------------------------------------------------- the informed adversary
@@ -489,14 +492,14 @@ def test_clean_reply():
 def test_keyed_scrub_and_forge_need_few_edits():
     wm = watermarked_sequences(1, 200, 0.5, seed=3)[0].tolist()
     assert detect(wm, KEY, S).z > 8
-    scrubbed = A.keyed_scrub(wm, KEY, V, S=S, target_z=2.326)
+    scrubbed = D.keyed_scrub(wm, KEY, V, S=S, target_z=2.326)
     assert detect(scrubbed, KEY, S).z < 2.326
     assert A.edit_fraction(wm, scrubbed) < 0.3  # far below what a blind attacker needs
     plain = np.random.default_rng(5).integers(0, V, size=200).tolist()
-    forged = A.keyed_forge(plain, KEY, V, S=S, target_z=4.0)
+    forged = D.keyed_forge(plain, KEY, V, S=S, target_z=4.0)
     assert detect(forged, KEY, S).z > 4.0
     assert A.edit_fraction(plain, forged) < 0.3
-    walk = A.random_walk_text(100, KEY, V, S=S)
+    walk = D.random_walk_text(100, KEY, V, S=S)
     assert detect(walk, KEY, S).phi == 1.0
 
 
@@ -505,15 +508,15 @@ def test_keyed_scrub_and_forge_need_few_edits():
 
 @pytest.mark.slow
 def test_paraphrase_and_lm_back_translation_with_the_embedded_model():
-    from chainmark.models import load_model
+    from chainmark.harness.models import load_model
 
     model, tok = load_model()
     text = "The cat sat on the warm mat and watched the rain fall outside."
-    para = A.Paraphrase(model, tok, max_new_tokens=24)
+    para = R.Paraphrase(model, tok, max_new_tokens=24)
     first = para.apply_text([text, ""])
     assert first[1] == "" and isinstance(first[0], str) and first[0].strip()
     assert para.apply_text([text, ""]) == first  # seeded
-    translator = A.LMTranslator(model, tok, max_new_tokens=24)
-    bt = A.BackTranslation("fr", translator).apply_text([text])
+    translator = R.LMTranslator(model, tok, max_new_tokens=24)
+    bt = R.BackTranslation("fr", translator).apply_text([text])
     assert len(bt) == 1 and isinstance(bt[0], str)
-    assert "causal LM" in A.translator_name(translator)
+    assert "causal LM" in R._translator_name(translator)

@@ -1,4 +1,4 @@
-"""The corpus audit (chainmark.audit, `chainmark audit`): every input kind, the same rows on one process and
+"""The corpus audit (chainmark.auditor.corpus, `chainmark audit`): every input kind, the same rows on one process and
 on a Dask cluster, resuming, q-values, clear errors, and a key that never shows in task names or logs."""
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.stats import false_discovery_control
 
-from chainmark import cli, reference
-from chainmark.audit import AuditError, corpus_batches, parts_folder, read_audit, run_audit
-from chainmark.detect import detect_text
+from chainmark import cli
+from chainmark.harness import reference
+from chainmark.auditor.corpus_input import AuditError, corpus_batches
+from chainmark.auditor.corpus import parts_folder, read_audit, run_audit
+from chainmark.detection import detect_text
 from chainmark.keys import key_fingerprint, write_key_file
-from chainmark.regime import Regime
-from chainmark.tokenizer import load_tokenizer
+from chainmark.auditor.regime import Regime
+from chainmark.auditor.tokenizer import load_tokenizer
+from chainmark.cli.common import EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = reference.reference_key()  # the reference texts' key: ChainMark's replies are watermarked under it
@@ -205,13 +208,13 @@ def test_clear_errors_exit_2(tmp_path, capsys, docs):
         out = tmp_path / f"o{number}.parquet"
         code = cli.main(["audit", *extra, "--key-file", str(key), "--scheduler", "none", "--out", str(out)])
         err = capsys.readouterr().err
-        assert code == cli.EXIT_USAGE and says in err, (extra, err)
+        assert code == EXIT_USAGE and says in err, (extra, err)
     code = cli.main(["audit", str(good), "--key-file", str(key), "--scheduler", "none", "--out",
                      str(tmp_path / "exists.parquet")])
-    assert code == cli.EXIT_USAGE and "refusing to overwrite" in capsys.readouterr().err
+    assert code == EXIT_USAGE and "refusing to overwrite" in capsys.readouterr().err
     code = cli.main(["audit", str(good), "--key-file", str(key), "--scheduler", "none", "--out",
                      str(tmp_path / "x.csv")])
-    assert code == cli.EXIT_USAGE and ".parquet or .jsonl" in capsys.readouterr().err
+    assert code == EXIT_USAGE and ".parquet or .jsonl" in capsys.readouterr().err
 
 
 def test_the_command_applies_a_published_regime(tmp_path, capsys, docs):
@@ -232,7 +235,7 @@ def test_the_command_applies_a_published_regime(tmp_path, capsys, docs):
     write_key_file(other, bytes(range(1, 33)))
     code = cli.main(["audit", str(source), "--regime", str(tmp_path / "r.json"), "--key-file", str(other),
                      "--scheduler", "none", "--out", str(tmp_path / "o2.jsonl")])
-    assert code == cli.EXIT_USAGE and "fingerprint" in capsys.readouterr().err
+    assert code == EXIT_USAGE and "fingerprint" in capsys.readouterr().err
 
 
 def test_the_audit_runs_in_the_model_free_install(tmp_path, docs):
@@ -250,11 +253,11 @@ def test_the_audit_runs_in_the_model_free_install(tmp_path, docs):
 
 
 def test_long_documents_are_scored_in_pieces_with_the_same_rows(tmp_path, docs, monkeypatch):
-    import chainmark.audit as audit
+    import chainmark.auditor.corpus as audit
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:40])
     run_audit(source, tmp_path / "whole.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
-    monkeypatch.setattr(audit, "PIECE_CHARS", 300)  # most replies are now "long": scored by chainmark.stream
+    monkeypatch.setattr(audit, "PIECE_CHARS", 300)  # most replies are now "long": scored by chainmark.auditor.stream
     run_audit(source, tmp_path / "pieces.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
     assert (tmp_path / "pieces.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
 
@@ -296,7 +299,7 @@ def test_documents_below_n_min_never_enter_the_fdr_step(tmp_path, docs, suffix):
 
 
 def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs, capsys):
-    from chainmark.audit import fdr_refusal
+    from chainmark.auditor.corpus import fdr_refusal
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:80])
     za = regime("z").z_alpha

@@ -10,11 +10,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chainmark import models  # noqa: E402
-from chainmark.budget import duration, expect_generation  # noqa: E402
-from chainmark.models import (DEVICE_MEMORY_ENV, EMBEDDED_PARAMS, ModelLoadError, ModelTooLargeError,  # noqa: E402
+from chainmark.harness import models  # noqa: E402
+from chainmark.teaching.forecast import duration, expect_generation  # noqa: E402
+from chainmark.harness.models import (DEVICE_MEMORY_ENV, EMBEDDED_PARAMS, ModelLoadError, ModelTooLargeError,  # noqa: E402
                               check_fits, device_memory, memory_needed, model_size)
-from chainmark.settings import DEFAULT_MODEL  # noqa: E402
+from chainmark.auditor.tokenizer import DEFAULT_MODEL  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_a_local_model_is_sized_from_its_file_headers_without_loading(small_mode
 
 
 def test_the_embedded_models_size_is_its_checkpoints():
-    from chainmark.models import _converted_dir, _safetensors_params, embedded_gguf_path, load_model
+    from chainmark.harness.models import _converted_dir, _safetensors_params, embedded_gguf_path, load_model
 
     load_model()  # converts the GGUF once, if this machine has not yet
     converted = _converted_dir(embedded_gguf_path()) / "model.safetensors"
@@ -181,7 +181,7 @@ def test_the_forecast_is_close_to_the_real_generation_on_the_embedded_model():
     import time
 
     from chainmark.embed import generate
-    from chainmark.prompts import load_prompts
+    from chainmark.harness.prompts import load_prompts
 
     model, tokenizer = models.load_model()
     prompts = load_prompts("wiki", 4)

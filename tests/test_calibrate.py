@@ -1,4 +1,4 @@
-"""Tests for chainmark.calibrate (closed form, exact size, recalibration) and chainmark.corpora.
+"""Tests for chainmark.calibrate (closed form, exact size, recalibration) and chainmark.harness.corpora.
 
 Statistical tests use fixed seeds; every tolerance is four standard errors of
 the quantity's sampling distribution, derived in the test from the model
@@ -36,7 +36,8 @@ from chainmark.calibrate import (
     split_halves,
     z_alpha,
 )
-from chainmark.detect import p_value, score_states, z_score
+from chainmark.significance import p_value, z_score
+from chainmark.detection import score_states
 from chainmark.topology import Topology
 
 # The paper's lookup table (reference tables section): rows n, columns
@@ -371,7 +372,7 @@ def test_bad_corpora():
 
 # ---------------------------------------------------------------- corpus
 def test_python_reference_corpus_is_prose():
-    from chainmark.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
+    from chainmark.harness.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
 
     docs = python_reference_documents()
     summary = corpus_summary(docs)
@@ -385,7 +386,7 @@ def test_python_reference_corpus_is_prose():
 
 
 def test_token_windows_do_not_straddle_sequences():
-    from chainmark.corpora import token_windows
+    from chainmark.harness.corpora import token_windows
 
     windows = token_windows([list(range(10)), list(range(100, 107))], n=3)
     assert [w.tolist() for w in windows] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [100, 101, 102], [103, 104, 105]]
@@ -395,7 +396,7 @@ def test_token_windows_do_not_straddle_sequences():
 
 
 def test_human_windows_through_a_tokenizer():
-    from chainmark.corpora import Document, human_windows
+    from chainmark.harness.corpora import Document, human_windows
 
     def char_tokenizer(text, add_special_tokens=False):
         assert add_special_tokens is False

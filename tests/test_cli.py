@@ -21,8 +21,11 @@ import pytest
 
 from chainmark import calibrate as cal
 from chainmark import cli
-from chainmark.regime import regime_digest
-from chainmark.models import load_tokenizer as real_load_tokenizer
+from chainmark.auditor.regime import (REGIME_FORMAT, regime_digest, regime_document, regime_problems,
+                                      tokenizer_fingerprint)
+from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
+from chainmark.cli import detect_commands
+from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from chainmark.partition import state_table
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
 from cli_support import KEY, ByteTokenizer, watermarked_text
@@ -36,7 +39,7 @@ class OtherTokenizer(ByteTokenizer):
 @pytest.fixture(autouse=True)
 def fake_tokenizer(monkeypatch):
     """Use the byte tokenizer unless a test asks for another; no key from the environment."""
-    import chainmark.tokenizer
+    import chainmark.auditor.tokenizer
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
@@ -49,10 +52,10 @@ def fake_tokenizer(monkeypatch):
         if name == "other-tokenizer":
             return OtherTokenizer()
         if name == "broken/tokenizer":
-            raise chainmark.tokenizer.TokenizerLoadError(f"Could not load the tokenizer {name!r}: not found")
+            raise chainmark.auditor.tokenizer.TokenizerLoadError(f"Could not load the tokenizer {name!r}: not found")
         return ByteTokenizer()
 
-    monkeypatch.setattr(chainmark.tokenizer, "load_tokenizer", load)
+    monkeypatch.setattr(chainmark.auditor.tokenizer, "load_tokenizer", load)
     return loaded
 
 
@@ -97,7 +100,7 @@ def test_help_has_examples_and_exit_codes(capsys):
 
 def test_no_command_is_a_usage_error(capsys):
     code, _, err = run(capsys)
-    assert code == cli.EXIT_USAGE and "usage" in err
+    assert code == EXIT_USAGE and "usage" in err
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -118,7 +121,7 @@ def test_no_command_is_a_usage_error(capsys):
 ])
 def test_bad_options_exit_2_naming_the_option_and_range(capsys, argv, words):
     code, _, err = run(capsys, *argv)
-    assert code == cli.EXIT_USAGE
+    assert code == EXIT_USAGE
     for word in words:
         assert word in err, (word, err)
 
@@ -140,7 +143,7 @@ def test_keygen_writes_private_32_byte_key_and_prints_only_its_fingerprint(capsy
 def test_keygen_refuses_to_overwrite(capsys, key_file):
     before = key_file.read_bytes()
     code, out, err = run(capsys, "keygen", "--out", key_file)
-    assert code == cli.EXIT_USAGE and "refusing to overwrite" in err and out == ""
+    assert code == EXIT_USAGE and "refusing to overwrite" in err and out == ""
     assert key_file.read_bytes() == before
 
 
@@ -157,7 +160,7 @@ def test_keygen_derives_per_deployment_keys(capsys, tmp_path, key_file):
 
 def test_keygen_context_needs_master(capsys, tmp_path):
     code, _, err = run(capsys, "keygen", "--out", tmp_path / "x.key", "--context", "c")
-    assert code == cli.EXIT_USAGE and "--from-master" in err
+    assert code == EXIT_USAGE and "--from-master" in err
     assert not (tmp_path / "x.key").exists()
 
 
@@ -193,7 +196,7 @@ def test_detect_json_lines(capsys, tmp_path, key_file):
 
 
 def test_detect_matches_the_library(capsys, tmp_path, key_file):
-    from chainmark.detect import detect_text
+    from chainmark.detection import detect_text
 
     text = plain_text(500, seed=5)
     path = write(tmp_path, "t.txt", text)
@@ -255,9 +258,9 @@ def test_detect_distinct_pairs(capsys, tmp_path, key_file):
 def test_fail_on_detect_exit_codes(capsys, tmp_path, key_file):
     marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
     plain = write(tmp_path, "plain.txt", plain_text())
-    assert run(capsys, "detect", "--key-file", key_file, marked)[0] == cli.EXIT_OK
-    assert run(capsys, "detect", "--key-file", key_file, "--fail-on-detect", marked, plain)[0] == cli.EXIT_DETECTED
-    assert run(capsys, "detect", "--key-file", key_file, "--fail-on-detect", plain)[0] == cli.EXIT_OK
+    assert run(capsys, "detect", "--key-file", key_file, marked)[0] == EXIT_OK
+    assert run(capsys, "detect", "--key-file", key_file, "--fail-on-detect", marked, plain)[0] == EXIT_DETECTED
+    assert run(capsys, "detect", "--key-file", key_file, "--fail-on-detect", plain)[0] == EXIT_OK
 
 
 def test_detect_reads_stdin(capsys, tmp_path, key_file, monkeypatch):
@@ -269,7 +272,7 @@ def test_detect_reads_stdin(capsys, tmp_path, key_file, monkeypatch):
 
 def test_detect_stdin_only_once(capsys, key_file):
     code, _, err = run(capsys, "detect", "--key-file", key_file, "-", "-")
-    assert code == cli.EXIT_USAGE and "only once" in err
+    assert code == EXIT_USAGE and "only once" in err
 
 
 def test_key_from_environment(capsys, tmp_path, monkeypatch):
@@ -301,21 +304,21 @@ def test_one_token_text_is_too_short(capsys, tmp_path, key_file):
 def test_missing_key_file(capsys, tmp_path):
     path = write(tmp_path, "t.txt", "hello")
     code, out, err = run(capsys, "detect", "--key-file", tmp_path / "nope.key", path)
-    assert code == cli.EXIT_USAGE and out == ""
+    assert code == EXIT_USAGE and out == ""
     assert "nope.key" in err and "does not exist" in err and "keygen" in err
 
 
 def test_no_key_at_all(capsys, tmp_path):
     path = write(tmp_path, "t.txt", "hello")
     code, _, err = run(capsys, "detect", path)
-    assert code == cli.EXIT_USAGE and "--key-file" in err and KEY_ENV in err
+    assert code == EXIT_USAGE and "--key-file" in err and KEY_ENV in err
 
 
 def test_empty_key_file(capsys, tmp_path):
     empty = tmp_path / "empty.key"
     empty.write_bytes(b"")
     code, _, err = run(capsys, "detect", "--key-file", empty, write(tmp_path, "t.txt", "hello"))
-    assert code == cli.EXIT_USAGE and "empty" in err
+    assert code == EXIT_USAGE and "empty" in err
 
 
 def test_unreadable_key_file(capsys, tmp_path, key_file, monkeypatch):
@@ -328,7 +331,7 @@ def test_unreadable_key_file(capsys, tmp_path, key_file, monkeypatch):
 
     monkeypatch.setattr(Path, "open", guarded)
     code, _, err = run(capsys, "detect", "--key-file", key_file, write(tmp_path, "t.txt", "hello"))
-    assert code == cli.EXIT_USAGE and "not readable" in err
+    assert code == EXIT_USAGE and "not readable" in err
 
 
 def test_loose_key_file_permissions_warn(capsys, tmp_path, key_file):
@@ -344,7 +347,7 @@ def test_bad_inputs_are_all_reported_and_nothing_is_scored(capsys, tmp_path, key
     latin.write_bytes("caf\xe9".encode("latin-1"))
     code, out, err = run(capsys, "detect", "--key-file", key_file, good, empty, latin,
                          tmp_path / "missing.txt", tmp_path)
-    assert code == cli.EXIT_USAGE and out == ""
+    assert code == EXIT_USAGE and out == ""
     assert "nothing was scored" in err
     assert "empty.txt: empty input" in err
     assert "latin.txt is not utf-8 text" in err
@@ -356,20 +359,20 @@ def test_bad_inputs_are_all_reported_and_nothing_is_scored(capsys, tmp_path, key
 
 def test_empty_stdin(capsys, key_file, monkeypatch):
     code, _, err = run(capsys, "detect", "--key-file", key_file, "-", stdin="", monkeypatch=monkeypatch)
-    assert code == cli.EXIT_USAGE and "<stdin>: empty input" in err
+    assert code == EXIT_USAGE and "<stdin>: empty input" in err
 
 
 def test_tokenizer_that_cannot_be_loaded(capsys, tmp_path, key_file):
     code, out, err = run(capsys, "detect", "--key-file", key_file, "--tokenizer", "broken/tokenizer",
                          write(tmp_path, "t.txt", "hello"))
-    assert code == cli.EXIT_USAGE and out == ""
+    assert code == EXIT_USAGE and out == ""
     assert "tokenizer cannot be loaded" in err and "broken/tokenizer" in err
 
 
 def test_unknown_encoding(capsys, tmp_path, key_file):
     code, _, err = run(capsys, "detect", "--key-file", key_file, "--encoding", "klingon",
                        write(tmp_path, "t.txt", "hello"))
-    assert code == cli.EXIT_USAGE and "klingon" in err
+    assert code == EXIT_USAGE and "klingon" in err
 
 
 # ---------------------------------------------------------------------------
@@ -383,9 +386,9 @@ def test_regime_document_and_detect_with_it(capsys, tmp_path, key_file):
     assert code == 0, err
     doc = json.loads(regime.read_text())
     assert doc == json.loads(out)
-    assert doc["format"] == cli.REGIME_FORMAT and doc["S"] == 5 and doc["threshold"] == 2.9
+    assert doc["format"] == REGIME_FORMAT and doc["S"] == 5 and doc["threshold"] == 2.9
     assert doc["key_fingerprint"] == key_fingerprint(KEY) and doc["n_min"] == 50
-    assert doc["tokenizer_fingerprint"] == cli.tokenizer_fingerprint(ByteTokenizer())
+    assert doc["tokenizer_fingerprint"] == tokenizer_fingerprint(ByteTokenizer())
     assert_no_key(KEY, regime.read_text() + out + err)
 
     marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
@@ -407,39 +410,39 @@ def test_regime_refuses_wrong_key_and_wrong_tokenizer(capsys, tmp_path, key_file
     other_key = tmp_path / "other.key"
     write_key_file(other_key, b"another key entirely")
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", other_key, text)
-    assert code == cli.EXIT_USAGE and "does not match" in err
+    assert code == EXIT_USAGE and "does not match" in err
     assert_no_key(b"another key entirely", err)
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file,
                        "--tokenizer", "other-tokenizer", text)
-    assert code == cli.EXIT_USAGE and "tokenizer mismatch" in err
+    assert code == EXIT_USAGE and "tokenizer mismatch" in err
 
 
 def test_regime_file_problems(capsys, tmp_path, key_file):
     text = write(tmp_path, "t.txt", "hello")
     code, _, err = run(capsys, "detect", "--regime", tmp_path / "none.json", "--key-file", key_file, text)
-    assert code == cli.EXIT_USAGE and "does not exist" in err
+    assert code == EXIT_USAGE and "does not exist" in err
     bad = write(tmp_path, "bad.json", "{not json")
     code, _, err = run(capsys, "detect", "--regime", bad, "--key-file", key_file, text)
-    assert code == cli.EXIT_USAGE and "not JSON" in err
+    assert code == EXIT_USAGE and "not JSON" in err
     other = write(tmp_path, "other.json", json.dumps({"S": 5}))
     code, _, err = run(capsys, "detect", "--regime", other, "--key-file", key_file, text)
-    assert code == cli.EXIT_USAGE and cli.REGIME_FORMAT in err
+    assert code == EXIT_USAGE and REGIME_FORMAT in err
 
 
 def test_regime_document_validates():
     with pytest.raises(ValueError, match="S must be an integer >= 2"):
-        cli.regime_document(KEY, 1, 0.01)
+        regime_document(KEY, 1, 0.01)
     with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
-        cli.regime_document(KEY, 5, 1.0)
+        regime_document(KEY, 5, 1.0)
     with pytest.raises(ValueError, match="n_min must be an integer >= 2"):
-        cli.regime_document(KEY, 5, 0.01, n_min=1)
+        regime_document(KEY, 5, 0.01, n_min=1)
     with pytest.raises(ValueError, match=r"rho must lie in \[0, 1\]"):
-        cli.regime_document(KEY, 5, 0.01, rho=2)
+        regime_document(KEY, 5, 0.01, rho=2)
     with pytest.raises(ValueError, match="threshold must be a finite number"):
-        cli.regime_document(KEY, 5, 0.01, threshold=float("inf"))
+        regime_document(KEY, 5, 0.01, threshold=float("inf"))
     with pytest.raises(ValueError, match="key must be non-empty"):
-        cli.regime_document(b"", 5, 0.01)
-    doc = cli.regime_document(KEY, 5, 0.01)
+        regime_document(b"", 5, 0.01)
+    doc = regime_document(KEY, 5, 0.01)
     assert "key" not in doc and doc["threshold"] == doc["z_alpha"]
 
 
@@ -459,10 +462,10 @@ def test_calibrate_reports_s_star_from_the_calibration_module(capsys):
 def test_calibrate_rejects_zero_budget(capsys):
     """--rho is checked once, against the range its help states: (0, 1]."""
     code, _, err = run(capsys, "calibrate", "--n", "100", "--rho", "0", "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE and "--rho" in err and "(0.0, 1.0]" in err
+    assert code == EXIT_USAGE and "--rho" in err and "(0.0, 1.0]" in err
     assert "[0.0, 1.0]" not in err and "must be > 0" not in err
     code, out, _ = run(capsys, "calibrate", "--n", "100", "--rho", "1", "--alpha", "0.01", "--json")
-    assert code == cli.EXIT_OK and json.loads(out)["rho"] == 1.0  # the closed end is allowed
+    assert code == EXIT_OK and json.loads(out)["rho"] == 1.0  # the closed end is allowed
     _, help_text, _ = run(capsys, "calibrate", "--help")
     assert "(0, 1]" in " ".join(help_text.split())
 
@@ -473,10 +476,10 @@ def test_unexpected_exception_is_an_internal_error_not_detected(capsys, monkeypa
     def broken(args):
         raise error
 
-    monkeypatch.setattr(cli, "_cmd_calibrate", broken)
+    monkeypatch.setattr(detect_commands, "_cmd_calibrate", broken)
     code, out, err = run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01")
-    assert code == cli.EXIT_INTERNAL == 3
-    assert code not in (cli.EXIT_OK, cli.EXIT_DETECTED, cli.EXIT_USAGE)
+    assert code == EXIT_INTERNAL == 3
+    assert code not in (EXIT_OK, EXIT_DETECTED, EXIT_USAGE)
     assert out == "" and "Traceback" not in err
     assert err.count("\n") == 1 and err.startswith("chainmark: internal error: ")
     assert type(error).__name__ in err
@@ -486,7 +489,7 @@ def test_interrupts_are_not_swallowed_as_internal_errors(capsys, monkeypatch):
     def leave(args):
         raise SystemExit(7)
 
-    monkeypatch.setattr(cli, "_cmd_calibrate", leave)
+    monkeypatch.setattr(detect_commands, "_cmd_calibrate", leave)
     with pytest.raises(SystemExit):
         run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01")
 
@@ -564,18 +567,18 @@ def test_recalibrate_stdin(capsys, monkeypatch):
 def test_null_file_format_errors(capsys, tmp_path, content, words):
     path = write(tmp_path, "null.jsonl", content)
     code, _, err = run(capsys, "recalibrate", "--null", path, "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE
+    assert code == EXIT_USAGE
     for word in words:
         assert word in err
 
 
 def test_null_file_missing(capsys, tmp_path):
     code, _, err = run(capsys, "recalibrate", "--null", tmp_path / "none.jsonl", "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE and "does not exist" in err
+    assert code == EXIT_USAGE and "does not exist" in err
 
 
 def test_read_null_z_skips_blank_lines_and_extra_fields():
-    assert cli.read_null_z(['{"z": 1}', "", '  {"z": -2.5, "file": "a"}  ']) == [1.0, -2.5]
+    assert detect_commands.read_null_z(['{"z": 1}', "", '  {"z": -2.5, "file": "a"}  ']) == [1.0, -2.5]
 
 
 # ---------------------------------------------------------------------------
@@ -668,7 +671,7 @@ def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
     proc = subprocess.run([script, "detect", "--key-file", str(key_path), "--json", "--fail-on-detect",
                            str(tmp_path / "marked.txt"), str(tmp_path / "plain.txt")],
                           capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == cli.EXIT_DETECTED, proc.stderr
+    assert proc.returncode == EXIT_DETECTED, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert rows[0]["is_watermarked"] and rows[0]["z"] > 8
     assert not rows[1]["is_watermarked"]
@@ -685,7 +688,7 @@ def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_pa
     assert code == 0, err
     doc = json.loads(regime.read_text())
     assert doc["tokenizer"] == "org/tok" and doc["tokenizer_revision"] == "0123abcd"
-    assert cli.regime_problems(doc) == []
+    assert regime_problems(doc) == []
     marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
     fake_tokenizer.clear()
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, marked)
@@ -695,26 +698,5 @@ def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_pa
     code, _, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--tokenizer", "org/tok", marked)
     assert not any(isinstance(x, tuple) for x in fake_tokenizer)
     doc["tokenizer_revision"] = 5
-    assert any("tokenizer_revision" in p for p in cli.regime_problems(doc))
+    assert any("tokenizer_revision" in p for p in regime_problems(doc))
 
-
-def test_load_tokenizer_passes_a_revision_to_the_hub_and_refuses_one_for_local_files(monkeypatch, tmp_path):
-    import transformers
-
-    from chainmark.models import DEFAULT_MODEL, ModelLoadError
-
-    seen = {}
-
-    def fake_from_pretrained(name, **kwargs):
-        seen.update(name=name, **kwargs)
-        return ByteTokenizer()
-
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake_from_pretrained)
-    real_load_tokenizer("org/tok", revision="0123abcd")
-    assert seen == {"name": "org/tok", "revision": "0123abcd"}
-    with pytest.raises(ModelLoadError, match="embedded model"):
-        real_load_tokenizer(DEFAULT_MODEL, revision="0123abcd")
-    with pytest.raises(ModelLoadError, match="local folder"):
-        real_load_tokenizer(str(tmp_path), revision="0123abcd")
-    with pytest.raises(ModelLoadError, match="non-empty string"):
-        real_load_tokenizer("org/tok", revision="  ")

@@ -1,4 +1,4 @@
-"""Tests of the detectors (chainmark.detect).
+"""Tests of the detectors (chainmark.detection).
 
 The vectorised detector is checked against an independent per-token
 implementation written here (hashlib in a loop, the validity matrix looked
@@ -15,24 +15,14 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from chainmark.detect import (
-    DetectionResult,
-    check_alpha,
-    detect,
-    detect_batch,
-    detect_text,
-    first_occurrences,
-    log_p_value,
-    p_value,
-    reference_detect,
-    score_states,
-    valid_transitions,
-    z_score,
-)
-from chainmark.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
+from chainmark.detection import (DetectionResult, detect, detect_batch, detect_text, reference_detect, score_states,
+                              valid_transitions)
+from chainmark.checks import check_alpha
+from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
+from chainmark.comparison.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
 from chainmark.gates import Gate
 from chainmark.partition import state_table
-from chainmark.regime import Regime
+from chainmark.auditor.regime import Regime
 from chainmark.topology import Topology
 from chainmark.verdict import Verdict, decide
 
@@ -648,7 +638,8 @@ def test_teacher_forced_signal_alignment():
 
 @pytest.fixture(scope="module")
 def generations(model_and_tokenizer):
-    from chainmark.embed import ChainMarkConfig, generate
+    from chainmark.config import ChainMarkConfig
+    from chainmark.embed import generate
 
     model, tok = model_and_tokenizer
     prompts = [f"Explain {t} in a comprehensive way." for t in
@@ -676,7 +667,7 @@ def test_watermarked_generations_are_detected(generations, model_and_tokenizer):
 
 @pytest.mark.slow
 def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_tokenizer):
-    from chainmark.models import chat_prompt
+    from chainmark.embed import chat_prompt
 
     key, gate, _, marked, prompts = generations
     model, tok = model_and_tokenizer
@@ -743,3 +734,39 @@ def test_the_decision_rule_at_its_boundaries():
         decide(z=1.0)
     for res in detect_batch(np.random.default_rng(5).integers(0, VOCAB, (20, 30)), b"k", 3, alpha=0.2):
         assert res.is_watermarked == decide(z=res.z, p_value=res.p_value, alpha=0.2)
+
+
+def test_detect_takes_the_configuration_it_was_generated_with():
+    """detect(ids, config) reads key, S and topology from the configuration; giving them again is an error,
+    and the regime published from it carries everything but the key."""
+    from chainmark.auditor.regime import Regime
+    from chainmark.config import ChainMarkConfig
+
+    key = b"k" * 32
+    config = ChainMarkConfig(key, S=7, rho=0.5, topology="soft_cycle")
+    ids = np.random.default_rng(3).integers(0, 5000, 300)
+    assert detect(ids, config).z == detect(ids, key, 7, "soft_cycle").z
+    assert detect(ids, config, test="exact").p_value == detect(ids, key, 7, "soft_cycle", test="exact").p_value
+    assert [r.z for r in detect_batch([ids, ids[:50]], config)] == [detect(ids, config).z, detect(ids[:50], config).z]
+    assert detect(ids, config).z != detect(ids, key).z  # the loose call's defaults (S = 5, clockwork) differ
+    with pytest.raises(TypeError, match="carries S and the topology"):
+        detect(ids, config, S=7)
+    regime = Regime.from_config(config, alpha=0.001)
+    assert (regime.S, regime.topology, regime.rho, regime.alpha) == (7, "soft_cycle", 0.5, 0.001)
+    assert regime.key_fingerprint == config.fingerprint and "k" * 32 not in repr(regime)
+
+
+def test_transition_statistics_is_one_function_for_scalars_and_arrays():
+    """The detector, the stream and the corpus audit share one switch over the tests; its array form gives
+    the scalar form's numbers bit for bit (and m = 0 is no evidence)."""
+    from chainmark.significance import transition_statistics
+
+    rng = np.random.default_rng(5)
+    m = rng.integers(0, 400, 200)
+    c = np.minimum(m, rng.binomial(m, 0.4))
+    for test in ("z", "distinct", "exact"):
+        phi, z, p = transition_statistics(c, m, 0.2, test)
+        for i in range(m.size):
+            assert (phi[i], z[i], p[i]) == transition_statistics(int(c[i]), int(m[i]), 0.2, test)
+    assert transition_statistics(0, 0, 0.2, "exact") == (0.0, 0.0, 1.0)
+    assert transition_statistics(3, 10, 0.2, "z")[2] != transition_statistics(3, 10, 0.2, "exact")[2]

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from chainmark import cli, doctor
+from chainmark import cli
+from chainmark.teaching import doctor
 
 
 def test_python_floor():

@@ -9,9 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, SignalRecorder, candidate_table
+from chainmark.config import ChainMarkConfig
+from chainmark.embed import ChainMarkLogitsProcessor, SignalRecorder, candidate_table
 from chainmark.gates import Gate
-from chainmark.signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
+from chainmark.gate_signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -366,7 +367,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from chainmark.models import load_model
+    from chainmark.harness.models import load_model
 
     return load_model(device="cpu")
 
@@ -391,7 +392,7 @@ def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and
     z_0.01 = 2.33, so every watermarked text must be flagged. Unwatermarked texts are
     flagged with probability alpha (about 2% on real text, the paper reports); among 8,
     three or more false alarms has probability < 0.1% even at 2%."""
-    from chainmark.detect import detect
+    from chainmark.detection import detect
     from chainmark.embed import calibrate_gate, generate
 
     model, tok = model_and_tokenizer
@@ -411,7 +412,7 @@ class _NaiveChainMark:
     reference for the optimised processor: same gate decisions, same forced tokens."""
 
     def __init__(self, config: ChainMarkConfig, gate, vocab_size: int):
-        from chainmark.signals import entropy
+        from chainmark.gate_signals import entropy
 
         self.entropy_of = entropy
         self.gate, self.S = gate, config.S
@@ -441,7 +442,7 @@ def test_operating_point_generation_matches_a_plain_reference_step(model_and_tok
     from transformers import LogitsProcessorList
 
     from chainmark.embed import calibrate_gate, logits_width
-    from chainmark.models import chat_prompt
+    from chainmark.embed import chat_prompt
 
     model, tok = model_and_tokenizer
     prompts = ["Explain photosynthesis in a comprehensive way.", "Write a short story about a lighthouse keeper.",

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, chisquare
 
-from chainmark.detect import (TESTS, binomial_p_value, detect, detect_batch, p_value, spanning_forest,
-                              valid_transitions, z_score)
-from chainmark.regime import Regime, RegimeError, regime_document
+from chainmark.significance import TESTS, binomial_p_value, p_value, spanning_forest, z_score
+from chainmark.detection import detect, detect_batch, valid_transitions
+from chainmark.auditor.regime import Regime, RegimeError, regime_document
 from chainmark.topology import resolve_topology
 
 #: A repetitive "text": a loop of a few tokens, repeated phrases, tokens revisited in both directions.
@@ -114,7 +114,7 @@ def test_exact_p_value_is_the_binomial_tail_and_decides():
 
 
 def test_watermarked_walks_are_found_by_the_exact_test():
-    from chainmark.experiments import simulate_watermarked_ids
+    from chainmark.harness.grids import simulate_watermarked_ids
 
     ids = simulate_watermarked_ids(50, 200, b"w" * 16, S=5, rho=0.5, vocab_size=4096, seed=3)
     found = [detect(row, b"w" * 16, S=5, test="exact", vocab_size=4096).is_watermarked for row in ids]

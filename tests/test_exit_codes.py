@@ -115,7 +115,7 @@ def test_the_reference_commands_refuse_a_missing_folder(tmp_path, in_process):
 def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
     import json
 
-    from chainmark.regime import regime_digest
+    from chainmark.auditor.regime import regime_digest
 
     (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
     assert in_process("keygen", "--out", "k.key")[0] == 0

@@ -9,8 +9,8 @@ import torch
 from scipy import stats
 
 from chainmark import GATE_KINDS, Gate
-from chainmark.gates import check_rho
-from chainmark.signals import (
+from chainmark.checks import check_rho
+from chainmark.gate_signals import (
     Workspace,
     entropy,
     entropy_signals,

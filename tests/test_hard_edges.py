@@ -21,9 +21,12 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark import records as R
-from chainmark.detect import _circulant_offsets, detect, detect_batch
-from chainmark.lrdetect import lr_detect
+from chainmark.auditor.regime import regime_document, regime_problems
+from chainmark.cli import detect_commands
+from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
+from chainmark.harness import runner as R
+from chainmark.detection import _circulant_offsets, detect, detect_batch
+from chainmark.comparison.lrdetect import lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
@@ -37,11 +40,11 @@ HIGH_KEY = bytes(range(0x8F, 0x8F + 32))  # a key whose first byte is not UTF-8
 @pytest.fixture(autouse=True)
 def fake_tokenizer(monkeypatch):
     """The byte tokenizer for every command; no key from the environment."""
-    import chainmark.tokenizer
+    import chainmark.auditor.tokenizer
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.setattr(chainmark.tokenizer, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
+    monkeypatch.setattr(chainmark.auditor.tokenizer, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
 
 
 @pytest.fixture
@@ -86,7 +89,7 @@ def test_1_detect_with_S_50000_exits_2_at_once_under_a_4_gb_memory_limit(tmp_pat
     start = time.perf_counter()
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     seconds = time.perf_counter() - start
-    assert proc.returncode == cli.EXIT_USAGE, proc.stderr
+    assert proc.returncode == EXIT_USAGE, proc.stderr
     assert "--S" in proc.stderr and str(MAX_STATES) in proc.stderr
     assert seconds < 10, f"took {seconds:.1f} s"  # about 0.1 s idle; generous for a loaded machine
 
@@ -95,14 +98,14 @@ def test_1_every_entry_point_refuses_S_above_the_bound(capsys, tmp_path, key_fil
     ids = np.arange(50)
     for call in (lambda: detect(ids, KEY, S=MAX_STATES + 1),
                  lambda: lr_detect(ids, KEY, np.zeros(49), S=MAX_STATES + 1),
-                 lambda: cli.regime_document(KEY, MAX_STATES + 1, 0.01)):
+                 lambda: regime_document(KEY, MAX_STATES + 1, 0.01)):
         with pytest.raises(ValueError, match=f"at most {MAX_STATES}"):
             call()
     assert detect(ids, KEY, S=MAX_STATES).S == MAX_STATES  # the bound itself is allowed
     code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", MAX_STATES + 1, "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE and "--S" in err
+    assert code == EXIT_USAGE and "--S" in err
     code, _, err = run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01", "--k", MAX_STATES)
-    assert code == cli.EXIT_USAGE and "--k" in err
+    assert code == EXIT_USAGE and "--k" in err
 
 
 def test_1_circulant_check_allocates_no_second_dense_matrix():
@@ -165,25 +168,25 @@ def test_2_bad_regime_fields_are_refused_by_name(capsys, tmp_path, key_file, reg
     marked = write(tmp_path, "marked.txt", watermarked_text())
     code, out, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                          "--fail-on-detect", marked)
-    assert code == cli.EXIT_USAGE and out == "", err
+    assert code == EXIT_USAGE and out == "", err
     for word in words:
         assert word in err, (word, err)
 
 
 def test_2_a_valid_regime_still_applies(capsys, tmp_path, key_file, regime):
-    from chainmark.regime import regime_digest
+    from chainmark.auditor.regime import regime_digest
 
     _edit_regime(regime, "threshold", "2.5")
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                        write(tmp_path, "marked.txt", watermarked_text()))
-    assert code == cli.EXIT_USAGE and '"digest" does not match' in err  # an edit without a new digest
+    assert code == EXIT_USAGE and '"digest" does not match' in err  # an edit without a new digest
     doc = json.loads(regime.read_text())
     doc["digest"] = regime_digest(doc)  # the deployer re-publishes it
     regime.write_text(json.dumps(doc))
     code, out, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                        write(tmp_path, "marked.txt", watermarked_text()))
     assert code == 0 and json.loads(out)["threshold"] == 2.5 and json.loads(out)["is_watermarked"]
-    assert cli.regime_problems(json.loads(regime.read_text())) == []
+    assert regime_problems(json.loads(regime.read_text())) == []
 
 
 # ---------------------------------------------------------------------------
@@ -218,7 +221,7 @@ class _Tok:
 
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another process holding the run folder's lock until its standard input closes."""
-    code = ("import sys\nfrom chainmark.records import lock_run_folder\n"
+    code = ("import sys\nfrom chainmark.harness.runner import lock_run_folder\n"
             "with lock_run_folder(sys.argv[1]):\n    print('held', flush=True)\n    sys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -323,7 +326,7 @@ sys.exit(cli.main())
      "real = cli.build_parser\ndef slow_parser():\n    interrupt()\n    return real()\ncli.build_parser = slow_parser"),
     ("inside a library that turns the interrupt into its own error",
      "def load(name, revision=None):\n    try:\n        interrupt()\n    except KeyboardInterrupt:\n"
-     "        raise RuntimeError('the library swallowed the interrupt')\ncli._load_tokenizer = load"),
+     "        raise RuntimeError('the library swallowed the interrupt')\ncli.detect_commands.load_tokenizer = load"),
 ])
 def test_6_interrupt_exits_130_without_a_traceback(tmp_path, key_file, where, patch):
     text = write(tmp_path, "a.txt", "some text")
@@ -347,14 +350,14 @@ def test_7_key_file_larger_than_the_bound_is_refused(capsys, tmp_path):
     big.write_bytes(os.urandom(MAX_KEY_FILE_BYTES + 1))
     os.chmod(big, 0o600)
     code, out, err = run(capsys, "detect", "--key-file", big, write(tmp_path, "t.txt", "hello there"))
-    assert code == cli.EXIT_USAGE and out == "" and f"larger than {MAX_KEY_FILE_BYTES} bytes" in err
+    assert code == EXIT_USAGE and out == "" and f"larger than {MAX_KEY_FILE_BYTES} bytes" in err
 
 
 def test_7_dev_zero_as_key_file_fails_fast_in_bounded_memory(tmp_path):
     text = write(tmp_path, "a.txt", "some text")
     command = f"ulimit -v 2000000; exec {script()} detect --key-file /dev/zero {text}"
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == cli.EXIT_USAGE and "not a key file" in proc.stderr
+    assert proc.returncode == EXIT_USAGE and "not a key file" in proc.stderr
     with pytest.raises(ValueError, match="not a key file"):
         read_key_file("/dev/zero")
 
@@ -362,14 +365,14 @@ def test_7_dev_zero_as_key_file_fails_fast_in_bounded_memory(tmp_path):
 def test_7_text_inputs_are_bounded_by_max_bytes(capsys, tmp_path, key_file):
     text = write(tmp_path, "t.txt", "x" * 101)
     code, out, err = run(capsys, "detect", "--key-file", key_file, "--max-bytes", "100", text)
-    assert code == cli.EXIT_USAGE and out == "" and "larger than 100 bytes" in err and "--max-bytes" in err
+    assert code == EXIT_USAGE and out == "" and "larger than 100 bytes" in err and "--max-bytes" in err
     code, out, _ = run(capsys, "detect", "--key-file", key_file, "--max-bytes", "101", "--json", text)
     assert code == 0 and json.loads(out)["n_tokens"] == 101
     huge = tmp_path / "huge.txt"
     with open(huge, "wb") as fh:  # sparse: no disk space used
         fh.truncate(DEFAULT_MAX_TEXT_BYTES + 1)
     code, _, err = run(capsys, "detect", "--key-file", key_file, huge)  # refused by its size, before it is read
-    assert code == cli.EXIT_USAGE and f"larger than {DEFAULT_MAX_TEXT_BYTES} bytes" in err
+    assert code == EXIT_USAGE and f"larger than {DEFAULT_MAX_TEXT_BYTES} bytes" in err
 
 
 def test_7_regime_and_null_files_are_bounded(capsys, tmp_path, key_file):
@@ -377,10 +380,10 @@ def test_7_regime_and_null_files_are_bounded(capsys, tmp_path, key_file):
     with open(big, "wb") as fh:
         fh.truncate(MAX_REGIME_BYTES + 1)
     code, _, err = run(capsys, "detect", "--regime", big, "--key-file", key_file, write(tmp_path, "t.txt", "hi"))
-    assert code == cli.EXIT_USAGE and "larger than" in err
+    assert code == EXIT_USAGE and "larger than" in err
     null = write(tmp_path, "null.jsonl", "".join(json.dumps({"z": float(v)}) + "\n" for v in np.linspace(-2, 2, 50)))
     code, _, err = run(capsys, "recalibrate", "--null", null, "--alpha", "0.1", "--max-bytes", "100")
-    assert code == cli.EXIT_USAGE and "larger than 100 bytes" in err
+    assert code == EXIT_USAGE and "larger than 100 bytes" in err
     assert run(capsys, "recalibrate", "--null", null, "--alpha", "0.1")[0] == 0
 
 
@@ -392,9 +395,9 @@ def test_8_a_key_file_passed_as_regime_or_null_file_is_not_quoted(capsys, tmp_pa
     write_key_file(key_path, HIGH_KEY)
     text = write(tmp_path, "t.txt", "hello there")
     code, _, err = run(capsys, "detect", "--regime", key_path, "--key-file", key_path, text)
-    assert code == cli.EXIT_USAGE and "not UTF-8" in err
+    assert code == EXIT_USAGE and "not UTF-8" in err
     code2, _, err2 = run(capsys, "recalibrate", "--null", key_path, "--alpha", "0.1")
-    assert code2 == cli.EXIT_USAGE and "not UTF-8" in err2
+    assert code2 == EXIT_USAGE and "not UTF-8" in err2
     for form in key_forms(HIGH_KEY):
         assert form not in err + err2, form
 
@@ -412,7 +415,7 @@ def test_9_hex_text_and_short_key_files_are_refused(capsys, tmp_path, content, w
     path.write_bytes(content)
     os.chmod(path, 0o600)
     code, out, err = run(capsys, "detect", "--key-file", path, write(tmp_path, "t.txt", "hello there"))
-    assert code == cli.EXIT_USAGE and out == ""
+    assert code == EXIT_USAGE and out == ""
     for word in words:
         assert word in err, (word, err)
     assert KEY.hex() not in err.lower() and "kq7zp" not in err
@@ -423,7 +426,7 @@ def test_9_hex_text_and_short_key_files_are_refused(capsys, tmp_path, content, w
 def test_9_short_hex_key_in_the_environment_is_refused(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "0a0b0c0d0e")
     code, _, err = run(capsys, "detect", write(tmp_path, "t.txt", "hello there"))
-    assert code == cli.EXIT_USAGE and "5-byte key" in err and "0a0b0c0d0e" not in err
+    assert code == EXIT_USAGE and "5-byte key" in err and "0a0b0c0d0e" not in err
 
 
 def test_9_loose_permissions_warn_for_every_key_file(capsys, tmp_path, key_file, monkeypatch):
@@ -452,7 +455,7 @@ def test_10_stdin_is_decoded_with_the_given_encoding(capsys, monkeypatch, key_fi
     assert json.loads(out)["n_tokens"] == len("café au lait".encode("utf-8"))
     _stdin(monkeypatch, "café au lait".encode("latin-1"))
     code, _, err = run(capsys, "detect", "--key-file", key_file, "-")
-    assert code == cli.EXIT_USAGE and "<stdin> is not utf-8 text (byte offset 3)" in err
+    assert code == EXIT_USAGE and "<stdin> is not utf-8 text (byte offset 3)" in err
 
 
 # ---------------------------------------------------------------------------
@@ -462,7 +465,7 @@ def test_10_stdin_is_decoded_with_the_given_encoding(capsys, monkeypatch, key_fi
                                            ("2", "0.001", "0.01")])
 def test_11_unreachable_targets_are_a_usage_error(capsys, n, rho, alpha):
     code, out, err = run(capsys, "calibrate", "--n", n, "--rho", rho, "--alpha", alpha, "--json")
-    assert code == cli.EXIT_USAGE and out == ""
+    assert code == EXIT_USAGE and out == ""
     assert str(MAX_STATES) in err and "--rho" in err
 
 
@@ -472,7 +475,7 @@ def test_11_recalibrate_refuses_overflowing_scores(capsys, tmp_path, z):
     for method in ("sd", "quantile"):
         code, out, err = run(capsys, "recalibrate", "--null", null, "--alpha", "0.1", "--method", method, "--json")
         assert "Infinity" not in out and "NaN" not in out
-        assert code == cli.EXIT_USAGE and "too large" in err, (method, code, err)
+        assert code == EXIT_USAGE and "too large" in err, (method, code, err)
 
 
 # ---------------------------------------------------------------------------
@@ -483,10 +486,10 @@ def test_12_regime_out_refuses_a_dangling_symlink(capsys, tmp_path, key_file):
     link = tmp_path / "regime.json"
     link.symlink_to(target)
     code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--out", link)
-    assert code == cli.EXIT_USAGE and "refusing to overwrite" in err
+    assert code == EXIT_USAGE and "refusing to overwrite" in err
     assert not target.exists()
     code, _, err = run(capsys, "keygen", "--out", link)
-    assert code == cli.EXIT_USAGE and not target.exists()
+    assert code == EXIT_USAGE and not target.exists()
 
 
 @pytest.fixture
@@ -515,21 +518,21 @@ def test_13_unexpected_value_and_type_errors_are_internal(capsys, monkeypatch, e
     def broken(args):
         raise error
 
-    monkeypatch.setattr(cli, "_cmd_calibrate", broken)
+    monkeypatch.setattr(detect_commands, "_cmd_calibrate", broken)
     code, out, err = run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01")
-    assert code == cli.EXIT_INTERNAL and out == ""
+    assert code == EXIT_INTERNAL and out == ""
     assert err.startswith("chainmark: internal error: ") and type(error).__name__ in err
 
 
 def test_13_recognised_input_problems_stay_usage_errors(capsys, tmp_path, key_file):
     text = write(tmp_path, "t.txt", "hello there")
     code, _, err = run(capsys, "detect", "--key-file", key_file, "--S", "2", "--topology", "soft_cycle", text)
-    assert code == cli.EXIT_USAGE and "soft_cycle needs S >= 3" in err
+    assert code == EXIT_USAGE and "soft_cycle needs S >= 3" in err
     null = write(tmp_path, "null.jsonl", '{"z": 1.0}\n{"z": 2.0}\n')
     code, _, err = run(capsys, "recalibrate", "--null", null, "--alpha", "0.01")
-    assert code == cli.EXIT_USAGE and "too few" in err
+    assert code == EXIT_USAGE and "too few" in err
     code, _, err = run(capsys, "keygen", "--out", tmp_path / "t.txt" / "k.key")
-    assert code == cli.EXIT_USAGE and "cannot write the key file" in err
+    assert code == EXIT_USAGE and "cannot write the key file" in err
 
 
 def test_13_no_test_skips_when_a_chainmark_module_fails_to_import():

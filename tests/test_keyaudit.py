@@ -1,4 +1,4 @@
-"""Auditing a key before deployment (chainmark.keyaudit and `chainmark key audit`)."""
+"""Auditing a key before deployment (chainmark.auditor.keyaudit and `chainmark key audit`)."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pytest
 
 from chainmark import cli
 from chainmark.calibrate import clopper_pearson, clopper_pearson_upper
-from chainmark.detect import detect
-from chainmark.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, corpus_fingerprint,
+from chainmark.detection import detect
+from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, corpus_fingerprint,
                                 format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint
 
@@ -239,7 +239,7 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
 
 
 def test_fpr_across_keys_gives_one_row_per_key_and_test():
-    from chainmark.keyaudit import fpr_across_keys
+    from chainmark.auditor.keyaudit import fpr_across_keys
 
     keys = [b"first-key-0123456789abcdef", b"second-key-0123456789abcde"]
     rows = fpr_across_keys(repetitive_corpus(60), keys, S=5, vocab_size=400)

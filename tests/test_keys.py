@@ -234,7 +234,7 @@ def test_deployment_paths_never_fall_back_to_the_teaching_key(monkeypatch):
 
 
 def test_config_repr_and_description_hide_the_key():
-    from chainmark.embed import ChainMarkConfig
+    from chainmark.config import ChainMarkConfig
 
     key = bytes(range(100, 132))
     config = ChainMarkConfig(key, S=5, rho=0.5)

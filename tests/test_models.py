@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from chainmark.models import ModelLoadError, chat_prompt, embedded_gguf_path, load_model
+from chainmark.embed import chat_prompt
+from chainmark.harness.models import ModelLoadError, embedded_gguf_path, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +27,7 @@ def test_the_shipped_tokenizer_is_the_gguf_s_under_the_pinned_transformers():
     import transformers
     from transformers import AutoTokenizer
 
-    from chainmark.models import EMBEDDED_TOKENIZER, load_tokenizer
+    from chainmark.auditor.tokenizer import EMBEDDED_TOKENIZER
 
     pinned = next(line.split("==")[1].strip() for line in open(ROOT / "constraints.txt")
                   if line.lower().startswith("transformers=="))
@@ -34,7 +35,7 @@ def test_the_shipped_tokenizer_is_the_gguf_s_under_the_pinned_transformers():
         pytest.skip(f"transformers {transformers.__version__} is not the pinned {pinned}")
     gguf = embedded_gguf_path()
     built = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    shipped = load_tokenizer()
+    shipped = AutoTokenizer.from_pretrained(str(EMBEDDED_TOKENIZER), local_files_only=True)  # as load_model loads it
     assert json.loads(shipped.backend_tokenizer.to_str()) == json.loads(built.backend_tokenizer.to_str())
     for attr in ("eos_token", "bos_token", "unk_token", "pad_token", "chat_template"):
         assert getattr(shipped, attr) == getattr(built, attr), attr
@@ -140,7 +141,7 @@ def test_cpu_load_keeps_host_path(fake_from_pretrained):
 
 
 def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained):
-    from chainmark.viz import banner
+    from chainmark.teaching.plots import banner
 
     model, _ = load_model("some-org/some-model", device="cpu", dtype=torch.bfloat16)
     text = banner().data
@@ -156,7 +157,7 @@ def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):
     """load_model hides transformers' "Loading weights" bar, and leaves the caller's setting as it was."""
     from transformers.utils import logging as hf_logging
 
-    from chainmark import models
+    from chainmark.harness import models
 
     seen = []
     for before in (True, False):

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from chainmark import state_of, state_table, states_of
-from chainmark.partition import as_token_array, check_num_states, key_bytes
+from chainmark.partition import as_token_array, key_bytes
+from chainmark.checks import check_num_states
 
 TEST_KEY = b"unit-test key, not a secret"
 SMOLLM2_VOCAB = 49152

@@ -1,4 +1,4 @@
-"""The attack playground (chainmark.playground + chainmark/data/playground.js).
+"""The attack playground (chainmark.teaching.playground + chainmark/data/playground.js).
 
 Fast tests check what Python packs (tokenizer, state table, samples, the
 block). The browser tests (``slow``) open a standalone playground page in
@@ -6,8 +6,8 @@ headless Chromium (driven by Playwright) with every non-loopback request sent
 to a dead proxy, and check that the JavaScript tokenizer gives the Python
 tokenizer's ids on more than a thousand texts, that the shipped state table is
 ``chainmark.state_table``, and that typing edits into the box shows the n,
-phi, z, p-value, verdict and edit fraction that ``chainmark.detect`` and
-``chainmark.attacks.edit_fraction`` give for the same text. The last test does
+phi, z, p-value, verdict and edit fraction that ``chainmark.detection`` and
+``chainmark.comparison.attacks.edit_fraction`` give for the same text. The last test does
 the same on the built site (``_build/html``), when it exists.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from browser_support import GuardedPage, non_local, serve
-from chainmark.playground import (
+from chainmark.teaching.playground import (
     CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, bytes_to_unicode,
     distinct_share, pick_samples, state_payload, tokenizer_payload,
 )
@@ -42,15 +42,15 @@ PAGE = "book/10_explorers.html"
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from chainmark.models import load_tokenizer
-    from chainmark.settings import DEFAULT_MODEL
+    from chainmark.auditor.tokenizer import load_tokenizer
+    from chainmark.auditor.tokenizer import DEFAULT_MODEL
 
     return load_tokenizer(DEFAULT_MODEL)
 
 
 @pytest.fixture(scope="module")
 def reference_key() -> bytes:
-    from chainmark.reference import reference_key
+    from chainmark.harness.reference.protocol import reference_key
 
     return reference_key()
 
@@ -173,7 +173,7 @@ def _token_of_state(table: np.ndarray) -> list[int]:
 
 def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
     """The perfect attack's edit count flips the verdict exactly; one edit fewer does not."""
-    from chainmark.detect import detect
+    from chainmark.detection import detect
     from chainmark.partition import state_table
 
     S = PLAYGROUND_S
@@ -273,8 +273,8 @@ class Page:
 
 def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> dict[str, float]:
     """The numbers shown for the text now in the box equal the package's on the same text."""
-    from chainmark.attacks import edit_fraction
-    from chainmark.detect import detect
+    from chainmark.comparison.attacks import edit_fraction
+    from chainmark.detection import detect
 
     text = page.text()
     ids = tokenizer.encode(text, add_special_tokens=False)
@@ -335,8 +335,9 @@ def _edit_session(page: Page, tokenizer, key: bytes, sample: int, n_edits: int, 
 
 
 def _reference_texts() -> list[str]:
-    from chainmark.reference import load_texts, reference_dir
-    from chainmark.settings import DEFAULT_MODEL
+    from chainmark.harness.reference.read import load_texts
+    from chainmark.harness.reference.store import reference_dir
+    from chainmark.auditor.tokenizer import DEFAULT_MODEL
 
     try:
         records = load_texts("head_to_head", reference_dir(DEFAULT_MODEL))
@@ -434,7 +435,7 @@ def tokenizer_corpus() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory, tokenizer, chromium) -> Iterator[tuple[GuardedPage, str, Path]]:
     """The book's playground as a standalone page in a temp folder, served on 127.0.0.1, and a browser."""
-    from chainmark.playground import attack_playground
+    from chainmark.teaching.playground import attack_playground
 
     folder = tmp_path_factory.mktemp("playground")
     path = folder / "playground.html"
@@ -470,11 +471,11 @@ def test_browser_tokenizer_equals_python(standalone, tokenizer) -> None:
 @pytest.mark.slow
 def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
     """The table the page uses is chainmark.state_table; its normal tail, detector and Levenshtein
-    are scipy's ndtr, chainmark.detect and chainmark.attacks.edit_fraction."""
+    are scipy's ndtr, chainmark.detection and chainmark.comparison.attacks.edit_fraction."""
     from scipy.special import ndtr
 
-    from chainmark.attacks import edit_fraction
-    from chainmark.detect import detect
+    from chainmark.comparison.attacks import edit_fraction
+    from chainmark.detection import detect
     from chainmark.partition import state_table
 
     browser, _, _ = standalone

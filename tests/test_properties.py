@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chainmark.detect import DetectionResult, detect, detect_batch, detect_text, reference_detect
+from chainmark.detection import DetectionResult, detect, detect_batch, detect_text, reference_detect
 from chainmark.partition import state_of, states_of
 
 VOCAB = 49152
@@ -170,6 +170,6 @@ def test_detect_text_on_odd_characters(real_tokenizer, pieces):
 
 @pytest.fixture(scope="module")
 def real_tokenizer():
-    from chainmark.models import load_tokenizer
+    from chainmark.auditor.tokenizer import load_tokenizer
 
     return load_tokenizer()

@@ -1,11 +1,11 @@
-"""The FPR recipes (chainmark.recipes): each statistic on sequences whose answer is known."""
+"""The FPR recipes (chainmark.comparison.fpr_recipes): each statistic on sequences whose answer is known."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from chainmark.partition import state_table
-from chainmark.recipes import PAPER_FPR_RECIPES, RECIPES, fpr_recipes, hac_z, iid_z, k_skip_z, weighted_z
+from chainmark.comparison.fpr_recipes import PAPER_FPR_RECIPES, RECIPES, fpr_recipes, hac_z, iid_z, k_skip_z, weighted_z
 from chainmark.topology import Topology
 
 KEY = b"recipes-test-key-0123456789abcdef"
@@ -68,9 +68,9 @@ def test_fpr_recipes_refuse_a_null_too_small_for_the_quantile() -> None:
 
 
 def test_the_iid_recipe_is_the_detectors_z() -> None:
-    from chainmark.detect import detect
+    from chainmark.detection import detect
     from chainmark.partition import states_of
-    from chainmark.detect import valid_transitions
+    from chainmark.detection import valid_transitions
 
     ids = np.random.default_rng(6).integers(0, V, size=150)
     valid = valid_transitions(states_of(ids, KEY, 5), Topology.clockwork(5))

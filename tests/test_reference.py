@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from chainmark import reference as ref
-from chainmark import reference_compare as rcmp
-from chainmark.reference import PROTOCOL, Protocol, cells
+from chainmark.harness import reference as ref
+from chainmark.harness.reference import compare as rcmp
+from chainmark.harness.reference import store
+from chainmark.harness.reference.protocol import PROTOCOL, Protocol, cells
 
 TINY = Protocol(n_per_domain=2, batch_size=2, max_new_tokens=12, paraphrase_tokens=24, domains=("factual", "wiki"),
                 null_seeds=(1,), calibration_S=(2, 3), calibration_per_domain=1, kregular_k=(1, 2),
@@ -118,7 +119,7 @@ def test_frames_have_one_row_per_scored_text(tiny_run):
 
 @pytest.mark.slow
 def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_token(tiny_run, model_and_tokenizer):
-    from chainmark.detect import detect
+    from chainmark.detection import detect
     from chainmark.partition import states_of
 
     root, tok = tiny_run[0], model_and_tokenizer[1]
@@ -160,7 +161,7 @@ def test_verify_regenerates_identically_and_catches_changes(tiny_run, model_and_
     path = ref.shard_path(root, cell, batch)
     records = ref.read_shard(path)
     records[0]["token_ids"][0] = (records[0]["token_ids"][0] + 1) % 49152
-    path.write_bytes(ref._encode(records))
+    path.write_bytes(store.encode_shard(records))
     again = ref.verify(1, model, tok, root=root, protocol=TINY, seed="tamper", log=lambda _: None)
     # reported once per text, with where the tokens part (the fields that follow from them are not listed)
     assert not again[0].matched and any("tokens diverge at position 0 " in d for d in again[0].differences), \
@@ -202,7 +203,8 @@ def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenize
 
 def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):
     """`--experiments null head_to_head` fills the null first; within an experiment, batch-major."""
-    from chainmark.reference import PROTOCOL, pending
+    from chainmark.harness.reference.protocol import PROTOCOL
+    from chainmark.harness.reference.generation import pending
 
     todo = pending(tmp_path, PROTOCOL, ["null", "head_to_head"])
     kinds = [c.experiment for c, _ in todo]
@@ -269,7 +271,7 @@ def test_the_committed_manifest_states_the_verify_tolerance():
 
 
 def test_a_new_run_records_the_per_field_rules(tmp_path):
-    recorded = ref._manifest(tmp_path, TINY, "tiny-test")["verify_tolerance"]
+    recorded = store.manifest_for(tmp_path, TINY, "tiny-test")["verify_tolerance"]
     assert recorded["format"] == "chainmark-verify/2" and recorded["default"] == "exact"
     assert json.loads(json.dumps(recorded)) == rcmp.VERIFY_TOLERANCE
     assert rcmp.tolerance_rules(recorded) == rcmp.tolerance_rules()
@@ -361,13 +363,13 @@ def test_the_committed_reference_verifies_with_other_cpu_kernels():
 
 def test_reading_the_reference_ignores_the_live_model(monkeypatch):
     """Reference sections read the embedded model's committed run whatever CHAINMARK_MODEL is."""
-    from chainmark.settings import get_settings
+    from chainmark.harness.settings import get_settings
 
     monkeypatch.setenv("CHAINMARK_MODEL", "/some/other/model")
     assert get_settings().model == "/some/other/model"  # read when asked: nothing cached
     assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
     assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
-    from chainmark.reference import load_reference
+    from chainmark.harness.reference.read import load_reference
 
     assert len(load_reference("kregular")) > 0
 
@@ -377,7 +379,7 @@ def test_scores_by_test_rebuilds_every_attack_of_the_head_to_head():
     re-tokenized; the z-test on the rebuilt clean texts gives the stored decisions."""
     import collections
 
-    from chainmark.reference import load_texts, scores_by_test
+    from chainmark.harness.reference.read import load_texts, scores_by_test
 
     rows = scores_by_test()
     counts = collections.Counter((r["condition"], r["test"]) for r in rows)

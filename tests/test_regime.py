@@ -1,4 +1,4 @@
-"""Tests of the detection regime object (chainmark.regime.Regime): its file, its settings and its decision.
+"""Tests of the detection regime object (chainmark.auditor.regime.Regime): its file, its settings and its decision.
 
 The command line's use of it (``chainmark regime``, ``chainmark detect --regime``) is tested in
 test_cli.py and test_hard_edges.py; here the object itself, without a tokenizer or a model.
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from chainmark.calibrate import z_alpha
-from chainmark.detect import detect
+from chainmark.detection import detect
 from chainmark.keys import key_fingerprint
 from chainmark.limits import MAX_REGIME_BYTES
-from chainmark.regime import (GUARANTEES, REGIME_FORMAT, TOPOLOGY_K, Regime, RegimeError, published_regime_problems,
-                              regime_digest, regime_document, regime_problems, tokenizer_fingerprint)
+from chainmark.auditor.regime import (GUARANTEES, REGIME_FORMAT, Regime, RegimeError, published_regime_problems,
+                                      regime_digest, regime_document, regime_problems, tokenizer_fingerprint)
+from chainmark.topology import TOPOLOGY_K
 from chainmark.topology import Topology, cycle_topology, resolve_topology
 from chainmark.verdict import Verdict
 
@@ -196,7 +197,7 @@ def test_a_regime_checks_the_key_and_the_tokenizer():
 
 
 def test_named_topologies_and_the_reference_resolve_through_one_function():
-    from chainmark.reference import topology_for
+    from chainmark.harness.reference.protocol import topology_for
 
     for name, k in TOPOLOGY_K.items():
         assert resolve_topology(name, 7) == cycle_topology(7, k) == topology_for(7, k)
@@ -213,7 +214,7 @@ def _published(**kw):
 
 
 def test_a_published_regime_refuses_every_silent_edit():
-    from chainmark.regime import published_regime_problems, regime_digest
+    from chainmark.auditor.regime import published_regime_problems, regime_digest
 
     doc = _published()
     assert published_regime_problems(doc) == [] and doc["digest"] == regime_digest(doc)
@@ -245,7 +246,7 @@ def test_a_published_regime_refuses_every_silent_edit():
 
 
 def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
-    from chainmark.regime import parse_regime_text
+    from chainmark.auditor.regime import parse_regime_text
 
     text = json.dumps(_published())
     with pytest.raises(ValueError, match='"threshold" appears twice'):
@@ -265,8 +266,9 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
     """k = S (or more) would make every transition legal (p0 = 1): the document check says k must be below S,
     not a later "p0 must lie in (0, 1)" from deep inside."""
     from chainmark import cli
+    from chainmark.cli.common import EXIT_USAGE
     from chainmark.keys import write_key_file
-    from chainmark.regime import published_regime_problems, regime_digest
+    from chainmark.auditor.regime import published_regime_problems, regime_digest
 
     base = {"format": REGIME_FORMAT, "scheme": "chainmark"}
     for doc, says in [({**base, "S": 3, "k": 3}, '"k" is 3, but k must be below S = 3'),
@@ -292,13 +294,13 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(edited), "utf-8")
     (tmp_path / "t.txt").write_text("hello there", "utf-8")
     code = cli.main(["detect", "--key-file", str(key), "--regime", str(tmp_path / "r.json"), str(tmp_path / "t.txt")])
-    assert code == cli.EXIT_USAGE and "k must be below S = 2" in capsys.readouterr().err
+    assert code == EXIT_USAGE and "k must be below S = 2" in capsys.readouterr().err
 
 
 def test_every_entry_point_taking_k_and_S_apart_says_k_must_be_below_S():
     from chainmark.calibrate import null_p0, predicted_z
-    from chainmark.quality import kl_bound
-    from chainmark.reference import topology_for
+    from chainmark.comparison.quality import kl_bound
+    from chainmark.harness.reference.protocol import topology_for
 
     for call in (lambda: cycle_topology(3, 3), lambda: cycle_topology(4, 7), lambda: topology_for(5, 5),
                  lambda: cycle_topology(5, 0)):

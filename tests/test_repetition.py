@@ -130,8 +130,8 @@ def test_a_long_texts_null_keeps_its_largest_groups_exact_and_the_rest_normal():
 
 
 def test_the_predicted_rate_matches_simulation_on_the_most_repetitive_reference_replies():
-    from chainmark import reference
-    from chainmark.tokenizer import load_tokenizer
+    from chainmark.harness import reference
+    from chainmark.auditor.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     texts = [np.array(tokenizer(r["output"], add_special_tokens=False)["input_ids"])

@@ -5,7 +5,7 @@ from a thread; headless Chromium (Debian's ``chromium``, driven by Playwright)
 opens each explorer page with every request that is not to the loopback
 address sent to a dead proxy, moves every slider with the keyboard, and checks
 that the numbers shown are the ones the Python closed forms
-(``chainmark.calibrate``) and the detector (``chainmark.detect``) give. It
+(``chainmark.calibrate``) and the detector (``chainmark.detection``) give. It
 records every request the page makes and asserts that none left localhost, and
 saves a screenshot of each explorer to ``_build/screenshots/``.
 """
@@ -168,13 +168,13 @@ def test_calibration_explorer(browser: GuardedPage, site_url: str) -> None:
 
 def test_embedding_explorer(browser: GuardedPage, site_url: str) -> None:
     from chainmark.calibrate import predicted_z
-    from chainmark.detect import detect
-    from chainmark.reference import reference_key
+    from chainmark.detection import detect
+    from chainmark.harness.reference.protocol import reference_key
 
     _open(browser, site_url, EXPLORER_PAGES[0])
     sel = _explorer(browser, "embedding")
     data = _data(browser, sel)
-    key = reference_key()  # the explorer shows the reference run's grid (chainmark.reference.explorer_grid)
+    key = reference_key()  # the explorer shows the reference run's grid (chainmark.harness.reference.explorer_grid)
 
     def check() -> dict:
         S = data["S_values"][_slider_value(browser, sel, "S")["index"]]
@@ -280,7 +280,7 @@ def test_javascript_closed_forms_equal_python(browser: GuardedPage, tmp_path_fac
     import itertools
 
     from chainmark import calibrate as cal
-    from chainmark.widgets import calibration_explorer
+    from chainmark.teaching.widgets import calibration_explorer
 
     folder = tmp_path_factory.mktemp("explorer")
     (folder / "calibration.html").write_text(calibration_explorer().page(), encoding="utf-8")

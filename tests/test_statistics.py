@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from chainmark.detect import detect_batch, score_states
+from chainmark.detection import detect_batch, score_states
 from chainmark.topology import Topology
 
 CONFIDENCE = 0.999

@@ -1,4 +1,4 @@
-"""Scoring in pieces (chainmark.stream): the same tokens and the same verdict as scoring a text whole."""
+"""Scoring in pieces (chainmark.auditor.stream): the same tokens and the same verdict as scoring a text whole."""
 from __future__ import annotations
 
 import io
@@ -11,12 +11,14 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.detect import TESTS, detect, detect_text
+from chainmark.significance import TESTS
+from chainmark.detection import detect, detect_text
 from chainmark.keys import write_key_file
 from chainmark.repetition import repetition_warning
-from chainmark.stream import (StreamingDetector, UncuttableText, cut_keeps_tokens, decoded_chunks,
+from chainmark.auditor.stream import (StreamingDetector, UncuttableText, cut_keeps_tokens, decoded_chunks,
                               detect_text_stream, stream_text, text_pieces)
-from chainmark.tokenizer import load_tokenizer
+from chainmark.auditor.tokenizer import load_tokenizer
+from chainmark.cli.common import EXIT_USAGE
 
 Z_ALPHA_01 = 2.3263478740408408
 KEY = bytes(range(32))
@@ -178,7 +180,7 @@ def test_cli_reports_the_share_and_warns(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_refuses_an_uncuttable_input_with_exit_2(tmp_path, capsys, monkeypatch):
-    import chainmark.stream as stream
+    import chainmark.auditor.stream as stream
 
     key = tmp_path / "k.key"
     write_key_file(key, KEY)
@@ -186,7 +188,7 @@ def test_cli_refuses_an_uncuttable_input_with_exit_2(tmp_path, capsys, monkeypat
     monkeypatch.setattr(stream, "PIECE_CHARS", 500)  # a piece may then grow to 8,000 characters
     code = cli.main(["detect", "--key-file", str(key), str(tmp_path / "run.txt")])
     _, err = capsys.readouterr()
-    assert code == cli.EXIT_USAGE and "run.txt" in err and "without changing its tokens" in err
+    assert code == EXIT_USAGE and "run.txt" in err and "without changing its tokens" in err
 
 
 def _cli(*args: str, stdin: bytes | None = None, cwd: Path) -> subprocess.CompletedProcess:
@@ -277,7 +279,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
 
 
 def test_pair_counts_are_kept_up_to_a_cap_and_then_dropped_so_memory_stays_flat(monkeypatch):
-    import chainmark.stream as stream_module
+    import chainmark.auditor.stream as stream_module
     from chainmark.repetition import pair_counts
 
     rng = np.random.default_rng(5)

@@ -1,19 +1,27 @@
-"""The auditor's tokenizer (chainmark.tokenizer): the tokenizers library alone, same ids as transformers."""
+"""The auditor's tokenizer (chainmark.auditor.tokenizer): the tokenizers library alone, same ids as transformers."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from chainmark.tokenizer import DEFAULT_MODEL, AuditTokenizer, TokenizerLoadError, load_tokenizer
+from chainmark.auditor.tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER, AuditTokenizer, TokenizerLoadError, load_tokenizer
 
 ODD_TEXTS = ["", " ", "\x00\x01 control", "🙂" * 40, "naïve café\u2028next", "<|im_start|>user\nhi<|im_end|>",
              "\t\n  spaced  \r\n", "def f(x):\n    return x ** 2\n", "Zürich, 東京, القاهرة"]
 
 
+def transformers_tokenizer():
+    """The embedded tokenizer as transformers loads it for generation (what load_model hands the chapters)."""
+    from transformers import AutoTokenizer
+
+    from chainmark.auditor.tokenizer import EMBEDDED_TOKENIZER
+
+    return AutoTokenizer.from_pretrained(str(EMBEDDED_TOKENIZER), local_files_only=True)
+
+
 def test_the_embedded_tokenizer_agrees_with_transformers_on_every_reference_text():
-    from chainmark.models import load_tokenizer as transformers_tokenizer
-    from chainmark.reference import load_texts
+    from chainmark.harness.reference.read import load_texts
 
     core, full = load_tokenizer(), transformers_tokenizer()
     assert isinstance(core, AuditTokenizer)
@@ -27,14 +35,13 @@ def test_the_embedded_tokenizer_agrees_with_transformers_on_every_reference_text
 
 
 def test_the_regime_fingerprint_is_the_same_under_both_tokenizers():
-    from chainmark.models import load_tokenizer as transformers_tokenizer
-    from chainmark.regime import tokenizer_fingerprint
+    from chainmark.auditor.regime import tokenizer_fingerprint
 
     assert tokenizer_fingerprint(load_tokenizer()) == tokenizer_fingerprint(transformers_tokenizer())
 
 
 def test_a_local_folder_loads_and_one_without_tokenizer_json_is_refused(tmp_path):
-    from chainmark.tokenizer import EMBEDDED_TOKENIZER
+    from chainmark.auditor.tokenizer import EMBEDDED_TOKENIZER
 
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text((EMBEDDED_TOKENIZER / "tokenizer.json").read_text("utf-8"))
@@ -57,7 +64,7 @@ def test_a_revision_goes_to_the_hub_and_is_refused_for_local_files(monkeypatch, 
 
     def fake_from_pretrained(name, **kwargs):
         seen.update(name=name, **kwargs)
-        return tokenizers.Tokenizer.from_file(str(__import__("chainmark.tokenizer").tokenizer.EMBEDDED_TOKENIZER
+        return tokenizers.Tokenizer.from_file(str(EMBEDDED_TOKENIZER
                                                   / "tokenizer.json"))
 
     monkeypatch.setattr(tokenizers.Tokenizer, "from_pretrained", staticmethod(fake_from_pretrained))

@@ -15,12 +15,16 @@ import numpy as np
 import pytest
 import torch
 
-from chainmark import attacks, baselines
-from chainmark.detect import (check_alpha, detect, detect_batch, detect_text, log_p_value, p_value,
-                              score_states, z_score)
-from chainmark.lrdetect import lr_detect
-from chainmark.embed import ChainMarkConfig, ChainMarkLogitsProcessor, generate
-from chainmark.gates import Gate, check_rho
+from chainmark.comparison import adversary, attacks
+from chainmark.comparison import baselines
+from chainmark.checks import check_alpha
+from chainmark.detection import detect, detect_batch, detect_text, score_states
+from chainmark.significance import log_p_value, p_value, z_score
+from chainmark.comparison.lrdetect import lr_detect
+from chainmark.config import ChainMarkConfig
+from chainmark.embed import ChainMarkLogitsProcessor, generate
+from chainmark.gates import Gate
+from chainmark.checks import check_rho
 from chainmark.partition import as_token_array, state_of, state_table, states_of
 from chainmark.topology import Topology, resolve_topology
 
@@ -128,7 +132,7 @@ CASES = [
      ["token_ids", "one-dimensional"]),
     ("substitute floats", lambda: attacks.Substitution(0.5, 10).edit([1.5, 2.0]), TypeError, ["token_ids", "integers"]),
     ("delete negative id", lambda: attacks.Deletion(0.5).edit([1, -2]), ValueError, ["token_ids", "non-negative"]),
-    ("keyed_scrub id >= vocab", lambda: attacks.keyed_scrub([1, 100], KEY, 100), ValueError,
+    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 100], KEY, 100), ValueError,
      ["token_ids", "[0, 99]"]),
     ("kgw_detect negative id", lambda: baselines.kgw_detect([1, -2], baselines.KGWConfig(KEY), 100), ValueError,
      ["token_ids", "non-negative"]),
@@ -168,15 +172,15 @@ CASES = [
     # ---- attacks -----------------------------------------------------------
     ("n_edits n = -1", lambda: attacks.n_edits(0.5, -1), ValueError, ["n", ">= 0"]),
     ("n_edits n = 2.5", lambda: attacks.n_edits(0.5, 2.5), TypeError, ["n", "integer"]),
-    ("random_walk_text n = 0", lambda: attacks.random_walk_text(0, KEY, 100), ValueError, ["n", ">= 1"]),
-    ("random_walk_text n = -1", lambda: attacks.random_walk_text(-1, KEY, 100), ValueError, ["n", ">= 1"]),
-    ("random_walk_text n = 3.0", lambda: attacks.random_walk_text(3.0, KEY, 100), TypeError, ["n", ">= 1"]),
-    ("keyed_scrub id >= vocab", lambda: attacks.keyed_scrub([1, 2, 150, 3], KEY, 100), ValueError,
+    ("random_walk_text n = 0", lambda: adversary.random_walk_text(0, KEY, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = -1", lambda: adversary.random_walk_text(-1, KEY, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = 3.0", lambda: adversary.random_walk_text(3.0, KEY, 100), TypeError, ["n", ">= 1"]),
+    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 2, 150, 3], KEY, 100), ValueError,
      ["token_ids", "[0, 99]", "150", "100"]),
-    ("keyed_forge id >= vocab", lambda: attacks.keyed_forge([1, 100], KEY, 100), ValueError,
+    ("keyed_forge id >= vocab", lambda: adversary.keyed_forge([1, 100], KEY, 100), ValueError,
      ["token_ids", "[0, 99]", "100"]),
     ("keyed_forge candidate >= vocab",
-     lambda: attacks.keyed_forge(list(range(20)), KEY, 100, candidates=lambda j: [500]), ValueError,
+     lambda: adversary.keyed_forge(list(range(20)), KEY, 100, candidates=lambda j: [500]), ValueError,
      ["candidates", "500", "vocab_size = 100"]),
     # ---- baselines ---------------------------------------------------------
     ("green_z gamma 0", lambda: baselines.green_z(5, 10, 0.0), ValueError, ["gamma", "(0, 1)"]),
@@ -235,11 +239,11 @@ def test_every_id_call_site_takes_tensors_and_numpy_scalars():
              tuple(np.array(ids, dtype=np.uint16))]
     kgw = baselines.KGWConfig(KEY)
     ref = (detect(ids, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(ids), attacks.Deletion(0.5).edit(ids),
-           attacks.keyed_scrub(ids, KEY, 100), baselines.kgw_detect(ids, kgw, 100).z,
+           adversary.keyed_scrub(ids, KEY, 100), baselines.kgw_detect(ids, kgw, 100).z,
            lr_detect(ids, KEY, [0.5] * 7).llr)
     for form in forms:
         got = (detect(form, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(form), attacks.Deletion(0.5).edit(form),
-               attacks.keyed_scrub(form, KEY, 100), baselines.kgw_detect(form, kgw, 100).z,
+               adversary.keyed_scrub(form, KEY, 100), baselines.kgw_detect(form, kgw, 100).z,
                lr_detect(form, KEY, [0.5] * 7).llr)
         assert got == ref, type(form)
         assert attacks.edit_fraction(form, ids) == 0.0
@@ -338,8 +342,8 @@ def test_valid_edge_values_are_accepted():
     assert z_score(0.0, 0.2, 10) < 0 < z_score(1.0, 0.2, np.int64(10))
     assert p_value(math.inf) == 0.0 and p_value(-math.inf) == 1.0 and log_p_value(np.float64(0.0)) < 0
     assert attacks.n_edits(0.5, 0) == 0 and attacks.n_edits(0.5, np.int64(3)) == 2
-    assert len(attacks.random_walk_text(1, KEY, 100)) == 1
-    assert attacks.keyed_scrub([0, 99, 5], KEY, 100) is not None  # the last id of the vocabulary is fine
+    assert len(adversary.random_walk_text(1, KEY, 100)) == 1
+    assert adversary.keyed_scrub([0, 99, 5], KEY, 100) is not None  # the last id of the vocabulary is fine
     assert baselines.green_z(0, 0, 0.5) == 0.0
     assert baselines.green_z(10, 10, 0.5) == pytest.approx(math.sqrt(10))
     assert baselines.tail_p_values(10, 10)["binomial"] == pytest.approx(0.5 ** 10)

@@ -1,4 +1,4 @@
-"""Unit tests of chainmark.widgets (the static blocks, the live twins) and the data builders of chainmark.experiments."""
+"""Unit tests of chainmark.teaching.widgets (the static blocks, the live twins) and the data builders of chainmark.harness.grids."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from scipy.stats import binom
 
 from chainmark import calibrate as cal
-from chainmark import experiments as E
-from chainmark import widgets as W
-from chainmark.detect import detect
+from chainmark.harness import grids as E
+from chainmark.teaching import widgets as W
+from chainmark.detection import detect
 from chainmark.partition import states_of
 
 KEY = b"widgets-test-key-not-secret"

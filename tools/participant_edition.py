@@ -12,7 +12,7 @@ notebooks and writes a participant copy of each (default ``_build/participant/``
 - exercise solutions (the MyST ``solution-start`` ... ``solution-end`` blocks, prose and code) are removed;
   the exercises stay;
 - a cell right after the settings cell (before the first code cell without one) switches the checks to the participant edition
-  (:func:`chainmark.workshop.participant_edition`): the cell tagged ``build-check`` after each Build it then
+  (:func:`chainmark.teaching.workshop.participant_edition`): the cell tagged ``build-check`` after each Build it then
   says what differs, or "not written yet", and the chapter goes on with the package's version;
 - the Colab badge is dropped (it opens the book's own notebook, solutions included).
 
@@ -45,7 +45,7 @@ DEFAULT_HINT = "write the body from the docstring and the formulas above"
 MODE_CELL = """\
 # The participant edition: the check after each Build it says what differs from the package and lets the
 # chapter go on with the package's version (in the book the same checks stop the chapter).
-from chainmark.workshop import participant_edition
+from chainmark.teaching.workshop import participant_edition
 
 participant_edition()"""
 SOLUTION_START = re.compile(r"^`{3,}\{solution-start\}[^\n]*\n(?::[^\n]*\n)*`{3,}[ \t]*$", re.M)

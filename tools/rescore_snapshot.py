@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 #: Where the reference reader lives, newest layout first (the script runs on both sides of a move).
-_REFERENCE_MODULES = ("chainmark.harness.reference", "chainmark.reference")
+_REFERENCE_MODULES = ("chainmark.harness.reference", "chainmark.harness.reference")
 _KEY_HEX = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 _TEXTS = {
     "plain.txt": "The committee met on Tuesday to discuss the budget for the coming year. Several members "

@@ -1,0 +1,522 @@
+"""Audit a corpus: every document scored under one key, one row each, in bounded memory, resumable, on one
+process or a Dask cluster.
+
+The corpus (a JSON Lines file, a Parquet file or folder, or a folder of ``.txt`` files) is divided into
+*batches* of a fixed number of documents, each described by a small picklable :class:`Batch` (a byte range,
+a row-group slice, a slice of the sorted file list). A batch is read, tokenized together (the
+``tokenizers`` library spreads it over the cores), scored in one vectorised pass (:func:`score_many`; texts
+longer than a piece go through :mod:`chainmark.auditor.stream`), and its rows are written to one part file in
+``<out>.parts/``, atomically. An interrupted audit scores only the batches without a part file, so no
+document is scored twice or lost. At the end the p-values of all parts give the Benjamini-Hochberg q-values
+(``scipy.stats.false_discovery_control``) and the parts are merged into the output, Parquet or JSON Lines.
+
+Only documents the regime judges enter that step. A document shorter than the regime's ``n_min`` tokens, or
+with no scored transition, keeps its row and its p-value but is never flagged and never a discovery: its
+``q_value`` is null (``None`` in Python, ``null`` in JSON Lines, a null in the Parquet column), and it does
+not count among the m p-values Benjamini-Hochberg ranks, so it can neither be discovered nor move another
+document's q-value. The summary says how many documents entered the step and how many were too short.
+
+Benjamini-Hochberg needs p-values that are valid for every document, on the scale the regime decides by. The
+exact test's (a binomial tail over the spanning forest) are valid for every text under a uniformly random
+key, and the plain z-test's nominal normal tail is the one its decisions use (flag when p < alpha). A z-test
+regime whose threshold is not z_alpha (recalibrated on a null corpus, set below it by a regime that trades
+false positives for power, or any other threshold) decides by z > threshold instead: its own calibration
+says the normal tail is not the null of its scores, and it publishes one calibrated threshold, not a
+p-value for every z. Under such a regime the audit computes **no q-values** (every ``q_value`` null, no
+discoveries counted) and the summary says why and what to do (audit with the exact test). It does not
+swap in the exact test's p-values behind the regime's back: an auditor applying a published regime expects
+every number in a row (p-value, flag, q-value) to come from that regime's test, and q-values from another
+test, absent from the row, would contradict the flag beside them and could not be checked from the output.
+
+On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
+task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a worker plugin, never in a
+task's name or arguments, and each worker loads the tokenizer and builds the state table once. The rows
+are those of one process, document for document. Parquet needs ``pyarrow`` and a cluster
+``dask[distributed]`` (the ``audit`` extra); the scoring itself is the core's.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+
+from ..detection import valid_transitions
+from ..significance import transition_statistics
+from ..partition import states_of
+from ..topology import Topology, resolve_topology
+from ..jsonio import atomic_write_json, to_jsonable
+from .regime import Regime
+from ..verdict import decide
+from .stream import PIECE_CHARS, detect_text_stream, ids_batch
+from .corpus_input import BATCH_DOCS, AuditError, Batch, pyarrow_parquet, corpus_batches, read_batch
+
+#: Columns of an audit's output, in order.
+COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
+           "repeated_pair_share", "q_value")
+#: Format tag of a part folder's manifest.
+MANIFEST_FORMAT = "chainmark-audit-parts/1"
+
+
+# --------------------------------------------------------------------------- scoring one batch
+
+
+_TOKENIZERS: dict[tuple[str | None, str | None], Any] = {}
+
+
+def _tokenizer(settings: Regime) -> Any:
+    """The tokenizer, loaded once per process (each Dask worker is one)."""
+    key = (settings.tokenizer, settings.tokenizer_revision)
+    if key not in _TOKENIZERS:
+        from .tokenizer import load_tokenizer
+
+        _TOKENIZERS[key] = load_tokenizer(settings.tokenizer, settings.tokenizer_revision)
+    return _TOKENIZERS[key]
+
+
+def score_batch(batch: Batch, settings: Regime, key: bytes) -> dict[str, list]:
+    """The rows of one batch (columns of :data:`COLUMNS` but the q-value), in the batch's document order,
+    decided by the regime (``settings``: its test, threshold and n_min)."""
+    return finish_batch(prepare_batch(batch, settings), settings, key)
+
+
+def prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
+    """A batch read and tokenized: its documents, and the token ids of those short enough to tokenize whole.
+
+    The tokenizers library spreads the batch over the cores and releases the GIL meanwhile, so the next batch
+    can be prepared in a thread while this one is scored.
+    """
+    docs = read_batch(batch)
+    tokenizer = _tokenizer(settings)
+    short = [i for i, (_, text) in enumerate(docs) if len(text) <= PIECE_CHARS]
+    texts = [docs[i][1] for i in short]
+    encoded = [np.asarray(ids, dtype=np.int64) for ids in ids_batch(tokenizer, texts)]
+    return docs, dict(zip(short, encoded))
+
+
+def finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
+                 key: bytes) -> dict[str, list]:
+    """Score a prepared batch (:func:`prepare_batch`) into its rows, decided by the regime."""
+    docs, encoded = prepared
+    tokenizer = _tokenizer(settings)
+    vocab = len(tokenizer)
+    topo = resolve_topology(settings.topology, settings.S)
+    test = settings.effective_test
+    order = sorted(encoded)
+    columns = score_many([encoded[i] for i in order], key, topo, test, vocab)
+    full = {name: np.zeros(len(docs), dtype=values.dtype) for name, values in columns.items()}
+    for name, values in columns.items():
+        full[name][order] = values
+    for i, (_, text) in enumerate(docs):
+        if i not in encoded:  # a long document: in pieces, in bounded memory
+            r, share = detect_text_stream([text], tokenizer, key, S=settings.S, topology=topo, alpha=settings.alpha,
+                                          test=test, vocab_size=vocab)
+            for name, value in zip(("n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value",
+                                    "repeated_pair_share"),
+                                   (r.n_tokens, r.n_scored, r.n_hits, r.phi, r.z, r.p_value, share)):
+                full[name][i] = value
+    too_short = _too_short(full["n_tokens"], full["n_transitions"], settings.n_min)
+    threshold = None if settings.exact else settings.threshold
+    flagged = ~too_short & decide(z=full["z"], p_value=full["p_value"], alpha=settings.alpha, threshold=threshold)
+    rows = {name: full[name].tolist() for name in full}
+    rows.update(doc_id=[doc_id for doc_id, _ in docs], test=[test] * len(docs), flagged=flagged.tolist())
+    return {name: rows[name] for name in COLUMNS if name != "q_value"}
+
+
+def _too_short(n_tokens: Any, n_transitions: Any, n_min: int | None) -> np.ndarray:
+    """Rows the regime does not judge (never flagged, never in the FDR step): no scored transition, or fewer
+    tokens than ``n_min`` (:meth:`chainmark.auditor.regime.Regime.too_short`, for columns)."""
+    return (np.asarray(n_transitions) < 1) | (np.asarray(n_tokens) < (n_min or 0))
+
+
+def fdr_refusal(settings: Regime) -> str | None:
+    """Why an audit under ``settings`` computes no q-values, or None when it computes them.
+
+    None for the exact test, and for a z-test (plain or distinct) whose threshold is z_alpha or unset (it
+    flags when its nominal p-value is below alpha). A z-test regime that carries a ``recalibration`` or
+    decides by another threshold gets the reason: its p-values are not on the scale it decides by (see the
+    module docstring).
+    """
+    if settings.exact:
+        return None
+    threshold, za = settings.threshold, settings.z_alpha
+    moved = threshold is not None and not math.isclose(threshold, za, rel_tol=1e-9, abs_tol=1e-12)
+    if not moved and not settings.recalibration:
+        return None
+    if settings.recalibration:
+        method = settings.recalibration.get("method")
+        source = "recalibrated on a null corpus" + (f" by the {method} recipe" if isinstance(method, str) else "")
+    elif settings.trades_fpr_for_power and threshold is not None and threshold < za:
+        source = "lowered to trade false positives for power"
+    else:
+        source = "chosen by the regime"
+    cut = f"z > {threshold:.4g}" if threshold is not None else f"z > z_alpha = {za:.4g}"
+    return (f"the {settings.effective_test} test here flags {cut}, a threshold {source}, not z_alpha = {za:.4g} "
+            f"at alpha = {settings.alpha:g}; so the normal tail's p-values are not the scale this regime decides "
+            "by, and Benjamini-Hochberg on them would not control the FDR. Audit with --test exact for q-values "
+            "(its p-values are valid for every text under a random key)")
+
+
+def score_many(texts: Sequence[np.ndarray], key: bytes, topology: Topology, test: str,
+               vocab_size: int) -> dict[str, np.ndarray]:
+    """:func:`~chainmark.detection.detect` on each of many token-id arrays, in one vectorised pass over their
+    concatenation: columns n_tokens, n_transitions, n_valid, phi, z, p_value (computed with the detector's
+    own operations in its order, so bit for bit the same) and each text's repeated_pair_share."""
+    count = len(texts)
+    lengths = np.array([t.size for t in texts], dtype=np.int64)
+    flat = np.concatenate(texts) if lengths.sum() else np.zeros(0, dtype=np.int64)
+    doc = np.repeat(np.arange(count, dtype=np.int64), lengths)
+    states = states_of(flat, key, topology.S, vocab_size)  # checks every id against the vocabulary
+    within = doc[:-1] == doc[1:]  # a transition inside one text (not from one text into the next)
+    valid = valid_transitions(states, topology) & within
+    tdoc = doc[:-1]
+    pairs = (tdoc * vocab_size + flat[:-1]) * vocab_size + flat[1:]  # (text, token, next token) as one code
+    first_pair = np.zeros(pairs.size, dtype=bool)
+    first_pair[np.unique(np.where(within, pairs, -1), return_index=True)[1]] = True
+    first_pair &= within
+    if test == "exact":  # a transition into a token the text has not used before
+        fresh = np.zeros(flat.size, dtype=bool)
+        fresh[np.unique(doc * vocab_size + flat, return_index=True)[1]] = True
+        mask = fresh[1:] & within
+    elif test == "distinct":
+        mask = first_pair
+    else:
+        mask = within
+    m = np.bincount(tdoc[mask], minlength=count)
+    c = np.bincount(tdoc[mask & valid], minlength=count)
+    distinct = np.bincount(tdoc[first_pair], minlength=count)
+    phi, z, p = transition_statistics(c, m, topology.p0, test)
+    share = np.zeros(count)
+    long_enough = lengths >= 2
+    share[long_enough] = 1.0 - distinct[long_enough] / (lengths[long_enough] - 1)
+    return {"n_tokens": lengths, "n_transitions": m.astype(np.int64), "n_valid": c.astype(np.int64), "phi": phi,
+            "z": z, "p_value": p, "repeated_pair_share": share}
+
+
+# --------------------------------------------------------------------------- parts, resuming, the output
+
+
+@dataclass
+class AuditSummary:
+    """What the auditor publishes about one audit (no key): counts, rates with intervals, throughput."""
+
+    documents: int
+    tokens: int
+    flagged: int
+    flagged_low: float
+    flagged_high: float
+    discoveries: int | None  # None when the audit computes no q-values (fdr_refused says why)
+    fdr: float
+    alpha: float
+    test: str
+    key_fingerprint: str
+    batches_scored: int
+    batches_resumed: int
+    seconds: float
+    output: str
+    extra: dict = field(default_factory=dict)
+    #: Documents whose p-values entered the Benjamini-Hochberg step (0 when no q-values were computed).
+    fdr_documents: int = 0
+    #: Documents shorter than the regime's n_min tokens, and (of the others) those with no scored transition:
+    #: not judged, q_value null, never a discovery.
+    below_n_min: int = 0
+    unscored: int = 0
+    n_min: int | None = None
+    #: Why no q-values were computed (:func:`fdr_refusal`), or None.
+    fdr_refused: str | None = None
+
+    def lines(self) -> list[str]:
+        rate = self.flagged / self.documents if self.documents else 0.0
+        short = f"{self.below_n_min:,} below n_min = {self.n_min or 0} tokens" if self.n_min else ""
+        short += (", " if short else "") + f"{self.unscored:,} with no scored transition"
+        if self.fdr_refused is not None:
+            fdr = [f"discoveries at FDR {self.fdr:g}: not computed (every q_value is null): {self.fdr_refused}",
+                   f"FDR step: no document entered it ({self.below_n_min + self.unscored:,} too short to judge: "
+                   f"{short})"]
+        else:
+            fdr = [f"discoveries at FDR {self.fdr:g} (Benjamini-Hochberg q <= {self.fdr:g}): {self.discoveries:,}",
+                   f"FDR step: {self.fdr_documents:,} documents entered it; "
+                   f"{self.below_n_min + self.unscored:,} too short to judge stayed out ({short}; their q_value "
+                   "is null)"]
+        return [
+            f"audited {self.documents:,} documents ({self.tokens:,} tokens) with the {self.test} test, key "
+            f"{self.key_fingerprint}",
+            f"flagged at alpha = {self.alpha:g}: {self.flagged:,} ({100 * rate:.2f}% "
+            f"[{100 * self.flagged_low:.2f}, {100 * self.flagged_high:.2f}])",
+            *fdr,
+            f"{self.batches_scored} batch(es) scored now, {self.batches_resumed} resumed from an earlier run; "
+            f"{self.seconds:.1f} s in all",
+            f"throughput: {self.extra['scored_documents'] / max(self.extra['scoring_seconds'], 1e-9):,.0f} "
+            f"documents/s, {self.extra['scored_tokens'] / max(self.extra['scoring_seconds'], 1e-9):,.0f} tokens/s "
+            "(the batches scored now)",
+            f"wrote {self.output}",
+        ]
+
+
+def parts_folder(out: str | os.PathLike) -> Path:
+    """Where an audit writing ``out`` keeps its part files until it is complete."""
+    out = Path(out)
+    return out.with_name(out.name + ".parts")
+
+
+def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_docs: int) -> dict[str, Any]:
+    files = sorted({b.path for b in batches} | {str(Path(b.path) / n) for b in batches for n in b.names})
+    stats = [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files if Path(f).is_file()]
+    return {"format": MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
+            "batches": len(batches), "batch_docs": batch_docs, "text_field": batches[0].text_field,
+            "id_field": batches[0].id_field, "files": stats}
+
+
+def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,
+              text_field: str = "text", id_field: str | None = None, batch_docs: int = BATCH_DOCS,
+              fdr: float = 0.01, scheduler: str | None = None, workers: int | None = None,
+              progress: Callable[[int, int], None] | None = None, tokenizer: Any = None) -> AuditSummary:
+    """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``); resumes the parts an earlier run left.
+
+    ``scheduler`` None scores on this process; ``"local"`` starts a Dask cluster of ``workers`` processes
+    on this machine; any other value is the address of a running Dask scheduler. ``progress(done, total)``
+    is called after each batch. ``tokenizer``, when given, is the regime's tokenizer already loaded (this
+    process then does not load it again).
+    """
+    if tokenizer is not None:
+        _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
+    from ..calibrate import clopper_pearson
+
+    start = time.perf_counter()
+    out = Path(out)
+    if out.suffix not in (".parquet", ".jsonl"):
+        raise AuditError(f"{out}: the output is a .parquet or .jsonl file")
+    if out.exists():
+        raise AuditError(f"{out} exists; refusing to overwrite an audit (choose another output)")
+    if not (0 < fdr < 1):
+        raise AuditError(f"fdr must lie in (0, 1), got {fdr!r}")
+    if out.suffix == ".parquet":
+        pyarrow_parquet()
+    batches = corpus_batches(source, text_field, id_field, batch_docs)
+    if not batches:
+        raise AuditError(f"{source}: no documents")
+    parts = parts_folder(out)
+    manifest = _manifest(batches, settings, str(source), batch_docs)
+    if parts.exists():
+        try:
+            previous = json.loads((parts / "manifest.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            previous = None
+        if previous != json.loads(json.dumps(manifest)):
+            raise AuditError(f"{parts} holds parts of another audit (another corpus, key or settings); delete it "
+                             "or choose another output")
+    else:
+        parts.mkdir(parents=True, mode=0o700)
+        atomic_write_json(parts / "manifest.json", manifest)
+    todo = [b for b in batches if not _part(parts, b.index).exists()]
+    resumed = len(batches) - len(todo)
+    done = resumed
+    if progress:
+        progress(done, len(batches))
+    scored_docs = scored_tokens = 0
+    scoring = time.perf_counter()
+    for index, rows in _score_all(todo, settings, key, scheduler, workers):
+        _write_part(parts, index, rows)
+        scored_docs += len(rows["doc_id"])
+        scored_tokens += sum(rows["n_tokens"])
+        done += 1
+        if progress:
+            progress(done, len(batches))
+    scoring = time.perf_counter() - scoring
+    refused = fdr_refusal(settings)
+    merged = _merge(parts, len(batches), out, fdr, settings.n_min, refused is None)
+    low, high = clopper_pearson(merged["flagged"], merged["documents"])
+    import shutil
+
+    shutil.rmtree(parts)
+    return AuditSummary(merged["documents"], merged["tokens"], merged["flagged"], low, high, merged["discoveries"],
+                        fdr, settings.alpha, settings.effective_test, settings.key_fingerprint, len(todo), resumed,
+                        time.perf_counter() - start, str(out),
+                        {"scored_documents": scored_docs, "scored_tokens": scored_tokens, "scoring_seconds": scoring},
+                        fdr_documents=merged["fdr_documents"], below_n_min=merged["below_n_min"],
+                        unscored=merged["unscored"], n_min=settings.n_min, fdr_refused=refused)
+
+
+def _part(parts: Path, index: int) -> Path:
+    return parts / f"part-{index:07d}.json"
+
+
+def _write_part(parts: Path, index: int, rows: dict[str, list]) -> None:
+    """One batch's rows as one JSON object of columns (floats written exactly), under a temporary name, then
+    renamed: a part file exists only once it is complete."""
+    path = _part(parts, index)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps({c: rows[c] for c in COLUMNS if c != "q_value"}, allow_nan=False))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_part(parts: Path, index: int) -> dict[str, list]:
+    return json.loads(_part(parts, index).read_text("utf-8"))
+
+
+def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None,
+           with_q: bool = True) -> dict[str, Any]:
+    """q-values from the p-values of every part's judged documents (those :func:`_too_short` leaves in; none
+    without ``with_q``), then the rows to ``out`` part by part (one part in memory); the counts."""
+    from scipy.stats import false_discovery_control
+
+    p, n_tokens, n_transitions = [], [], []
+    for i in range(n_batches):
+        columns = _read_part(parts, i)
+        p.append(np.asarray(columns["p_value"], dtype=float))
+        n_tokens.append(np.asarray(columns["n_tokens"], dtype=np.int64))
+        n_transitions.append(np.asarray(columns["n_transitions"], dtype=np.int64))
+    p = np.concatenate(p)
+    n_tokens, n_transitions = np.concatenate(n_tokens), np.concatenate(n_transitions)
+    below = n_tokens < (n_min or 0)
+    short = _too_short(n_tokens, n_transitions, n_min)
+    judged = ~short & with_q
+    q = np.full(p.size, np.nan)  # NaN marks "no q-value" here; the rows get None (JSON null, a Parquet null)
+    if judged.any():
+        q[judged] = false_discovery_control(p[judged], method="bh")
+    del n_tokens, n_transitions
+    tmp = out.with_name(out.name + ".tmp")
+    tokens = flagged = position = 0
+    writer = None
+    try:
+        with open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else contextlib.nullcontext() as fh:
+            for i in range(n_batches):
+                columns = _read_part(parts, i)
+                size = len(columns["doc_id"])
+                columns["q_value"] = [None if math.isnan(v) else v for v in q[position:position + size].tolist()]
+                position += size
+                tokens += sum(columns["n_tokens"])
+                flagged += sum(columns["flagged"])
+                if out.suffix == ".jsonl":
+                    fh.writelines(json.dumps(dict(zip(COLUMNS, values)), allow_nan=False) + "\n"
+                                  for values in zip(*(columns[c] for c in COLUMNS)))
+                else:
+                    writer = _write_parquet_columns(writer, tmp, columns)
+        if writer is not None:
+            writer.close()
+            writer = None
+        os.replace(tmp, out)
+    finally:
+        if writer is not None:
+            writer.close()
+        if tmp.exists():
+            tmp.unlink()
+    return {"documents": int(p.size), "tokens": tokens, "flagged": flagged,
+            "discoveries": int(np.count_nonzero(q[judged] <= fdr)) if with_q else None,
+            "fdr_documents": int(np.count_nonzero(judged)), "below_n_min": int(np.count_nonzero(below)),
+            "unscored": int(np.count_nonzero(short & ~below))}
+
+
+def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("doc_id", pa.string()), ("n_tokens", pa.int64()), ("n_transitions", pa.int64()),
+                        ("n_valid", pa.int64()), ("phi", pa.float64()), ("z", pa.float64()),
+                        ("p_value", pa.float64()), ("test", pa.string()), ("flagged", pa.bool_()),
+                        ("repeated_pair_share", pa.float64()), ("q_value", pa.float64())])
+    table = pa.Table.from_pydict({c: columns[c] for c in COLUMNS}, schema=schema)
+    if writer is None:
+        writer = pq.ParquetWriter(path, schema)
+    writer.write_table(table)
+    return writer
+
+
+def read_audit(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """An audit's output (Parquet or JSON Lines) as a list of rows."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+    return pyarrow_parquet().read_table(path).to_pylist()
+
+
+# --------------------------------------------------------------------------- one process, or Dask
+
+
+def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str | None,
+               workers: int | None) -> Iterator[tuple[int, dict[str, list]]]:
+    """(batch index, rows) for every batch, in completion order."""
+    if scheduler is None:  # read and tokenize the next batch in a thread while this one is scored
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chainmark-audit-read") as pool:
+            ahead = pool.submit(prepare_batch, batches[0], settings) if batches else None
+            for n, batch in enumerate(batches):
+                prepared = ahead.result()
+                ahead = pool.submit(prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
+                yield batch.index, finish_batch(prepared, settings, key)
+        return
+    yield from _score_on_dask(batches, settings, key, scheduler, workers)
+
+
+def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str,
+                   workers: int | None) -> Iterator[tuple[int, dict[str, list]]]:
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise AuditError("a Dask scheduler needs the audit extra: pip install 'chainmark[audit]' "
+                         "(or audit on this process with --scheduler none)") from None
+    cluster = None
+    if scheduler == "local":
+        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=40)
+        client = Client(cluster)
+    else:
+        client = Client(scheduler)
+    try:
+        client.register_plugin(key_plugin(key, settings.key_fingerprint),
+                               name=f"chainmark-audit-key-{settings.key_fingerprint}")
+        run = os.urandom(4).hex()  # task names unique to this run, made of nothing secret
+        futures = [client.submit(_score_on_worker, batch, settings, key=f"chainmark-audit-{run}-{batch.index}",
+                                 pure=False) for batch in batches]
+        for future in as_completed(futures):
+            index, rows = future.result()
+            future.release()
+            yield index, rows
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def key_plugin(key: bytes, fingerprint: str) -> Any:
+    """A Dask worker plugin that hands the key to each worker once, outside every task's name and arguments
+    (its repr, all a log or the dashboard could show, is the fingerprint)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class KeyPlugin(WorkerPlugin):
+        def __init__(self) -> None:
+            self._key = key
+            self.fingerprint = fingerprint
+
+        def setup(self, worker: Any) -> None:
+            keys = getattr(worker, "_chainmark_keys", {})
+            keys[self.fingerprint] = self._key
+            worker._chainmark_keys = keys
+
+        def __repr__(self) -> str:
+            return f"KeyPlugin(fingerprint={self.fingerprint})"
+
+    return KeyPlugin()
+
+
+def _score_on_worker(batch: Batch, settings: Regime) -> tuple[int, dict[str, list]]:
+    from distributed import get_worker
+
+    key = get_worker()._chainmark_keys[settings.key_fingerprint]
+    return batch.index, score_batch(batch, settings, key)
+
+
+__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "fdr_refusal", "finish_batch", "key_plugin", "parts_folder",
+           "prepare_batch", "read_audit", "run_audit", "score_batch", "score_many"]

@@ -1,0 +1,390 @@
+"""Auditing a key before deployment: its false-positive rate on text it will be judged against.
+
+The false-positive rate of a deployed watermark is a property of its key: a
+common token pair ("of the", ". The") is legal under some keys and not
+others, and every text repeats such pairs, so one key's rate on human or
+model text can sit above alpha, even for the exact test, whose guarantee
+(size at most alpha for every text) is over a *random* key. :func:`audit_key`
+scores a corpus of unwatermarked documents under one key with every test
+(:data:`chainmark.detection.TESTS`) and reports each test's false-positive rate
+with its 95% interval and the threshold that would hold alpha on that
+corpus. Its verdict *certifies*: the key passes for the deployed test only
+when the one-sided upper confidence bound on its rate is at or below alpha,
+which needs a corpus of at least :func:`minimum_documents` documents (299 at
+alpha = 1%); below that the audit reports and certifies nothing. The unit is
+the document: windows cut from one document share its pairs and are not
+independent, so a document counts as flagged when any of its windows is.
+
+The result is a certificate (:data:`CERTIFICATE_FORMAT`) that names the key
+by its fingerprint only, binds the tokenizer's and the corpus's fingerprints,
+the test and alpha, records how many keys were tried before this one (and on
+which other corpus), and carries a digest of its own content.
+:func:`certificate_problems` recomputes its verdict from its counts, and
+:func:`recheck_certificate`, given the key and the corpus, its counts.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..calibrate import (clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, recalibrate,
+                        trials_to_bound)
+from ..checks import check_alpha
+from ..significance import TESTS, check_test
+from ..detection import detect
+from ..keys import key_fingerprint
+from ..partition import Key
+from ..topology import TopologyLike, resolve_topology
+
+CERTIFICATE_FORMAT = "chainmark-key-audit/2"
+#: The confidence of the bound a certificate states (one-sided).
+CERTIFICATE_LEVEL = 0.95
+#: What a certificate can say: the upper bound is at or below alpha; the lower bound lies above it; neither.
+VERDICTS = ("pass", "fail", "inconclusive")
+#: The fields a certificate must have, and what a regime's use of it must match.
+CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
+                      "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
+                      "verdict", "package_version", "digest")
+_ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
+
+
+def corpus_fingerprint(texts: Sequence[Sequence[int]]) -> str:
+    """A short hash of a corpus of token-id sequences (their lengths and ids, in order)."""
+    h = hashlib.sha256()
+    for ids in texts:
+        arr = np.asarray(ids, dtype=np.int64).ravel()
+        h.update(len(arr).to_bytes(8, "little"))
+        h.update(arr.astype("<i8").tobytes())
+    return h.hexdigest()[:16]
+
+
+def minimum_documents(alpha: float, level: float = CERTIFICATE_LEVEL) -> int:
+    """Fewest documents on which a key can be certified at ``alpha``: even with none flagged, a smaller
+    corpus leaves the one-sided upper bound above alpha (299 at alpha = 1% and 95%)."""
+    return trials_to_bound(alpha, level)
+
+
+def certify(flagged: int, documents: int, alpha: float, level: float = CERTIFICATE_LEVEL) -> str:
+    """The verdict on a key that flagged ``flagged`` of ``documents`` unwatermarked documents.
+
+    ``"pass"`` when the one-sided upper confidence bound on its rate is at
+    or below alpha (on at least :func:`minimum_documents` documents, which
+    that implies); ``"fail"`` when the one-sided lower bound lies above
+    alpha; ``"inconclusive"`` otherwise (the corpus is too small to tell).
+    """
+    alpha = check_alpha(alpha)
+    if clopper_pearson_upper(flagged, documents, level) <= alpha:
+        return "pass"
+    if clopper_pearson_lower(flagged, documents, level) > alpha:
+        return "fail"
+    return "inconclusive"
+
+
+def _scores(key: Key, texts: Sequence[np.ndarray], topo: Any, alpha: float, test: str,
+            vocab_size: int | None) -> list[Any]:
+    """Every text's verdict under one key and one test (the audit and the across-keys table share it)."""
+    return [detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test) for ids in texts]
+
+
+def _threshold(values: np.ndarray, alpha: float, upper: bool) -> float | None:
+    """The corpus threshold that holds alpha: on z (flag above), or on p (flag below); None if too few texts."""
+    try:
+        return float(recalibrate(values if upper else -values, alpha, method="quantile")) * (1 if upper else -1)
+    except ValueError:  # fewer texts than the quantile needs
+        return None
+
+
+def _per_document(flags: np.ndarray, documents: np.ndarray) -> np.ndarray:
+    """One flag per document: True when any of its texts is flagged."""
+    _, index = np.unique(documents, return_inverse=True)
+    out = np.zeros(int(index.max()) + 1, dtype=bool)
+    np.logical_or.at(out, index, flags)
+    return out
+
+
+def _row(doc_flags: np.ndarray, texts: int, alpha: float, level: float) -> dict[str, Any]:
+    """A test's row of the certificate from its per-document flags."""
+    n, hits = int(doc_flags.size), int(np.count_nonzero(doc_flags))
+    low, high = clopper_pearson(hits, n)
+    upper = clopper_pearson_upper(hits, n, level)
+    return {"texts": texts, "documents": n, "flagged": hits, "fpr": hits / n, "ci_low": low, "ci_high": high,
+            "upper_bound": upper, "certified": bool(upper <= alpha)}
+
+
+def certificate_digest(cert: Mapping[str, Any]) -> str:
+    """SHA-256 of a certificate's canonical form (every field but the digest, sorted keys, no spaces)."""
+    body = {k: v for k, v in cert.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal(cert: Mapping[str, Any]) -> dict[str, Any]:
+    """The certificate with its ``digest`` set (call it after the last field is added)."""
+    body = {k: v for k, v in cert.items() if k != "digest"}
+    return {**body, "digest": certificate_digest(body)}
+
+
+def audit_key(
+    key: Key,
+    texts: Sequence[Sequence[int]],
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    deploy_test: str = "exact",
+    vocab_size: int | None = None,
+    documents: Sequence[Any] | None = None,
+    keys_tried: int = 1,
+    selected_on: str | None = None,
+    level: float = CERTIFICATE_LEVEL,
+) -> dict[str, Any]:
+    """Score unwatermarked ``texts`` (token ids) under ``key`` with every test; the certificate's body.
+
+    ``documents`` names the document each text comes from (windows cut from
+    one document share a name); by default every text is its own document.
+    For each test: texts and documents scored, documents flagged at alpha
+    (a document is flagged when any of its texts is), the rate with its 95%
+    two-sided Clopper-Pearson interval and its one-sided upper bound at
+    ``level``, whether that bound certifies alpha, and the threshold that
+    would hold alpha on this corpus's texts (the empirical quantile of z, or
+    of the exact test's p-values). The verdict is :func:`certify`'s for
+    ``deploy_test``. ``keys_tried`` > 1 says this key was chosen among
+    others, which must have been done on another corpus: ``selected_on`` is
+    that corpus's fingerprint. Texts shorter than two tokens are left out.
+    The tokenizer fields, package version and digest are added by the
+    caller (:func:`seal`).
+    """
+    alpha = check_alpha(alpha)
+    deploy_test = check_test(deploy_test)
+    topo = resolve_topology(topology, S)
+    if isinstance(keys_tried, bool) or not isinstance(keys_tried, (int, np.integer)) or keys_tried < 1:
+        raise ValueError(f"keys_tried must be an integer >= 1, got {keys_tried!r}")
+    if documents is not None and len(documents) != len(texts):
+        raise ValueError(f"documents must name one document per text: {len(documents)} names for "
+                         f"{len(texts)} texts")
+    names = list(range(len(texts))) if documents is None else [str(d) for d in documents]
+    kept_pairs = [(np.asarray(t, dtype=np.int64), name) for t, name in zip(texts, names) if len(t) >= 2]
+    if not kept_pairs:
+        raise ValueError("the corpus has no text of two tokens or more: nothing to audit the key on")
+    kept = [t for t, _ in kept_pairs]
+    fingerprint = corpus_fingerprint(kept)
+    if keys_tried > 1 and (selected_on is None or selected_on == fingerprint):
+        raise ValueError(f"this key was chosen among {keys_tried}: choose on one corpus and certify on another "
+                         "(give the selection corpus's fingerprint; it must differ from this corpus's "
+                         f"{fingerprint}), or the chosen key's rate on the same corpus is biased low")
+    doc_index = np.unique(np.array([str(n) for _, n in kept_pairs]), return_inverse=True)[1]
+    tests: dict[str, Any] = {}
+    for test in TESTS:
+        results = _scores(key, kept, topo, alpha, test, vocab_size)
+        flags = np.array([r.is_watermarked for r in results])
+        z = np.array([r.z for r in results])
+        p = np.array([r.p_value for r in results])
+        tests[test] = {
+            **_row(_per_document(flags, doc_index), len(kept), alpha, level),
+            "texts_flagged": int(np.count_nonzero(flags)),
+            "z_threshold": None if test == "exact" else _threshold(z, alpha, upper=True),
+            "p_threshold": _threshold(p, alpha, upper=False) if test == "exact" else None,
+        }
+    n_docs = int(doc_index.max()) + 1
+    return {
+        "format": CERTIFICATE_FORMAT,
+        "key_fingerprint": key_fingerprint(key),
+        "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "level": level,
+        "minimum_documents": minimum_documents(alpha, level),
+        "corpus": {"texts": len(kept), "documents": n_docs, "tokens": int(sum(t.size for t in kept)),
+                   "fingerprint": fingerprint, "unit": "document",
+                   "windows": ("none: every text is its own document" if n_docs == len(kept) else
+                               f"{len(kept)} texts from {n_docs} documents; a document counts as flagged "
+                               "when any of its texts is")},
+        "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on},
+        "tests": tests,
+        "deploy_test": deploy_test,
+        "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
+    }
+
+
+def fpr_across_keys(
+    texts: Sequence[Sequence[int]],
+    keys: Sequence[Key],
+    S: int = 5,
+    topology: TopologyLike = "clockwork",
+    alpha: float = 0.01,
+    tests: Sequence[str] = TESTS,
+    vocab_size: int | None = None,
+) -> list[dict[str, Any]]:
+    """Each key's false-positive rate on the same unwatermarked ``texts``, for each test.
+
+    One row per (key, test): the key's fingerprint, texts scored, flagged at
+    alpha, the rate and its 95% Clopper-Pearson interval. The spread of the
+    rows of one test is how much the rate depends on the key; their mean is
+    the rate over random keys, which the exact test bounds by alpha for
+    every text.
+    """
+    alpha = check_alpha(alpha)
+    tests = [check_test(t) for t in tests]
+    topo = resolve_topology(topology, S)
+    kept = [np.asarray(t, dtype=np.int64) for t in texts if len(t) >= 2]
+    if not kept or not keys:
+        raise ValueError("fpr_across_keys needs at least one text of two tokens and one key")
+    rows = []
+    for key in keys:
+        fingerprint = key_fingerprint(key)
+        for test in tests:
+            est = rate_estimate([r.is_watermarked for r in _scores(key, kept, topo, alpha, test, vocab_size)])
+            rows.append({"key": fingerprint, "test": test, "texts": est.trials, "flagged": est.hits,
+                         "fpr": est.rate, "ci_low": est.low, "ci_high": est.high})
+    return rows
+
+
+def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, tokenizer_fingerprint: str | None = None,
+                         S: int | None = None, topology: str | None = None, test: str | None = None,
+                         alpha: float | None = None) -> list[str]:
+    """What is wrong with a certificate, or with using it for this key, tokenizer, S, topology, test and alpha
+    (empty: fine). A certificate speaks for the test it was made for (``deploy_test``) at its alpha only.
+
+    The certificate is checked against itself: its digest against its
+    content, every row's rate and bounds against its counts, and its
+    verdict against :func:`certify` on the deployed test's counts; a key
+    chosen among several must have been chosen on another corpus.
+    """
+    if not isinstance(cert, Mapping) or cert.get("format") != CERTIFICATE_FORMAT:
+        return [f"not a {CERTIFICATE_FORMAT} certificate"]
+    missing = [f for f in CERTIFICATE_FIELDS if f not in cert]
+    if missing:
+        return [f"the certificate lacks {', '.join(missing)}"]
+    problems = []
+    for name, wanted in (("key_fingerprint", key_fingerprint), ("tokenizer_fingerprint", tokenizer_fingerprint),
+                         ("S", S), ("topology", topology), ("deploy_test", test), ("alpha", alpha)):
+        if wanted is not None and cert.get(name) != wanted:
+            problems.append(f"the certificate was made for {name} {cert.get(name)!r}, this audit uses {wanted!r}")
+    try:
+        problems += _internal_problems(cert)
+    except (TypeError, ValueError, KeyError) as exc:
+        problems.append(f"the certificate's counts cannot be read ({exc})")
+    if cert.get("digest") != certificate_digest(cert):
+        problems.append("the certificate's digest does not match its content: it was changed after it was written")
+    return problems
+
+
+def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
+    """The certificate's rows, minimum and verdict recomputed from its own counts."""
+    problems = []
+    alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
+    if cert["minimum_documents"] != minimum_documents(alpha, level):
+        problems.append(f"minimum_documents is {cert['minimum_documents']}, but alpha {alpha:g} at level "
+                        f"{level:g} needs {minimum_documents(alpha, level)}")
+    tests = cert["tests"]
+    if cert["deploy_test"] not in tests:
+        return problems + [f"the certificate has no row for its deploy_test {cert['deploy_test']!r}"]
+    for test, row in tests.items():
+        missing = [f for f in _ROW_FIELDS if f not in row]
+        if missing:
+            problems.append(f"the {test} row lacks {', '.join(missing)}")
+            continue
+        fresh = _row(np.arange(row["documents"]) < row["flagged"], row["texts"], alpha, level)
+        for name in ("fpr", "ci_low", "ci_high", "upper_bound"):
+            if not math.isclose(float(row[name]), fresh[name], rel_tol=1e-9, abs_tol=1e-12):
+                problems.append(f"the {test} row's {name} is {row[name]!r}, but {row['flagged']} of "
+                                f"{row['documents']} documents give {fresh[name]!r}")
+        if row["certified"] != fresh["certified"]:
+            problems.append(f"the {test} row says certified={row['certified']}, but its upper bound "
+                            f"{fresh['upper_bound']:.4g} against alpha {alpha:g} says {fresh['certified']}")
+    row = tests[cert["deploy_test"]]
+    if row["documents"] != cert["corpus"].get("documents"):
+        problems.append(f"the {cert['deploy_test']} row counts {row['documents']} documents, the corpus "
+                        f"{cert['corpus'].get('documents')}")
+    verdict = certify(row["flagged"], row["documents"], alpha, level)
+    if cert["verdict"] != verdict:
+        problems.append(f"the certificate's verdict is {cert['verdict']!r}, but {row['flagged']} of "
+                        f"{row['documents']} documents flagged by the {cert['deploy_test']} test give {verdict!r}")
+    selection = cert["selection"]
+    if selection.get("keys_tried", 1) > 1 and selection.get("selected_on") in (None, cert["corpus"].get("fingerprint")):
+        problems.append(f"the key was chosen among {selection['keys_tried']} on the corpus it is certified on: "
+                        "its rate there is biased low")
+    return problems
+
+
+def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Sequence[int]],
+                        documents: Sequence[Any] | None = None, vocab_size: int | None = None) -> list[str]:
+    """Recompute a certificate's counts with the key and the corpus it names (empty: they agree).
+
+    The corpus must be the one certified (same fingerprint); every test's
+    documents and flagged counts, and the verdict, must come out the same.
+    """
+    problems = certificate_problems(cert)
+    if problems:
+        return problems
+    if key_fingerprint(key) != cert["key_fingerprint"]:
+        return [f"the key's fingerprint {key_fingerprint(key)} is not the certificate's {cert['key_fingerprint']}"]
+    fresh = audit_key(key, texts, S=cert["S"], topology=cert["topology"], alpha=cert["alpha"],
+                      deploy_test=cert["deploy_test"], vocab_size=vocab_size, documents=documents,
+                      level=cert["level"])
+    if fresh["corpus"]["fingerprint"] != cert["corpus"]["fingerprint"]:
+        return [f"this corpus (fingerprint {fresh['corpus']['fingerprint']}) is not the certified one "
+                f"({cert['corpus']['fingerprint']})"]
+    for test, row in cert["tests"].items():
+        again = fresh["tests"].get(test)
+        if again is None:
+            problems.append(f"the certificate's test {test!r} is not one this package runs")
+            continue
+        for name in ("texts", "documents", "flagged", "texts_flagged"):
+            if row.get(name) != again[name]:
+                problems.append(f"the {test} row's {name} is {row.get(name)}, recomputed {again[name]}")
+    if fresh["verdict"] != cert["verdict"]:
+        problems.append(f"the verdict recomputed is {fresh['verdict']!r}, the certificate's {cert['verdict']!r}")
+    return problems
+
+
+def read_certificate(path: str) -> dict[str, Any]:
+    """A certificate file (JSON); a ``ValueError`` naming the problem when it is not one."""
+    with open(path, "rb") as fh:
+        data = fh.read(1024 * 1024 + 1)
+    if len(data) > 1024 * 1024:
+        raise ValueError(f"{path} is larger than 1 MiB: not a key-audit certificate")
+    try:
+        cert = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a JSON certificate ({exc})") from None
+    problems = certificate_problems(cert)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return cert
+
+
+def format_audit(cert: Mapping[str, Any]) -> str:
+    """The certificate as a table: one row per test, the rate with its interval and upper bound, the
+    corpus threshold, then the verdict and what it means."""
+    corpus = cert["corpus"]
+    level = f"{100 * cert['level']:g}%"
+    lines = [f"key {cert['key_fingerprint']}: S={cert['S']} {cert['topology']}, alpha={cert['alpha']:g}, "
+             f"{corpus['documents']} documents ({corpus['texts']} texts, {corpus['tokens']} tokens, "
+             f"corpus {corpus['fingerprint']})",
+             f"{'test':9s} {'flagged':>10s} {'FPR [95% CI]':>24s} {'upper ' + level:>10s}  {'certifies':9s} "
+             "threshold on this corpus"]
+    for test, row in cert["tests"].items():
+        thr = (f"z > {row['z_threshold']:.3f}" if row.get("z_threshold") is not None else
+               f"p < {row['p_threshold']:.3g}" if row.get("p_threshold") is not None else "(too few texts)")
+        lines.append(f"{test:9s} {row['flagged']:>5d}/{row['documents']:<5d} "
+                     f"{100 * row['fpr']:7.2f}% [{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] "
+                     f"{100 * row['upper_bound']:9.2f}%  {'yes' if row['certified'] else 'no':9s} {thr}")
+    row = cert["tests"][cert["deploy_test"]]
+    meaning = {
+        "pass": f"the key's false-positive rate is at most alpha = {cert['alpha']:g} with {level} confidence",
+        "fail": f"the key's false-positive rate lies above alpha = {cert['alpha']:g} with {level} confidence",
+        "inconclusive": (f"the corpus cannot certify alpha = {cert['alpha']:g}: the upper bound "
+                         f"{100 * row['upper_bound']:.2f}% lies above it"
+                         + (f" (certifying needs at least {cert['minimum_documents']} documents)"
+                            if corpus["documents"] < cert["minimum_documents"] else "")),
+    }[cert["verdict"]]
+    lines.append(f"verdict for the {cert['deploy_test']} test: {cert['verdict'].upper()}: {meaning}")
+    if cert["selection"]["keys_tried"] > 1:
+        lines.append(f"chosen among {cert['selection']['keys_tried']} keys on corpus {cert['selection']['selected_on']}")
+    return "\n".join(lines)
+
+
+__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "VERDICTS", "audit_key",
+           "certificate_digest", "certificate_problems", "certify", "corpus_fingerprint", "format_audit",
+           "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]

@@ -1,0 +1,593 @@
+"""The detection regime: the settings an audit applies, and the public document that publishes them.
+
+A :class:`Regime` holds everything that decides a verdict: S and the
+topology (hence k and p0 = k/S), alpha, the operating z threshold, whether
+repeated pairs count once, the shortest text that may be judged, the
+tokenizer (by name, revision and a fingerprint of its vocabulary) and the
+key's fingerprint, never the key. It owns the decision (:meth:`Regime.decide`,
+:meth:`Regime.label`) and reads and writes the regime file
+(:meth:`Regime.from_file`, :meth:`Regime.from_document`,
+:meth:`Regime.to_document`). :func:`regime_document` checks a deployer's
+settings and writes the document; :func:`regime_problems` checks a parsed one
+field by field, so that a regime file can never silently change a verdict (a
+NaN threshold, a string where a boolean belongs). The command line
+(``chainmark regime``, ``chainmark detect --regime``) is a thin layer over
+these.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from ..config import ChainMarkConfig
+from ..significance import TESTS
+from ..gates import GATE_KINDS
+from ..limits import MAX_REGIME_BYTES, MAX_STATES
+from ..topology import TOPOLOGY_K, Topology, resolve_topology
+from ..verdict import Verdict, decide
+
+#: Format tag of the published regime document.
+REGIME_FORMAT = "chainmark-regime/1"
+
+
+
+def _check_finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short hash of a tokenizer's vocabulary (token -> id), to catch mismatches.
+
+    Two tokenizers with the same fingerprint map every token string to the
+    same id, which is what the keyed partition needs.
+    """
+    import hashlib
+
+    if not hasattr(tokenizer, "get_vocab"):
+        raise TypeError(f"tokenizer must have get_vocab(), got {type(tokenizer).__name__}")
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    blob = json.dumps(vocab, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def regime_document(
+    key: bytes | str,
+    S: int,
+    alpha: float,
+    topology: str = "clockwork",
+    threshold: float | None = None,
+    tokenizer_name: str | None = None,
+    tokenizer: Any = None,
+    tokenizer_revision: str | None = None,
+    n_min: int | None = None,
+    rho: float | None = None,
+    gate: str | None = None,
+    distinct_pairs: bool = False,
+    recalibration: dict[str, Any] | None = None,
+    test: str | None = None,
+    key_audit: dict[str, Any] | None = None,
+    trades_fpr_for_power: bool = False,
+) -> dict[str, Any]:
+    """The public detection regime a deployer publishes (JSON-ready; no key).
+
+    ``threshold`` is the operating z threshold; left out, it is the analytic
+    z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
+    fingerprint so that an auditor's tokenizer can be checked against it;
+    ``tokenizer_revision`` records the Hub revision (commit hash) it was
+    loaded at, so an auditor loads the same files. ``test`` names the test
+    (:data:`chainmark.detection.TESTS`); the exact test publishes no z threshold.
+    """
+    from ..checks import check_alpha, check_states
+    from ..significance import check_test
+    from ..gates import check_gate_kind
+    from ..checks import check_rho
+    from ..keys import key_fingerprint
+    from ..partition import key_bytes
+
+    if not key_bytes(key):
+        raise ValueError("key must be non-empty")
+    S = check_states(S)
+    alpha = check_alpha(alpha)
+    topo = resolve_topology(topology, S)
+    if threshold is not None:
+        threshold = _check_finite(threshold, "threshold")
+    if tokenizer_revision is not None and not _is_text(tokenizer_revision):
+        raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
+    if n_min is not None and (isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2):
+        raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
+    if tokenizer is None:  # a published regime names its tokenizer by its vocabulary fingerprint
+        from .tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_name, revision=tokenizer_revision)
+    regime = Regime(
+        S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=bool(distinct_pairs),
+        n_min=n_min, tokenizer=tokenizer_name, tokenizer_revision=tokenizer_revision,
+        tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
+        vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
+        rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
+        recalibration=None if recalibration is None else dict(recalibration),
+        test=None if test is None else check_test(test),
+        key_audit=None if key_audit is None else dict(key_audit),
+        trades_fpr_for_power=True if trades_fpr_for_power else None)
+    return regime.to_document()
+
+
+#: Gate kinds a regime may name (the gate logic is model-free: no torch behind this import).
+GATE_NAMES = GATE_KINDS
+
+
+def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def _is_number(value: Any, low: float = -math.inf, high: float = math.inf, open_ends: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    return low < value < high if open_ends else low <= value <= high
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+#: What the published test's alpha means, written into every regime document (``"guarantee"``) so that a
+#: reader of the JSON alone knows what is promised and what is not.
+GUARANTEES = {
+    "exact": ("size at most alpha for every text, repetitive ones included, over a uniformly random key; the "
+              "deployed key's own false-positive rate on a corpus is what its key audit (key_audit) measures"),
+    "z": ("the paper's z-test, a normal approximation: its exact size lies above alpha on short texts and at "
+          "small alpha even without repeated tokens, and far above it on text that repeats its token pairs"),
+    "distinct": ("the z-test on each distinct token pair once: close to alpha on text without repeated tokens, "
+                 "not valid for every text"),
+}
+
+#: Every field of a regime document: (accepts the value, what it must be). None is
+#: allowed only where the description says so.
+REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "format": (lambda v: v == REGIME_FORMAT, f"the string {REGIME_FORMAT!r}"),
+    "scheme": (lambda v: v == "chainmark", "the string 'chainmark'"),
+    "S": (lambda v: _is_int(v, 2, MAX_STATES), f"an integer in [2, {MAX_STATES}]"),
+    "topology": (lambda v: v in TOPOLOGY_K, f"one of {sorted(TOPOLOGY_K)}"),
+    "k": (lambda v: _is_int(v, 1, MAX_STATES - 1), f"an integer in [1, {MAX_STATES - 1}]"),
+    "p0": (lambda v: _is_number(v, 0.0, 1.0, open_ends=True), "a number in (0, 1)"),
+    "alpha": (lambda v: _is_number(v, 0.0, 1.0, open_ends=True), "a number in (0, 1)"),
+    "z_alpha": (_is_number, "a finite number"),
+    "threshold": (lambda v: v is None or _is_number(v), "a finite number or null"),
+    "distinct_pairs": (lambda v: isinstance(v, bool), "true or false"),
+    "test": (lambda v: v in TESTS, f"one of {list(TESTS)}"),
+    "tokenizer": (lambda v: v is None or _is_text(v), "a string or null"),
+    "key_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
+    "tokenizer_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
+    "tokenizer_revision": (lambda v: v is None or _is_text(v), "a string or null"),
+    "vocab_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
+    "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
+    "gate": (lambda v: v in GATE_NAMES, f"one of {list(GATE_NAMES)}"),
+    "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
+    "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
+    "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
+    "guarantee": (_is_text, "a string (what the test's alpha promises)"),
+    "digest": (lambda v: isinstance(v, str) and len(v) == 64, "a 64-digit hexadecimal SHA-256"),
+}
+
+
+def _shown(value: Any) -> str:
+    """A short description of a regime value for an error message (strings are cut, never echoed whole)."""
+    if isinstance(value, str):
+        return f"the string {value[:20]!r}" + ("..." if len(value) > 20 else "")
+    if isinstance(value, (list, dict)):
+        return f"a JSON {'array' if isinstance(value, list) else 'object'}"
+    return json.dumps(value) if isinstance(value, (bool, int, float)) or value is None else type(value).__name__
+
+
+def regime_problems(doc: Any) -> list[str]:
+    """Everything wrong with a parsed regime document, field by field (empty when it is valid)."""
+    if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
+        return [f"not a {REGIME_FORMAT} document"]
+    unknown = sorted(set(doc) - set(REGIME_FIELDS))
+    problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
+    for name, value in doc.items():
+        accepts, wanted = REGIME_FIELDS.get(name, (None, ""))
+        if accepts is not None and not accepts(value):
+            problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
+    if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
+        problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
+    problems += _k_below_S(doc)
+    return problems
+
+
+def _k_below_S(doc: Mapping[str, Any]) -> list[str]:
+    """The problem when a document's k (or its topology's) is not below S: k successors per state among S
+    states needs 1 <= k <= S - 1 (k = S makes every transition legal, p0 = 1, and leaves nothing to detect)."""
+    S = doc.get("S")
+    if not _is_int(S, 2, MAX_STATES):
+        return []
+    rule = f"k successors per state among S states needs 1 <= k <= S - 1 = {S - 1}"
+    if _is_int(doc.get("k"), 1) and doc["k"] >= S:
+        return [f'"k" is {doc["k"]}, but k must be below S = {S}: {rule} (k = S would make every transition '
+                'legal, p0 = k/S = 1, and leave nothing to detect)']
+    topology = doc.get("topology")
+    if topology in TOPOLOGY_K and TOPOLOGY_K[topology] >= S:
+        return [f'the {topology} topology has k = {TOPOLOGY_K[topology]}, which must be below S = {S}: {rule} '
+                f'(choose S >= {TOPOLOGY_K[topology] + 1} or the clockwork topology)']
+    return []
+
+
+#: Fields a published regime must carry, not null (``threshold`` may be null for the exact test alone).
+PUBLISHED_REQUIRED = ("format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
+                      "distinct_pairs", "tokenizer_fingerprint", "key_fingerprint", "digest")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise ValueError(f'the field "{name}" appears twice: a reader could take either value')
+        seen[name] = value
+    return seen
+
+
+def parse_regime_text(text: str) -> Any:
+    """Parse a regime file's JSON, refusing a field that appears twice and nesting deeper than a regime's."""
+    depth = max_depth = 0
+    for ch in text:  # json's recursion limit is far deeper than a regime; refuse a bomb before parsing it
+        if ch in "[{":
+            depth += 1
+            max_depth = max(max_depth, depth)
+            if max_depth > 32:
+                raise ValueError("nested more than 32 levels deep: not a regime file")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def regime_digest(doc: Mapping[str, Any]) -> str:
+    """SHA-256 of a regime's canonical form (every field but the digest, sorted keys, no spaces)."""
+    import hashlib
+
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def published_regime_problems(doc: Any) -> list[str]:
+    """:func:`regime_problems`, plus what a published regime must satisfy: the required fields present and
+    not null, the redundant fields (k, p0, z_alpha) equal to what S, the topology and alpha give, a
+    threshold no lower than z_alpha unless the regime records the ``recalibration`` that fitted it on a
+    null corpus or says ``trades_fpr_for_power`` (none at all for the exact test), and the digest of the
+    canonical form.
+
+    The digest catches an edit made by mistake, or by a tool that does not know to recompute it; it is
+    not a signature (anyone can recompute it), so a regime's authenticity comes from where it is
+    published, and the rules above are what keep even a recomputed edit from flipping a verdict
+    silently."""
+    problems = regime_problems(doc)
+    if problems:
+        return problems
+    test = doc.get("test") or ("distinct" if doc.get("distinct_pairs") else "z")
+    for name in PUBLISHED_REQUIRED:
+        if name not in doc:
+            problems.append(f'"{name}" is missing')
+        elif doc[name] is None and not (name == "threshold" and test == "exact"):
+            problems.append(f'"{name}" is null')
+    if problems:
+        return problems
+    from ..calibrate import z_alpha
+
+    if doc.get("guarantee") != GUARANTEES[test]:
+        problems.append(f'"guarantee" must state what the {test} test promises: {GUARANTEES[test]!r}')
+    S, k, alpha = doc["S"], doc["k"], doc["alpha"]
+    if not math.isclose(doc["p0"], k / S, rel_tol=1e-12, abs_tol=1e-15):
+        problems.append(f'"p0" is {doc["p0"]}, but k/S = {k}/{S} = {k / S}')
+    za = float(z_alpha(alpha))
+    if not math.isclose(doc["z_alpha"], za, rel_tol=1e-9, abs_tol=1e-12):
+        problems.append(f'"z_alpha" is {doc["z_alpha"]}, but alpha = {alpha} gives {za}')
+    threshold = doc["threshold"]
+    if test == "exact" and threshold is not None:
+        problems.append('"threshold" must be null for the exact test, which decides by its p-value')
+    if (threshold is not None and threshold < za - 1e-9 and doc.get("trades_fpr_for_power") is not True
+            and not doc.get("recalibration")):
+        problems.append(f'"threshold" {threshold} lies below z_alpha = {za:.4f} for alpha = {alpha}: on text '
+                        'as the analytic null describes it, it would flag more than alpha; a regime publishes '
+                        'such a threshold only with the "recalibration" that fitted it on a null corpus, or '
+                        'saying "trades_fpr_for_power": true')
+    if not problems and doc["digest"] != regime_digest(doc):
+        problems.append('"digest" does not match the document: it was changed after it was written')
+    return problems
+
+
+#: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
+_OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+#: What the command line may set on top of a published regime (``chainmark detect``'s options).
+OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
+
+
+class RegimeError(ValueError):
+    """A regime document (or a regime's settings) that cannot be applied; the message names every problem."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The detection settings an audit applies, and the decision they lead to.
+
+    The defaults are the detector's: S = 5, clockwork, alpha = 0.01, no
+    threshold (flag when p < alpha), every transition scored, no length
+    floor. A published regime (:func:`regime_document`) always carries an
+    operating ``threshold`` on z (z_alpha unless recalibrated), and then a
+    text is flagged when z exceeds it. ``n_min`` is the shortest text (in
+    tokens) that is judged at all; ``tokenizer`` names the tokenizer (None:
+    the embedded model's). The key appears only as its fingerprint.
+    """
+
+    S: int = 5
+    topology: str = "clockwork"
+    alpha: float = 0.01
+    threshold: float | None = None
+    distinct_pairs: bool = False
+    n_min: int | None = None
+    tokenizer: str | None = None
+    tokenizer_revision: str | None = None
+    tokenizer_fingerprint: str | None = None
+    vocab_size: int | None = None
+    key_fingerprint: str | None = None
+    rho: float | None = None
+    gate: str | None = None
+    recalibration: dict[str, Any] | None = field(default=None, hash=False)
+    test: str | None = None
+    key_audit: dict[str, Any] | None = field(default=None, hash=False)
+    trades_fpr_for_power: bool | None = None
+
+    def __post_init__(self) -> None:
+        problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
+                    for name, (accepts, wanted) in REGIME_FIELDS.items()
+                    if name in _FIELD_NAMES and name != "n_min" and getattr(self, name) is not None
+                    and not accepts(getattr(self, name))]
+        if self.n_min is not None and not _is_int(self.n_min, 0):
+            problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
+        if self.test == "exact" and self.threshold is not None:
+            problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
+        if self.test is not None and self.distinct_pairs and self.test != "distinct":
+            problems.append(f'"distinct_pairs" is the \'distinct\' test; it cannot be combined with "test": {self.test!r}')
+        if problems:
+            raise RegimeError("; ".join(problems))
+
+    # ---- the settings, derived ----------------------------------------
+    @property
+    def topo(self) -> Topology:
+        """The topology over S states (a ``ValueError`` when the two do not fit, e.g. soft_cycle with S = 2)."""
+        return resolve_topology(self.topology, self.S)
+
+    @property
+    def k(self) -> int:
+        """Successors per state."""
+        return TOPOLOGY_K[self.topology]
+
+    @property
+    def p0(self) -> float:
+        """The null rate of a legal transition, k/S."""
+        return self.topo.p0
+
+    @property
+    def z_alpha(self) -> float:
+        """The analytic one-sided threshold on z at alpha."""
+        from ..calibrate import z_alpha
+
+        return float(z_alpha(self.alpha))
+
+    @property
+    def effective_test(self) -> str:
+        """The test this regime applies (:data:`chainmark.detection.TESTS`): ``test``, else ``"distinct"``
+        with ``distinct_pairs``, else the paper's ``"z"``."""
+        return self.test or ("distinct" if self.distinct_pairs else "z")
+
+    @property
+    def exact(self) -> bool:
+        """True for the exact binomial test, which decides by its p-value alone (no threshold on z)."""
+        return self.effective_test == "exact"
+
+    @property
+    def operating_threshold(self) -> float:
+        """The z threshold a published regime applies: ``threshold``, or z_alpha when none is set."""
+        return self.threshold if self.threshold is not None else self.z_alpha
+
+    @property
+    def tokenizer_label(self) -> str:
+        """The tokenizer's name, the embedded model's when none is named."""
+        from .tokenizer import default_model_name
+
+        return self.tokenizer or default_model_name()
+
+    def detector_args(self) -> dict[str, Any]:
+        """The keyword arguments :func:`chainmark.detection.detect` (and ``detect_text``) take from this regime."""
+        return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "test": self.effective_test}
+
+    # ---- the decision -------------------------------------------------
+    def too_short(self, verdict: Verdict) -> bool:
+        """True when the text has no scored position or fewer tokens than ``n_min``: it is not judged."""
+        return verdict.n_scored < 1 or verdict.n_tokens < (self.n_min or 0)
+
+    def decide(self, verdict: Verdict) -> bool:
+        """Whether this regime flags the text: long enough, and p < alpha, or z > threshold when one is set
+        (the exact test always decides by its exact p-value)."""
+        threshold = None if self.exact else self.threshold
+        return not self.too_short(verdict) and bool(
+            decide(z=verdict.z, p_value=verdict.p_value, alpha=self.alpha, threshold=threshold))
+
+    def label(self, verdict: Verdict) -> str:
+        """The decision in words, as the audit prints it: 'WATERMARKED', 'not detected' or 'too short'."""
+        if self.too_short(verdict):
+            return "too short"
+        return "WATERMARKED" if self.decide(verdict) else "not detected"
+
+    def check_key(self, key: bytes | str) -> None:
+        """A ``RegimeError`` when the regime names a key fingerprint and ``key`` has another."""
+        from ..keys import key_fingerprint
+
+        seen = key_fingerprint(key)
+        if self.key_fingerprint not in (None, seen):
+            raise RegimeError(f"the key's fingerprint {seen} does not match the regime's "
+                              f"{self.key_fingerprint}: wrong key file?")
+
+    def check_certificate(self, key: bytes | str, tokenizer: Any, *, strict_test: bool = True) -> list[str]:
+        """A ``RegimeError`` when the regime carries a key-audit certificate made for another key,
+        tokenizer, S or topology (:func:`chainmark.auditor.keyaudit.certificate_problems`), or for another test or
+        alpha. With ``strict_test=False`` (an auditor who chose another test or alpha on the command
+        line) those two are returned as notes instead: the audit is valid, its rate is not certified."""
+        if self.key_audit is None:
+            return []
+        from .keyaudit import certificate_problems
+        from ..keys import key_fingerprint
+
+        problems = certificate_problems(self.key_audit, key_fingerprint=key_fingerprint(key),
+                                        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), S=self.S,
+                                        topology=self.topology)
+        other = [p for p in certificate_problems(self.key_audit, test=self.effective_test, alpha=self.alpha)
+                 if p not in problems]  # the certificate's own problems are in both lists
+        if strict_test:
+            problems += other
+        if problems:
+            raise RegimeError("the regime's key-audit certificate does not fit this audit: " + "; ".join(problems))
+        return other
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """A ``RegimeError`` when the regime names a vocabulary fingerprint and ``tokenizer`` has another."""
+        if not self.tokenizer_fingerprint:
+            return
+        seen = tokenizer_fingerprint(tokenizer)
+        if seen != self.tokenizer_fingerprint:
+            raise RegimeError(
+                f"tokenizer mismatch: {self.tokenizer_label!r} has vocabulary fingerprint "
+                f"{seen}, the regime was published for {self.tokenizer_fingerprint}; detection "
+                "with another tokenizer sees different token ids and finds nothing")
+
+    # ---- the regime file ----------------------------------------------
+    @classmethod
+    def from_document(cls, doc: Any) -> "Regime":
+        """The regime of a parsed regime document, checked field by field (:func:`regime_problems`).
+
+        Fields the document leaves out (or sets to null) take the defaults;
+        ``k``, ``p0`` and ``z_alpha`` follow from S, the topology and alpha.
+        """
+        problems = regime_problems(doc)
+        if problems:
+            raise RegimeError("; ".join(problems))
+        return cls(**{name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None})
+
+    @classmethod
+    def from_config(cls, config: ChainMarkConfig, **settings: Any) -> "Regime":
+        """The published half of the configuration a deployer generates with: S, topology, rho and gate, the
+        key only as its fingerprint; ``settings`` (alpha, test, threshold, n_min, ...) as for any regime."""
+        return cls(S=config.S, topology=config.topo.name, rho=config.rho, gate=config.gate,
+                   key_fingerprint=config.fingerprint, **settings)
+
+    @classmethod
+    def from_published(cls, doc: Any) -> "Regime":
+        """The regime of a *published* document: every field checked, the redundant ones against what they
+        are derived from, and the digest (:func:`published_regime_problems`)."""
+        problems = published_regime_problems(doc)
+        if problems:
+            raise RegimeError("; ".join(problems))
+        return cls.from_document(doc)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Regime":
+        """Read a regime file: at most :data:`~chainmark.limits.MAX_REGIME_BYTES` of UTF-8 JSON, checked."""
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_REGIME_BYTES + 1)
+        if len(data) > MAX_REGIME_BYTES:
+            raise RegimeError(f"{path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
+        try:
+            doc = parse_regime_text(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RegimeError(f"{path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
+        except ValueError as exc:
+            raise RegimeError(f"{path}: {exc}") from None
+        return cls.from_published(doc)
+
+    def to_document(self) -> dict[str, Any]:
+        """The published regime document (JSON-ready; the format :func:`regime_problems` checks).
+
+        ``threshold`` is always written: the operating threshold, z_alpha when
+        none is set. Optional fields are written when set.
+        """
+        topo = self.topo
+        doc: dict[str, Any] = {
+            "format": REGIME_FORMAT,
+            "scheme": "chainmark",
+            "S": self.S,
+            "topology": topo.name,
+            "k": topo.k,
+            "p0": topo.p0,
+            "alpha": self.alpha,
+            "z_alpha": self.z_alpha,
+            "threshold": None if self.exact else self.operating_threshold,
+            "distinct_pairs": bool(self.distinct_pairs),
+            "tokenizer": self.tokenizer,
+            "key_fingerprint": self.key_fingerprint,
+            "guarantee": GUARANTEES[self.effective_test],
+        }
+        doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
+        for name in ("recalibration", "key_audit"):
+            if doc.get(name) is not None:
+                doc[name] = json.loads(json.dumps(doc[name]))  # a copy the caller cannot change
+        doc["digest"] = regime_digest(doc)
+        problems = published_regime_problems(doc)
+        if problems:
+            raise RegimeError("this regime cannot be published: " + "; ".join(problems))
+        return doc
+
+    def to_json(self) -> str:
+        """The regime file's text, as ``chainmark regime`` writes it."""
+        return json.dumps(self.to_document(), indent=2, allow_nan=False)
+
+    # ---- an audit's settings --------------------------------------------
+    @classmethod
+    def resolve(cls, document: Mapping[str, Any] | None = None, **options: Any) -> "Regime":
+        """The regime an audit applies: explicit options win over the published document, the document over
+        the defaults.
+
+        ``options`` are :data:`OPTIONS` (``chainmark detect``'s), None meaning
+        not given. Two settings of a document do not carry over where they no
+        longer belong: its tokenizer revision when another tokenizer is named
+        without one, and its threshold when another alpha is given without
+        one (the threshold was set for the document's alpha).
+        """
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {OPTIONS}")
+        regime = cls.from_document(document) if document is not None else cls()
+        given = {k: v for k, v in options.items() if v is not None}
+        if given.get("distinct_pairs") and "test" not in given:  # --distinct-pairs alone names the distinct test
+            given["test"] = "distinct"
+        if "test" in given:  # a test named here replaces the document's, distinct pairs and z threshold included
+            given.setdefault("distinct_pairs", given["test"] == "distinct")
+            if given["test"] == "exact":
+                given["threshold"] = None
+        regime = dataclasses.replace(regime, **given)
+        if document is not None and options.get("tokenizer") is not None and options.get("tokenizer_revision") is None:
+            regime = dataclasses.replace(regime, tokenizer_revision=None)
+        if (document is not None and options.get("alpha") is not None and options.get("threshold") is None
+                and options["alpha"] != document.get("alpha")):
+            regime = dataclasses.replace(regime, threshold=None)
+        return regime
+
+    def replace(self, **changes: Any) -> "Regime":
+        """A copy with some settings changed (checked like any regime)."""
+        return dataclasses.replace(self, **changes)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
+
+
+__all__ = ["GATE_NAMES", "GUARANTEES", "OPTIONS", "PUBLISHED_REQUIRED", "REGIME_FIELDS", "REGIME_FORMAT", "Regime",
+           "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest", "regime_document",
+           "regime_problems", "tokenizer_fingerprint"]

@@ -1,0 +1,413 @@
+"""Score a text of any size in bounded memory, with the verdict that scoring it whole would give.
+
+Tokenizing a text whole costs far more memory than the text (about 180 bytes
+per byte with the embedded tokenizer), so a large text is cut into pieces of
+a quarter of a megabyte and the pieces are tokenized a few at a time. Two things make
+the result exact, not approximate:
+
+- **cuts where the tokenizer cuts anyway.** A piece ends after a newline that
+  sits between two non-space characters (else before a single space between
+  two non-spaces): byte-level pre-tokenizers (GPT-2's, Llama 3's and the
+  embedded SmolLM2's) never join tokens across such a place. Each cut is
+  also *checked*: a window of text around it must tokenize to the same ids
+  whole as in two halves, so a tokenizer that treats the place differently
+  (one that prepends a space marker to every text, say) is caught, not
+  trusted. No checked cut within reach is an error, never a silent
+  approximation.
+- **running counters.** The transition from one piece's last token to the
+  next piece's first is scored like any other; the exact test remembers the
+  tokens seen so far (a flag per vocabulary entry), the repeated-pair share
+  and the distinct-pair test the pairs seen so far (a fixed table of one bit
+  per possible pair for vocabularies up to 65,536 tokens).
+
+:func:`detect_text_stream` returns the :class:`~chainmark.detection.DetectionResult`
+that :func:`~chainmark.detection.detect_text` returns for the whole text (same
+counts, phi, z and p-value; no per-transition masks) together with the
+text's repeated-pair share; :func:`stream_text` gives the fed detector itself,
+which with ``count_pairs`` also holds every pair's multiplicity, from which
+:mod:`chainmark.repetition` computes the text's own null and its warning.
+"""
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+from typing import IO, Any, Iterable, Iterator
+
+import numpy as np
+
+from ..detection import DetectionResult, detection_args, verdict_of, valid_transitions
+from ..topology import TopologyLike
+from ..significance import transition_statistics
+from ..partition import Key, as_token_array, states_of
+from ..verdict import decide
+
+#: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized PIECES_PER_BATCH at a time
+#: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
+PIECE_CHARS = 1 << 18
+PIECES_PER_BATCH = 4
+#: Characters on each side of a cut that are tokenized to check it.
+CHECK_WINDOW = 512
+#: Largest vocabulary whose token pairs are tracked in a fixed bit table (V^2 bits: 512 MiB at 65,536).
+PAIR_BITMAP_MAX_VOCAB = 1 << 16
+#: Bytes read from a file at a time.
+READ_BYTES = 1 << 20
+
+_CUT_PATTERNS = (
+    re.compile(r"(?<=\S)\r?\n(?=\S)"),  # cut after a line break between two non-spaces
+    re.compile(r"(?<=\S)(?= \S)"),  # cut before a single space between two non-spaces
+)
+
+
+class UncuttableText(ValueError):
+    """Raised when a text offers no place to cut that keeps its tokens unchanged within the reach allowed."""
+
+
+def _ids(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Token ids of several pieces, tokenized in parallel where the tokenizer can (a ``tokenizers`` backend
+    splits a batch over the machine's cores); one by one otherwise."""
+    backend = getattr(tokenizer, "backend", None)  # chainmark.auditor.tokenizer.AuditTokenizer
+    if backend is not None and hasattr(backend, "encode_batch"):
+        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch  # _fast: no offsets kept
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
+    if getattr(tokenizer, "is_fast", False):  # a transformers fast tokenizer batches in Rust too
+        return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    return [_ids(tokenizer, text) for text in texts]
+
+
+def cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = CHECK_WINDOW) -> bool:
+    """Whether cutting ``text`` at ``at`` leaves its tokens unchanged, checked on a window around the cut."""
+    lo, hi = max(0, at - window), min(len(text), at + window)
+    return _ids(tokenizer, text[lo:hi]) == _ids(tokenizer, text[lo:at]) + _ids(tokenizer, text[at:hi])
+
+
+def safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None, tries: int = 8) -> int | None:
+    """The last place in ``[start, end]`` where ``text`` can be cut without changing its tokens, or None.
+
+    Newline cuts are preferred to space cuts; of each kind the ``tries`` last
+    candidates are checked with :func:`cut_keeps_tokens`.
+    """
+    end = len(text) if end is None else min(end, len(text))
+    for pattern in _CUT_PATTERNS:
+        candidates = [m.end() for m in pattern.finditer(text, start, min(end + 2, len(text)))]
+        for at in reversed([at for at in candidates if at <= end][-tries:]):
+            if 0 < at < len(text) and cut_keeps_tokens(text, at, tokenizer):
+                return at
+    return None
+
+
+def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
+                max_piece_chars: int | None = None) -> Iterator[str]:
+    """Re-cut a stream of text (``chunks`` in any sizes) into pieces of about ``piece_chars`` characters at
+    checked cuts, so that tokenizing the pieces one by one gives the tokens of the whole text.
+
+    A text of at most ``piece_chars`` characters is one piece. :class:`UncuttableText` when no checked cut
+    lies within ``max_piece_chars`` (16 pieces' worth by default).
+    """
+    limit = max_piece_chars if max_piece_chars is not None else 16 * piece_chars
+    buffer = ""
+    for chunk in chunks:
+        buffer += chunk
+        while len(buffer) > piece_chars:
+            at = safe_cut(buffer, tokenizer, start=piece_chars // 2, end=piece_chars)
+            if at is None:  # none in the second half of a piece: the first one after it
+                at = safe_cut(buffer, tokenizer, start=piece_chars, end=_first_candidate(buffer, piece_chars))
+            if at is None:
+                if len(buffer) <= limit:
+                    break  # read on: a cut may come later
+                raise UncuttableText(
+                    f"no place to cut the text without changing its tokens within {limit:,} characters "
+                    "(a long run without line breaks or spaces, or a tokenizer that marks the start of every "
+                    "text); score it whole instead")
+            yield buffer[:at]
+            buffer = buffer[at:]
+    if buffer:
+        yield buffer
+
+
+def _first_candidate(text: str, start: int) -> int:
+    """Where the first few candidate cuts after ``start`` have been passed (the end of the search window)."""
+    ends = [m.end() for pattern in _CUT_PATTERNS for m, _ in zip(pattern.finditer(text, start), range(8))]
+    return max(ends, default=start)
+
+
+def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = READ_BYTES) -> Iterator[str]:
+    """The text of a binary stream, decoded incrementally ``size`` bytes at a time.
+
+    A ``UnicodeDecodeError`` carries the offset in the whole stream (its ``start``), never the bytes.
+    """
+    decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
+    offset = 0
+    while True:
+        data = stream.read(size)
+        try:
+            text = decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            raise UnicodeDecodeError(exc.encoding, exc.object, offset + exc.start, offset + exc.end,
+                                     exc.reason) from None
+        if text:
+            yield text
+        if not data:
+            return
+        offset += len(data)
+
+
+#: The most distinct token pairs whose multiplicities a :class:`StreamingDetector` keeps with ``count_pairs``
+#: (16 bytes each: 32 MiB); a longer text is still scored, without its own null.
+PAIR_COUNT_MAX = 2_000_000
+
+
+@dataclass
+class StreamingDetector:
+    """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
+
+    Equal to :func:`~chainmark.detection.detect` on the concatenated ids for every
+    test. What it keeps depends on the id range. With a known vocabulary of at
+    most :attr:`DENSE_IDS_MAX` tokens: one byte per vocabulary entry (the exact
+    test's seen tokens) and the token pairs seen so far (the repeated-pair
+    share, and the distinct-pair test), one bit per possible pair, a fixed
+    table, when the vocabulary has at most 65,536 tokens, else 8 bytes per
+    distinct pair. Without ``vocab_size``, or with a larger one, nothing is
+    sized by the id range (ids near 2**40 would ask for a tebibyte): the
+    distinct ids seen are kept sorted, each with a number in the order they
+    were first seen (16 bytes per distinct id), and the pairs are coded by
+    those numbers (8 bytes per distinct pair).
+    """
+
+    key: Key
+    S: int = 5
+    topology: TopologyLike = "clockwork"
+    alpha: float = 0.01
+    test: str = "z"
+    vocab_size: int | None = None
+    count_pairs: bool = False  # keep every pair's multiplicity too (the text's own null: chainmark.repetition)
+
+    #: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without
+    #: ``vocab_size``, the ids seen are kept in a sorted array instead.
+    DENSE_IDS_MAX = 1 << 24
+
+    def __post_init__(self) -> None:
+        self._topo, self.alpha, self.test = detection_args(self.key, self.S, self.topology, self.alpha, False,
+                                                            self.test)
+        self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
+        self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
+        self._dense = self.vocab_size is not None and self.vocab_size <= self.DENSE_IDS_MAX
+        # dense: a flag per vocabulary entry, pairs coded a * V + b; sparse: the distinct ids seen (sorted) and
+        # their numbers (in the order first seen), pairs coded by number, the base widened as numbers grow
+        self._seen_tokens = np.zeros(self.vocab_size if self._dense else 0, dtype=bool)
+        self._seen_ids = np.zeros(0, dtype=np.int64)
+        self._numbers = np.zeros(0, dtype=np.int64)
+        self._seen_pairs = np.zeros(0, dtype=np.int64)
+        self._pair_codes = np.zeros(0, dtype=np.int64)  # with count_pairs: the pairs seen, sorted, and how often
+        self._pair_mult = np.zeros(0, dtype=np.int64)
+        self.pairs_counted = bool(self.count_pairs)  # False once the text passes PAIR_COUNT_MAX distinct pairs
+        self._width = self.vocab_size if self._dense else 0  # the pair code's base: a * width + b
+        # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
+        # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
+        # only pages a pair lands on take memory, and the table never grows, whatever the text's length
+        small = self._dense and self.vocab_size <= PAIR_BITMAP_MAX_VOCAB
+        self._pair_bits = np.zeros((self.vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
+
+    def update(self, token_ids: Any) -> None:
+        """Add the next piece's token ids."""
+        ids = as_token_array(token_ids, self.vocab_size)
+        if ids.size == 0:
+            return
+        if ids.dtype != np.int64:
+            raise ValueError("token ids above 2**63 - 1 cannot be scored in pieces")
+        self.n_tokens += int(ids.size)
+        ext = ids if self._last is None else np.concatenate([self._last, ids])
+        self._last = ids[-1:].copy()
+        if ext.size < 2:
+            return
+        states = states_of(ext, self.key, self._topo.S, self.vocab_size)
+        valid = valid_transitions(states, self._topo)
+        if self._dense:
+            codes = ext[:-1] * self._width + ext[1:]
+            new_tokens = self._new_tokens(ext) if self.test == "exact" else None
+        else:
+            numbers, new_tokens = self._number(ext)
+            codes = numbers[:-1] * self._width + numbers[1:]
+        new_pairs = self._new_pairs(codes)
+        if self.count_pairs:
+            self._count(codes)
+        if self.test == "exact":
+            scored = new_tokens[1:]
+        elif self.test == "distinct":
+            scored = new_pairs
+        else:
+            scored = None
+        if scored is None:
+            self.n_scored += int(valid.size)
+            self.n_hits += int(np.count_nonzero(valid))
+        else:
+            self.n_scored += int(np.count_nonzero(scored))
+            self.n_hits += int(np.count_nonzero(valid & scored))
+
+    def _new_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Mask over ``ids`` (dense ids): True at a token's first occurrence in the whole text so far."""
+        uniq, first = np.unique(ids, return_index=True)
+        fresh = ~self._seen_tokens[uniq]
+        mask = np.zeros(ids.size, dtype=bool)
+        mask[first[fresh]] = True
+        self._seen_tokens[uniq] = True
+        return mask
+
+    def _number(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's number (ids of any size: no table over their range), and the mask over ``ids`` that is True
+        at a token's first occurrence in the whole text so far; widens the pair codes' base as numbers grow."""
+        uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        where = np.searchsorted(self._seen_ids, uniq)
+        known = np.zeros(uniq.size, dtype=bool)
+        inside = where < self._seen_ids.size
+        known[inside] = self._seen_ids[where[inside]] == uniq[inside]
+        numbers = np.empty(uniq.size, dtype=np.int64)
+        numbers[known] = self._numbers[where[known]]
+        fresh = ~known
+        count = self._numbers.size
+        numbers[fresh] = np.arange(count, count + int(np.count_nonzero(fresh)), dtype=np.int64)
+        if fresh.any():  # two sorted runs: the stable sort merges them in linear time
+            merged = np.concatenate([self._seen_ids, uniq[fresh]])
+            order = np.argsort(merged, kind="stable")
+            self._seen_ids = merged[order]
+            self._numbers = np.concatenate([self._numbers, numbers[fresh]])[order]
+            self._widen(self._numbers.size)
+        mask = np.zeros(ids.size, dtype=bool)
+        mask[first[fresh]] = True
+        return numbers[inverse.ravel()], mask
+
+    def _widen(self, size: int) -> None:
+        """Re-code the pairs seen so far with a base of at least ``size`` (the sparse codes' numbers)."""
+        if size <= self._width:
+            return
+        width = max(size, 2 * self._width)
+        if width > 3_037_000_499:  # width**2 must stay below 2**63
+            raise ValueError("more than three billion distinct token ids cannot be scored in pieces")
+        if self._seen_pairs.size:
+            a, b = np.divmod(self._seen_pairs, self._width)
+            self._seen_pairs = np.sort(a * width + b)
+        if self._pair_codes.size:  # the recoding keeps the order: a * width + b is increasing in (a, b)
+            a, b = np.divmod(self._pair_codes, self._width)
+            self._pair_codes = a * width + b
+        self._width = width
+
+    def _new_pairs(self, codes: np.ndarray) -> np.ndarray:
+        """Mask over the transitions coded ``codes``: True where the pair appears for the first time in the text."""
+        uniq, first = np.unique(codes, return_index=True)
+        if self._pair_bits is not None:  # one bit per possible pair: memory fixed by the vocabulary
+            byte, bit = uniq >> 3, (uniq & 7).astype(np.uint8)
+            known = ((self._pair_bits[byte] >> bit) & 1).astype(bool)
+            np.bitwise_or.at(self._pair_bits, byte[~known], np.left_shift(1, bit[~known]).astype(np.uint8))
+        else:  # a sorted array of the pairs seen: memory grows with the distinct pairs
+            where = np.searchsorted(self._seen_pairs, uniq)
+            known = np.zeros(uniq.size, dtype=bool)
+            inside = where < self._seen_pairs.size
+            known[inside] = self._seen_pairs[where[inside]] == uniq[inside]
+            fresh = uniq[~known]
+            if fresh.size:  # two sorted runs: the stable sort merges them in linear time
+                self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, fresh]), kind="stable")
+        mask = np.zeros(codes.size, dtype=bool)
+        mask[first[~known]] = True
+        self.distinct_pairs += int(np.count_nonzero(~known))
+        return mask
+
+    def _count(self, codes: np.ndarray) -> None:
+        """Add a piece's pairs to the multiplicities (sorted codes): existing pairs in place, new ones inserted;
+        past :data:`PAIR_COUNT_MAX` distinct pairs the counts are dropped (:attr:`pairs_counted` turns False)."""
+        if not self.pairs_counted:
+            return
+        uniq, counts = np.unique(codes, return_counts=True)
+        where = np.searchsorted(self._pair_codes, uniq)
+        known = np.zeros(uniq.size, dtype=bool)
+        inside = where < self._pair_codes.size
+        known[inside] = self._pair_codes[where[inside]] == uniq[inside]
+        self._pair_mult[where[known]] += counts[known]
+        if self._pair_codes.size + int(np.count_nonzero(~known)) > PAIR_COUNT_MAX:
+            self.pairs_counted = False  # memory stays flat: the text's own null is not computed for it
+            self._pair_codes = self._pair_mult = np.zeros(0, dtype=np.int64)
+            return
+        self._pair_codes = np.insert(self._pair_codes, where[~known], uniq[~known])
+        self._pair_mult = np.insert(self._pair_mult, where[~known], counts[~known])
+
+    def pair_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The text's distinct pairs (as token labels a, b: ids, or numbers in order of first appearance) and
+        their multiplicities, as :func:`chainmark.repetition.pair_counts` gives them (needs ``count_pairs``,
+        and a text of at most :data:`PAIR_COUNT_MAX` distinct pairs: see :attr:`pairs_counted`)."""
+        if not self.count_pairs:
+            raise ValueError("this StreamingDetector was made without count_pairs=True: it kept no multiplicities")
+        if not self.pairs_counted:
+            raise ValueError(f"the text has more than {PAIR_COUNT_MAX:,} distinct token pairs: their "
+                             "multiplicities were not kept (memory stays flat)")
+        if self._width == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        a, b = np.divmod(self._pair_codes, self._width)
+        return a, b, self._pair_mult.copy()
+
+    @property
+    def n_transitions(self) -> int:
+        """Transitions read so far (n - 1)."""
+        return max(self.n_tokens - 1, 0)
+
+    @property
+    def repeated_pair_share(self) -> float:
+        """Share of the transitions whose token pair the text has already used (0 for fewer than two tokens)."""
+        n = self.n_transitions
+        return 0.0 if n == 0 else 1.0 - self.distinct_pairs / n
+
+    def result(self) -> DetectionResult:
+        """The verdict on everything fed so far, as :func:`~chainmark.detection.detect` gives it (without masks)."""
+        topo, m, c = self._topo, self.n_scored, self.n_hits
+        empty = np.zeros(0, dtype=bool)
+        if m == 0:
+            return verdict_of(0.0, 0.0, 1.0, False, self.n_tokens, 0, 0, topo, self.alpha, empty, empty)
+        phi, z, p = transition_statistics(c, m, topo.p0, self.test)
+        return verdict_of(phi, z, p, bool(decide(z=z, p_value=p, alpha=self.alpha)), self.n_tokens, m, c, topo,
+                        self.alpha, empty, empty)
+
+
+def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5,
+                       topology: TopologyLike = "clockwork", alpha: float = 0.01, test: str = "z",
+                       vocab_size: int | None = None,
+                       piece_chars: int | None = None) -> tuple[DetectionResult, float]:
+    """:func:`~chainmark.detection.detect_text` for a text given in chunks of any size, in bounded memory.
+
+    Returns the result (equal to scoring the whole text; masks left empty)
+    and the text's repeated-pair share. ``piece_chars`` defaults to
+    :data:`PIECE_CHARS`; ``vocab_size`` to
+    ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
+    safely (see :func:`text_pieces`).
+    """
+    scorer = stream_text(chunks, tokenizer, key, S, topology, alpha, test, vocab_size, piece_chars)
+    return scorer.result(), scorer.repeated_pair_share
+
+
+def stream_text(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5, topology: TopologyLike = "clockwork",
+                alpha: float = 0.01, test: str = "z", vocab_size: int | None = None, piece_chars: int | None = None,
+                count_pairs: bool = False) -> StreamingDetector:
+    """The :class:`StreamingDetector` fed with a text given in chunks (what :func:`detect_text_stream` reads);
+    with ``count_pairs`` it also holds the pairs' multiplicities, for the text's own null."""
+    scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size,
+                               count_pairs)
+    batch: list[str] = []
+    for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
+        batch.append(piece)
+        if len(batch) == PIECES_PER_BATCH:
+            _score_batch(scorer, tokenizer, batch)
+            batch = []
+    _score_batch(scorer, tokenizer, batch)
+    return scorer
+
+
+def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -> None:
+    for ids in ids_batch(tokenizer, pieces):
+        scorer.update(np.asarray(ids, dtype=np.int64))
+
+
+__all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PAIR_COUNT_MAX", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
+           "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "safe_cut", "stream_text",
+           "text_pieces"]

@@ -1,0 +1,187 @@
+"""The ``chainmark`` command line, the auditor's tool: this dispatcher builds the parser from one module per command
+group and turns every outcome into an exit code: 0 ok, 1 a watermark was detected and ``--fail-on-detect`` was given
+(or a check failed), 2 a usage error (a problem the commands recognise as the caller's), 3 an internal error (an
+unexpected exception: a bug, reported as one line on stderr, never as a traceback), 130 interrupted (Ctrl-C,
+wherever it lands)."""
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import signal
+import sys
+from typing import Any, Sequence
+
+from ..auditor.regime import RegimeError
+from . import audit_command, detect_commands, doctor_command, key_audit_command, key_commands, reference_commands
+from .common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
+
+__all__ = ["build_parser", "main"]
+
+#: The command groups, in the order ``chainmark --help`` lists their commands.
+_COMMAND_GROUPS = (detect_commands, key_commands, audit_command, doctor_command, key_audit_command, reference_commands)
+
+_EPILOG = """\
+examples:
+  chainmark keygen --out deploy.key
+  chainmark keygen --out acme.key --from-master master.key --context acme-chat/2026-Q3
+  chainmark calibrate --n 200 --rho 0.5 --alpha 0.001
+  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --n-min 200 --out regime.json
+  chainmark detect --key-file acme.key texts/*.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt > scores.jsonl
+  cat essay.txt | chainmark detect --key-file acme.key --fail-on-detect -
+  chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
+  chainmark reference status
+
+exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect), or
+a check failed (doctor, key audit);
+2 usage error (bad option, missing/unreadable key or input, empty input,
+tokenizer that cannot be loaded); 3 internal error (an unexpected failure,
+reported in one line: please report it); 130 interrupted.
+The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
+(hex). It is never printed; only its fingerprint is."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``chainmark`` argument parser: the program's own options, and each command group's subcommands."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="chainmark",
+        description="Audit text for the ChainMark watermark with a key and a tokenizer.",
+        epilog=_EPILOG, formatter_class=fmt)
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"chainmark {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for group in _COMMAND_GROUPS:
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``chainmark`` console script; returns the exit code.
+
+    Called without ``argv`` (as the program), it first makes Ctrl-C end the
+    process with code 130, before any heavy import; called with ``argv``
+    (tests, the audit chapter) it leaves signal handling to the caller.
+    """
+    previous = _exit_130_on_interrupt() if argv is None else None
+    try:
+        return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _exit_130_on_interrupt() -> Any:
+    """Install the program's SIGINT handler (and SIGTERM, SIGHUP: a stopped job or a closed terminal end
+    the run the same way, with a message); returns the previous SIGINT handler (None when it cannot be
+    installed)."""
+    try:
+        previous = signal.signal(signal.SIGINT, _interrupted)
+    except (ValueError, OSError):  # not the main thread of the main interpreter
+        return None
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _interrupted)
+    return previous
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: one line on stderr, then exit 130 at once.
+
+    Exiting here, rather than raising KeyboardInterrupt, gives the same code
+    wherever the signal lands: inside an import, or inside a library that
+    would turn the exception into an error of its own (exit 3).
+    """
+    name = {signal.SIGINT: "interrupted"}.get(signum) or f"stopped by {signal.Signals(signum).name}"
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"chainmark: {name}; nothing more was written\n")
+        sys.stderr.flush()
+    except Exception:  # a stream in the middle of a write; the exit code still says it
+        pass
+    os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum))
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse the arguments and run the command; problems of the caller's are code 2, anything else 3."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else list(argv)))
+    except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_USAGE
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if sys.stdout is None:  # started with standard output closed (`>&-`): results would be lost
+        return fail("standard output is closed: the results would be lost (redirect it to a file or a pipe)")
+    try:
+        code = args.func(args)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not after the exit code is decided
+        return code
+    except (UsageError, RegimeError) as exc:  # a regime that does not fit the key, tokenizer or options
+        return fail(str(exc))
+    except BrokenPipeError:
+        return _output_closed()
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            return _internal(exc)
+        _discard_stdout()
+        return fail(f"cannot write the results to standard output ({exc.strerror or exc}); nothing more was written")
+    except KeyboardInterrupt:  # in-process callers: the program itself exits from _interrupted
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: one line and its own exit code, never 1 ("detected") or 2
+        return _internal(exc)
+
+
+#: Errors of a write to standard output that are the caller's to fix (a full disk, a closed descriptor).
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG)
+
+
+def _internal(exc: BaseException) -> int:
+    message = " ".join(str(exc).split()) or "(no message)"
+    print(f"chainmark: internal error: {type(exc).__name__}: {message} "
+          f"(exit code {EXIT_INTERNAL}; please report it)", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+#: Options whose value may be a negative number ("--threshold -1e300"); argparse reads a value that starts
+#: with "-" and is not a plain decimal as the next option, so such a value is attached ("--threshold=-1e300").
+_NUMERIC_OPTIONS = ("--threshold",)
+
+
+def _negative_values_attached(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in _NUMERIC_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            try:
+                float(argv[i + 1])
+            except ValueError:
+                pass
+            else:
+                out.append(f"{arg}={argv[i + 1]}")
+                i += 2
+                continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _output_closed() -> int:
+    """The reader of standard output went away (``| head``): say so once, and write nothing more."""
+    _discard_stdout()
+    return fail("standard output was closed before the results were written (broken pipe)")
+
+
+def _discard_stdout() -> None:
+    """After a write to standard output failed, point it at the null device: Python flushes what is still
+    buffered at exit, and a second failure there would replace the exit code decided here with 120."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,127 @@
+"""What the ``chainmark`` commands share: the exit codes, the usage error that means code 2, argument types that
+refuse a bad value with its allowed range, the messages on stderr, and the files a command creates."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["EXIT_DETECTED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "MAX_INPUT_BYTES_LIMIT",
+           "UsageError", "create_file", "fail", "finite_float", "float_in", "int_at_least", "int_in", "out_path",
+           "warn"]
+
+EXIT_OK = 0
+EXIT_DETECTED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A problem with how the command was called or with its inputs (exit code 2)."""
+
+
+def fail(message: str) -> int:
+    """Report a usage error on stderr; its exit code."""
+    print(f"chainmark: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def warn(message: str) -> None:
+    """A warning on stderr (never on standard output, which carries the results)."""
+    print(f"chainmark: warning: {message}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------
+# argument types: bad values are usage errors with the allowed range
+# ---------------------------------------------------------------------------
+#: The largest --max-bytes: a safety limit on reading, far above any text a machine holds (2**62 bytes).
+MAX_INPUT_BYTES_LIMIT = 2**62
+
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An integer >= low."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    return parse
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An integer in [low, high] (the upper bound is checked before anything of that size exists)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {value}")
+        return value
+    return parse
+
+
+def float_in(low: float, high: float, closed: bool | str) -> Callable[[str], float]:
+    """A float in an interval: closed=True [low, high], False (low, high), "right" (low, high]."""
+    if closed not in (True, False, "right"):
+        raise ValueError(f"closed must be True, False or 'right', got {closed!r}")
+    brackets = {True: "[{}, {}]", False: "({}, {})", "right": "({}, {}]"}[closed]
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        inside = {True: low <= value <= high, False: low < value < high,
+                  "right": low < value <= high}[closed]
+        if not inside:
+            raise argparse.ArgumentTypeError(
+                f"must lie in {brackets.format(low, high)}, got {text!r}")
+        return value
+    return parse
+
+
+def finite_float() -> Callable[[str], float]:
+    """A finite float."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        return value
+    return parse
+
+
+# ---------------------------------------------------------------------------
+# the files a command creates
+# ---------------------------------------------------------------------------
+def out_path(value: str, what: str) -> Path:
+    """The path an ``--out`` option names: a file to create, never a folder, standard output or nothing."""
+    if not value.strip():
+        raise UsageError(f"--out is empty: give the path of the {what} to create")
+    if value == "-":
+        raise UsageError(f"--out - would create a file named '-'; give the path of the {what} to create")
+    if value.endswith(("/", os.sep)) or Path(value).is_dir():
+        raise UsageError(f"--out {value} names a folder; give the path of the {what} to create inside it")
+    return Path(value)
+
+
+def create_file(path: Path, text: str) -> None:
+    """Write a new file (mode 0644 at most): refused if the name exists, even as a dangling link."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # O_EXCL never follows a link
+    except FileExistsError:
+        raise UsageError(f"{path} exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot create {path} ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)

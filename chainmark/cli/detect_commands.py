@@ -1,0 +1,405 @@
+"""``chainmark detect``, ``calibrate`` and ``recalibrate``: score texts for the watermark with a key and a tokenizer,
+and choose the state count and the operating threshold that detection applies."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, Iterable
+
+from ..auditor.regime import Regime
+from ..limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_STATES
+from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, finite_float, float_in, int_at_least,
+                     int_in, warn)
+from .inputs import (TextInput, detect_regime, load_key, load_regime, load_tokenizer, read_certificate, read_input,
+                     read_inputs, regime_topology)
+
+__all__ = ["add_commands", "read_null_z"]
+
+_DETECT_EPILOG = """\
+examples:
+  chainmark detect --key-file acme.key essay.txt report.txt
+  chainmark detect --key-file acme.key --S 3 --topology soft_cycle --alpha 0.001 *.txt
+  chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt
+  echo "some text" | chainmark detect --key-file acme.key -
+  chainmark detect --key-file acme.key --test exact forum_posts/*.txt
+
+The tests (--test): exact (the default), a binomial test on the transitions
+that reach a token for the first time (a spanning forest of the text's
+tokens); its size is at most alpha for every text, repetitive ones included,
+over a random key. A deployed key is one key: its false-positive rate on a
+corpus varies from key to key, and `chainmark key audit` measures it. The
+exact test decides by its p-value and has no z threshold. z, the paper's
+z-test on every transition with a normal tail (the default of a regime that
+names no test, and of --threshold given alone): an approximation, whose exact
+size lies above alpha even on text without repeats (about twice alpha at
+n = 30, S = 5) and far above it on text that repeats its token pairs.
+distinct, the same z-test on each distinct token pair once: close to alpha
+on text without repeated tokens, not valid for every text. The table shows
+how many transitions each test scored. For the z and distinct tests every
+text's own null over random keys is computed from its pair multiplicities;
+when it puts the text's false-positive rate at the applied threshold above
+twice alpha, a warning on stderr says so (in --json: text_null_fpr, the
+variance ratio against the nominal null, text_null_variance_ratio, and z
+standardised by the text's own null variance, z_text_null, a diagnostic;
+null for a text of more than 2,000,000 distinct token pairs, whose counts are
+not kept so that memory stays flat).
+
+Texts are read and scored in pieces of a quarter megabyte, cut where the
+tokenizer cuts anyway (each cut checked): the result is the one scoring the
+whole text would give, and memory stays flat whatever the input's size.
+
+Every input is read before anything is scored: if one cannot be read, is not
+text in the given encoding, is empty or larger than --max-bytes, nothing is
+scored and the exit code is 2. Values from --regime (checked field by field)
+are used unless the option is given explicitly.
+--json prints one JSON object per input (fields file, n_tokens,
+n_transitions, n_valid, phi, z, p_value, threshold, is_watermarked, decision,
+S, k, topology, alpha, distinct_pairs, test, tokenizer, key_fingerprint,
+repeated_pair_share, text_null_fpr, text_null_variance_ratio, z_text_null;
+the last three are null for the exact test); such
+a file of unwatermarked texts is a valid --null file for `chainmark recalibrate`."""
+
+_RECAL_EPILOG = """\
+the --null file (JSON lines): one JSON object per line with a numeric "z"
+field, the detector's z-score on one unwatermarked text of the domain; other
+fields are ignored and blank lines skipped. Example lines:
+  {"file": "doc001.txt", "z": -0.41}
+  {"z": 1.27}
+`chainmark detect --json` writes exactly this format.
+
+methods: sd       z* = mean + z_alpha * sd of the null z-scores
+         quantile z* = the empirical (1 - alpha) quantile (robust to heavy
+                   tails; needs well over 1/alpha null texts)
+examples:
+  chainmark detect --key-file acme.key --json corpus/*.txt > null.jsonl
+  chainmark recalibrate --null null.jsonl --alpha 0.01
+  chainmark recalibrate --null null.jsonl --alpha 0.01 --method quantile --json"""
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``detect``, ``calibrate`` and ``recalibrate`` with their options."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    # detect ---------------------------------------------------------------
+    d = subparsers.add_parser(
+        "detect", help="score text files for the watermark",
+        description="Score each input for the ChainMark watermark: tokens scored, "
+                    "phi, z, p-value and the decision.",
+        epilog=_DETECT_EPILOG, formatter_class=fmt)
+    d.add_argument("inputs", nargs="+", metavar="FILE", help="text files to audit; '-' reads standard input")
+    d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
+                   "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
+    d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
+                   "(default: the regime's, else $CHAINMARK_MODEL's, else the book's embedded SmolLM2-135M-Instruct)")
+    d.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer "
+                   "(default: the regime's); pins a Hub id to the files the regime was published with")
+    d.add_argument("--regime", metavar="FILE.json", help="published detection regime to apply "
+                   "(its key fingerprint must match the key)")
+    d.add_argument("--S", type=int_in(2, MAX_STATES), help=f"number of states (2 to {MAX_STATES}; default 5)")
+    d.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
+    d.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False),
+                   help="significance level in (0, 1) (default 0.01)")
+    d.add_argument("--threshold", type=finite_float(), metavar="Z",
+                   help="operating z threshold (e.g. from recalibrate); default: z_alpha")
+    d.add_argument("--distinct-pairs", action="store_true", default=None,
+                   help="score each distinct token pair once (repetitive text); the same as --test distinct")
+    d.add_argument("--test", choices=("z", "distinct", "exact"),
+                   help="exact (the default): a binomial test on a spanning forest of the text's tokens, whose "
+                        "size is at most alpha for every text over a random key (a deployed key's rate: chainmark "
+                        "key audit; decides by its p-value, no z threshold); z: every transition, the paper's "
+                        "z-test, a normal approximation (the default with --threshold or a regime that names no "
+                        "test); distinct: each distinct pair once, valid on text without repeated tokens")
+    d.add_argument("--certificate", metavar="FILE.json", help="check this key-audit certificate (chainmark key "
+                   "audit) against the key, tokenizer, S and topology first (exit 2 when it does not fit)")
+    d.add_argument("--min-tokens", type=int_at_least(0), metavar="N",
+                   help="report texts shorter than N tokens as 'too short' instead of deciding "
+                        "(default: the regime's n_min, else 0)")
+    d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
+                   "included (default utf-8)")
+    d.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_TEXT_BYTES, metavar="N",
+                   help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_TEXT_BYTES}, 1 GiB: a safety "
+                        "limit; texts are scored in pieces, so memory stays flat whatever their size)")
+    d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
+    d.add_argument("--fail-on-detect", action="store_true",
+                   help="exit with code 1 if any input is detected as watermarked")
+    d.set_defaults(func=_cmd_detect)
+
+    # calibrate ------------------------------------------------------------
+    c = subparsers.add_parser(
+        "calibrate", help="S* from the targets (n, rho, alpha)",
+        description="The smallest state count S* that detects watermarked text of n "
+                    "tokens with budget rho at level alpha (midpoint rule), and the "
+                    "z-score it predicts.",
+        epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
+               "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
+        formatter_class=fmt)
+    c.add_argument("--n", type=int_at_least(2), required=True, help="minimum text length in tokens (>= 2)")
+    c.add_argument("--rho", type=float_in(0.0, 1.0, closed="right"), required=True,
+                   help="watermark budget: share of gated positions, in (0, 1] (with none gated "
+                        "there is no watermark to detect)")
+    c.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    c.add_argument("--k", type=int_in(1, MAX_STATES - 1), default=1,
+                   help="successors per state (default 1: clockwork)")
+    c.add_argument("--json", action="store_true", help="print a JSON object")
+    c.set_defaults(func=_cmd_calibrate)
+
+    # recalibrate ----------------------------------------------------------
+    r = subparsers.add_parser(
+        "recalibrate", help="operating threshold from a null corpus",
+        description="The operating z threshold z* from the z-scores of unwatermarked "
+                    "texts of the deployment's domain.",
+        epilog=_RECAL_EPILOG, formatter_class=fmt)
+    r.add_argument("--null", required=True, metavar="FILE.jsonl", help="null z-scores as JSON lines ('-': stdin)")
+    r.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True,
+                   help="target false-positive rate in (0, 1)")
+    r.add_argument("--method", choices=("sd", "quantile"), default="sd", help="recalibration recipe (default sd)")
+    r.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_INPUT_BYTES, metavar="N",
+                   help=f"refuse a null file larger than N bytes (default {DEFAULT_MAX_INPUT_BYTES})")
+    r.add_argument("--json", action="store_true", help="print a JSON object")
+    r.set_defaults(func=_cmd_recalibrate)
+
+
+def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
+    """z-scores from JSON lines: one object per line with a numeric ``"z"`` field.
+
+    Blank lines are skipped; anything else is an error naming the line. The
+    output of ``chainmark detect --json`` has exactly this form, so detecting
+    on unwatermarked domain text produces a null file directly.
+    """
+    values: list[float] = []
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{source}, line {number}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise UsageError(f"{source}, line {number}: JSON nested too deeply to be a detector's line") from None
+        if not isinstance(obj, dict) or "z" not in obj:
+            raise UsageError(f'{source}, line {number}: expected an object with a "z" field')
+        z = obj["z"]
+        if isinstance(z, int) and not isinstance(z, bool) and abs(z) > 1e300:  # float(z) would overflow
+            raise UsageError(f'{source}, line {number}: "z" must be a finite number, got an integer of '
+                             f"{len(str(abs(z)))} digits")
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not math.isfinite(z):
+            raise UsageError(f'{source}, line {number}: "z" must be a finite number, got {z!r}')
+        values.append(float(z))
+    if len(values) < 2:
+        raise UsageError(f"{source}: needs at least 2 z-scores, found {len(values)}")
+    return values
+
+
+# ---------------------------------------------------------------------------
+# detect
+# ---------------------------------------------------------------------------
+def _cmd_detect(args: argparse.Namespace) -> int:
+    from ..keys import key_fingerprint
+    from ..repetition import pair_null, repetition_warning
+
+    published = load_regime(args.regime) if args.regime else None
+    regime = detect_regime(args, published)
+    key = load_key(args.key_file)
+    regime.check_key(key)  # when the regime names a key fingerprint, the key must have it
+    topo = regime_topology(regime)
+    texts = read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
+    tokenizer = load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
+    regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
+    if args.certificate:  # a certificate given here replaces the one the regime carries
+        regime = regime.replace(key_audit=read_certificate(args.certificate))
+    # a key-audit certificate must be this key's, tokenizer's, S's and topology's; for another test or alpha
+    # chosen here it does not speak, and the audit says so
+    for note in regime.check_certificate(key, tokenizer, strict_test=False):
+        warn(f"the regime's key-audit certificate does not cover this audit ({note}): its rates are not certified")
+    if regime.key_audit is not None and regime.key_audit.get("verdict") != "pass":
+        row = regime.key_audit["tests"][regime.key_audit["deploy_test"]]
+        warn(f"this regime's key is not certified for the {regime.key_audit['deploy_test']} test (its audit "
+             f"says {regime.key_audit['verdict'].upper()}): it flagged {100 * row['fpr']:.2f}% "
+             f"[{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of {row['documents']} unwatermarked "
+             f"documents at alpha = {regime.alpha:g}, upper bound {100 * row['upper_bound']:.2f}% "
+             "(see the certificate)")
+    if regime.trades_fpr_for_power:
+        warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
+             f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "
+             "(trades_fpr_for_power)")
+    # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
+    regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
+                            key_fingerprint=key_fingerprint(key))
+    rows = []
+    test = regime.effective_test
+    for item in texts:
+        scorer = _score_input(item, tokenizer, key, regime, topo, args.max_bytes)
+        res, share = scorer.result(), scorer.repeated_pair_share
+        # the text's own null over random keys: what its repeats do to the z or distinct test's rate
+        null = None if test == "exact" or not scorer.pairs_counted else pair_null(*scorer.pair_counts(), topo, test)
+        note, rate = repetition_warning(null, share, scorer.n_transitions, res.n_scored, test,
+                                        regime.operating_threshold, regime.alpha, topo.p0)
+        rows.append({"file": item.label, **res.to_dict("audit", regime=regime),
+                     "repeated_pair_share": round(share, 6),
+                     "text_null_fpr": rate,
+                     "text_null_variance_ratio": None if null is None else null.variance_ratio,
+                     "z_text_null": None if null is None else null.z_standardised(res.n_hits)})
+        if note:
+            warn(f"{_printable(item.label)}: {note}")
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, allow_nan=False))
+    else:
+        print(_detect_table(rows, regime))
+    if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
+        return EXIT_DETECTED
+    return EXIT_OK
+
+
+def _score_input(item: TextInput, tokenizer: Any, key: bytes, regime: Regime, topo: Any,
+                 max_bytes: int) -> Any:
+    """One input scored in pieces (:func:`chainmark.auditor.stream.stream_text`): the fed detector, whose result is the
+    verdict scoring the text whole would give, with its repeated-pair share and pairs' multiplicities."""
+    from ..auditor.stream import UncuttableText, stream_text
+
+    try:
+        return stream_text(item.chunks(max_bytes), tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
+                           test=regime.effective_test, count_pairs=regime.effective_test != "exact")
+    except UncuttableText as exc:
+        raise UsageError(f"{item.label}: {exc}") from None
+    except UnicodeDecodeError as exc:  # the input changed since it was checked
+        raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{item.label} cannot be read ({exc.strerror or type(exc).__name__})") from None
+
+
+def _printable(label: str) -> str:
+    """A file name as the table shows it: control characters, line and paragraph separators escaped, so a
+    name with a newline or an escape sequence cannot draw a row of its own or recolour the terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in label)
+
+
+def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
+    head = ["file", "tokens", "scored", "valid", "phi", "z", "p-value", "decision"]
+    body = [[_printable(r["file"]), str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
+             f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    numeric = {1, 2, 3, 4, 5, 6}
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    detected = sum(r["is_watermarked"] for r in rows)
+    topo = regime.topo
+    lines = [
+        f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={regime.alpha:g}, "
+        + ("exact binomial test on a spanning forest, p < alpha" if regime.exact else
+           f"threshold z > {regime.threshold:.3f}{', distinct pairs' if regime.distinct_pairs else ''}"),
+        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {regime.key_fingerprint}",
+        line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
+        f"{detected} of {len(rows)} input(s) detected as watermarked",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# calibrate, recalibrate
+# ---------------------------------------------------------------------------
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from .. import calibrate as cal
+
+    s_star = _s_star(args.n, args.rho, args.alpha, args.k)
+    if args.k >= s_star:
+        raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")
+    z_a = float(cal.z_alpha(args.alpha))
+    z_pred = float(cal.predicted_z(args.n, args.rho, s_star, k=args.k))
+    out = {
+        "n": args.n, "rho": args.rho, "alpha": args.alpha, "k": args.k,
+        "z_alpha": z_a, "S_star": s_star, "predicted_z": z_pred,
+        "midpoint_threshold": float(cal.midpoint_threshold(args.rho, s_star, k=args.k)),
+        "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k)),
+    }
+    if args.json:
+        print(json.dumps(out, allow_nan=False))
+        return EXIT_OK
+    print(f"targets: n = {args.n} tokens, rho = {args.rho:g}, alpha = {args.alpha:g}, k = {args.k}")
+    print(f"S* = {s_star} states (smallest S whose predicted z reaches 2 z_alpha = {2 * z_a:.3f})")
+    print(f"predicted z at S*: {z_pred:.3f} (one-sided z_alpha = {z_a:.3f})")
+    print(f"midpoint threshold on phi: {out['midpoint_threshold']:.4f}")
+    bound = out["hoeffding_fpr_bound"]
+    print(f"Hoeffding bound on the false-positive rate at that threshold: {bound:.3g}"
+          + (" (>= 1: says nothing at this length)" if bound >= 1 else ""))
+    return EXIT_OK
+
+
+def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
+    """S* for the targets, or a usage error when no state count up to MAX_STATES reaches them."""
+    from .. import calibrate as cal
+
+    try:
+        s_star = int(cal.s_star(n, rho, alpha, k=k))
+    except (ZeroDivisionError, OverflowError):  # rho * rho underflows, or S* overflows a float
+        s_star = None
+    if s_star is None and n > 2**53:
+        raise UsageError(f"--n {n} is beyond any text (more than 2**53 tokens); give the text length in tokens")
+    if s_star is None or s_star > MAX_STATES:
+        need = "more states than a float can count" if s_star is None else f"S* = {s_star} states"
+        raise UsageError(f"these targets need {need}, above the largest S the detector accepts "
+                         f"({MAX_STATES}); raise --n (longer texts), --rho or --alpha")
+    return s_star
+
+
+def _null_lines(source: str, max_bytes: int) -> list[str]:
+    """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
+    label = "<stdin>" if source == "-" else f"null file {source}"
+    text = read_input(source, label, max_bytes, not_text=": not JSON lines")
+    # JSON Lines end lines with "\n" only; str.splitlines would also split at U+2028, U+0085 and
+    # other characters a JSON string may hold raw (a "\r" before "\n" is JSON whitespace)
+    return text.split("\n")
+
+
+def _cmd_recalibrate(args: argparse.Namespace) -> int:
+    from .. import calibrate as cal
+
+    label = "<stdin>" if args.null == "-" else args.null
+    values = read_null_z(_null_lines(args.null, args.max_bytes), label)
+    import numpy as np
+
+    z = np.asarray(values, dtype=float)
+    z_a = float(cal.z_alpha(args.alpha))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported below, as a usage error
+        try:
+            threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
+        except ValueError as exc:  # too few null texts for alpha, or no spread
+            raise UsageError(f"{label}: {exc}") from None
+        out = {
+            "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
+            "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
+            "z_alpha": z_a, "threshold": threshold,
+            "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
+        }
+    overflow = [name for name, value in out.items() if isinstance(value, float) and not math.isfinite(value)]
+    if overflow:
+        raise UsageError(f"{label}: the z-scores are too large to summarise ({', '.join(overflow)} overflow); "
+                         "a detector's z-scores are far smaller: is this the output of `chainmark detect --json`?")
+    kurt = cal.excess_kurtosis(z)
+    heavy = kurt > cal.HEAVY_TAIL_KURTOSIS
+    out["null_excess_kurtosis"] = kurt
+    if args.method == "quantile" and z.size * args.alpha < 10:
+        advice = ("use more texts (the null is heavy-tailed, excess kurtosis "
+                  f"{kurt:.1f}, so --method sd would under-state the tail)" if heavy
+                  else "use more texts or --method sd")
+        warn(f"only {z.size} null texts for alpha = {args.alpha:g}: the {1 - args.alpha:g} quantile "
+             f"rests on {z.size * args.alpha:.1f} expected exceedances; {advice}")
+    if args.method == "sd" and heavy:
+        warn(f"the null z-scores are heavy-tailed (excess kurtosis {kurt:.1f}): the sd recipe assumes a "
+             "Gaussian shape and will let through more than alpha; prefer --method quantile with enough texts")
+    if args.json:
+        print(json.dumps(out, allow_nan=False))
+        return EXIT_OK
+    print(f"null corpus: {out['n_null']} z-scores, mean {out['null_mean']:.3f}, sd {out['null_sd']:.3f}")
+    print(f"analytic threshold z_alpha = {z_a:.3f}: exceeded by {100 * out['fpr_at_z_alpha']:.2f}% of the null "
+          f"(target {100 * args.alpha:g}%)")
+    print(f"operating threshold ({args.method}): z* = {threshold:.3f}: exceeded by "
+          f"{100 * out['fpr_at_threshold']:.2f}% of the null")
+    print(f"audit with: chainmark detect --threshold {threshold:.3f} ...")
+    return EXIT_OK

@@ -1,0 +1,168 @@
+"""``chainmark key audit``: measure one key's false-positive rate on unwatermarked text with every test before it is
+deployed, and write (or recheck) the certificate that a regime carries."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..auditor.regime import Regime, tokenizer_fingerprint
+from ..limits import DEFAULT_MAX_CORPUS_BYTES, MAX_STATES
+from .common import (EXIT_DETECTED, EXIT_OK, EXIT_USAGE, MAX_INPUT_BYTES_LIMIT, UsageError, create_file, float_in,
+                     int_in, out_path)
+from .inputs import load_key, load_tokenizer, read_certificate, read_input, regime_topology, tokenizer_label
+
+__all__ = ["add_commands"]
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``key`` group and its ``audit`` action with their options."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    key_cmd = subparsers.add_parser(
+        "key", help="key tools: audit a key's false-positive rate before deployment",
+        description="Key tools. `chainmark key audit` scores unwatermarked text under one "
+                    "key with every test and writes a certificate.", formatter_class=fmt)
+    ksub = key_cmd.add_subparsers(dest="key_command", metavar="ACTION")
+    ka = ksub.add_parser("audit", help="the key's false-positive rate on a corpus, per test; a certificate",
+                         description="Audit a key before deploying it: score a corpus of text that was not "
+                                     "written with the key (by default the book's reference null, 1,200 texts "
+                                     "of the embedded model, and windows of the Python Language Reference's "
+                                     "prose) under this key with the z-test, distinct pairs and the exact test, "
+                                     "and report each test's false-positive rate over documents with its 95% "
+                                     "interval and one-sided 95% upper bound, the threshold that would hold "
+                                     "alpha on this corpus, and a verdict for the test you will deploy: PASS "
+                                     "when the upper bound is at or below alpha (which needs at least 299 "
+                                     "documents at alpha = 1%), FAIL when the lower bound lies above it, "
+                                     "INCONCLUSIVE otherwise. The exact test's size is at most alpha for every "
+                                     "text over a random key; this audit measures the one key you deploy. "
+                                     "The certificate (JSON: key fingerprint, tokenizer fingerprint, S, "
+                                     "topology, corpus fingerprint and size, rates, thresholds, how many keys "
+                                     "were tried, package version, a digest; never the key) goes into the regime "
+                                     "with `chainmark regime --certificate`, where `chainmark detect --regime` "
+                                     "checks it.",
+                         epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
+                                "not (the certificate is written either way), 2 a usage error.\n"
+                                "examples:\n  chainmark key audit --key-file acme.key --S 5 --out acme.audit.json\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --corpus forum/*.txt --test z\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --check acme.audit.json",
+                         formatter_class=fmt)
+    ka.add_argument("--key-file", metavar="KEY", help="the key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
+    ka.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the embedded model's)")
+    ka.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer")
+    ka.add_argument("--S", type=int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
+    ka.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
+    ka.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), default=0.01,
+                    help="significance level (default 0.01)")
+    ka.add_argument("--test", choices=("z", "distinct", "exact"), default="exact",
+                    help="the test the deployment will use: the verdict is for it (default exact)")
+    ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
+                    "default corpus: .txt files (one text each) or .jsonl files (one text per line, in --text-field)")
+    ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
+    ka.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES, metavar="N",
+                    help="refuse corpus files larger than N bytes in all")
+    ka.add_argument("--keys-tried", type=int_in(1, 10**9), default=1, metavar="N",
+                    help="how many keys were tried before choosing this one (default 1); with more than one, "
+                         "--selected-on must name the other corpus they were compared on")
+    ka.add_argument("--selected-on", metavar="FINGERPRINT", help="the corpus fingerprint (from that corpus's "
+                    "audit) on which the key was chosen; it must differ from the certified corpus's")
+    ka.add_argument("--check", metavar="CERT.json", help="instead of auditing, recompute this certificate's "
+                    "counts and verdict with the key and the corpus (exit 0 when they agree, 1 when not)")
+    ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
+    ka.add_argument("--json", action="store_true", help="print the certificate instead of the table")
+    ka.set_defaults(func=_cmd_key_audit)
+    key_cmd.set_defaults(func=_cmd_key_help, key_parser=key_cmd)
+
+
+def _cmd_key_help(args: argparse.Namespace) -> int:
+    args.key_parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]], list[str]]:
+    """The corpus a key is audited on, as token ids with each text's document: the caller's files (each
+    .txt file, and each line of a .jsonl file, a document), or the book's default corpus (each reply of the
+    reference null a document; windows of one Language Reference topic share the topic's)."""
+    if args.corpus:
+        texts: list[str] = []
+        left = args.max_bytes  # the limit holds for the corpus as a whole
+        for path in args.corpus:
+            content = read_input(path, f"corpus file {path}", left, too_large=" (the corpus exceeds --max-bytes)")
+            left -= len(content.encode("utf-8"))
+            if Path(path).suffix == ".jsonl":
+                for number, line in enumerate(content.split("\n"), 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise UsageError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+                    text = row.get(args.text_field) if isinstance(row, dict) else None
+                    if not isinstance(text, str):
+                        raise UsageError(f"{path}, line {number}: no text field {args.text_field!r}")
+                    texts.append(text)
+            else:
+                texts.append(content)
+        name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
+        return name, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], \
+            [f"text {i}" for i in range(len(texts))]
+    from ..harness import reference
+    from ..harness.corpora import CORPUS_NAME, python_reference_documents, token_windows
+
+    model_texts = ([r["output"] for r in reference.load_texts("null")]
+                   + [r["output"] for r in reference.load_texts("head_to_head") if r["method"] == "none"])
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in model_texts]
+    human, topics = [], []
+    for doc in python_reference_documents():
+        windows = token_windows([tokenizer(doc.text, add_special_tokens=False)["input_ids"]], 200)
+        human += [w.tolist() for w in windows]
+        topics += [f"topic {doc.name}"] * len(windows)
+    name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
+            f"200 tokens of {CORPUS_NAME}")
+    return name, ids + human, [f"reply {i}" for i in range(len(ids))] + topics
+
+
+def _cmd_key_audit(args: argparse.Namespace) -> int:
+    from .. import __version__
+    from ..auditor.keyaudit import audit_key, format_audit, seal
+
+    key = load_key(args.key_file)
+    tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_revision)
+    topo = regime_topology(Regime(S=args.S, topology=args.topology))
+    out = out_path(args.out, "certificate") if args.out else None
+    if out is not None and (out.exists() or out.is_symlink()):
+        raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
+    name, texts, documents = _audit_corpus(args, tokenizer)
+    if args.check:
+        return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
+    try:
+        cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha, deploy_test=args.test,
+                         vocab_size=len(tokenizer), documents=documents, keys_tried=args.keys_tried,
+                         selected_on=args.selected_on)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    cert = {**cert, "tokenizer": tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "package_version": __version__}
+    cert["corpus"] = {"name": name, **cert["corpus"]}
+    cert = seal(cert)
+    text = json.dumps(cert, indent=2, allow_nan=False)
+    if out is not None:
+        create_file(out, text + "\n")
+        print(f"wrote the key-audit certificate to {out}", file=sys.stderr)
+    print(text if args.json else format_audit(cert))
+    return EXIT_OK if cert["verdict"] == "pass" else EXIT_DETECTED
+
+
+def _check_key_audit(path: str, key: bytes, texts: list[list[int]], documents: list[str], vocab_size: int) -> int:
+    """`chainmark key audit --check`: recompute a certificate's counts with the key and its corpus."""
+    from ..auditor.keyaudit import recheck_certificate
+
+    cert = read_certificate(path)
+    problems = recheck_certificate(cert, key, texts, documents, vocab_size)
+    for problem in problems:
+        print(f"{path}: {problem}")
+    if not problems:
+        print(f"{path}: the counts and the verdict ({cert['verdict']}) recomputed from the key and the corpus "
+              "agree with the certificate")
+    return EXIT_DETECTED if problems else EXIT_OK

@@ -1,0 +1,464 @@
+"""The detectors: re-derive states from the key and test whether the text walks the cycle.
+
+**Model-free detector** (the paper's Algorithm 2 and reference listing).
+phi is the share of transitions t_i -> t_{i+1} whose states follow the
+topology. Under the null (text not written with this key) phi has mean
+p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
+
+    z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
+
+and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
+package's one decision rule). Only the key and the tokenizer are needed. The
+implementation is vectorised through the cached state table;
+:func:`reference_detect` keeps the per-token ``hashlib`` loop of the paper's
+listing for comparison. The result is a :class:`DetectionResult`, the
+package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
+
+The LM-aware likelihood-ratio detector, for a verifier who also has the
+model, is :mod:`chainmark.comparison.lrdetect`; this module needs neither torch nor a model.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from .checks import check_alpha, check_states
+from .config import ChainMarkConfig
+from .partition import Key, as_token_array, key_bytes, states_of
+from .significance import check_test, first_occurrences, forest_mask, log_p_value, transition_statistics
+from .topology import Topology, TopologyLike, resolve_topology
+from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
+
+__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "reference_detect",
+           "score_states", "valid_transitions", "verdict_of"]
+
+# --------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class DetectionResult(Verdict):
+    """What the model-free detector found in one token sequence: a :class:`~chainmark.verdict.Verdict`.
+
+    ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
+    ``scored_mask[i]`` whether it was counted (all of them unless
+    ``distinct_pairs=True``). ``n_transitions`` (the verdict's ``n_scored``)
+    counts the scored transitions and ``n_valid`` (its ``n_hits``) the legal
+    ones among them; ``p0 = k/S``.
+    """
+
+    S: int
+    k: int
+    valid_mask: np.ndarray = field(repr=False)
+    scored_mask: np.ndarray = field(repr=False)
+
+    FORMS: ClassVar[Mapping[str, tuple[FormField, ...]]] = {
+        # the detector's own dictionary, as chapters and earlier releases print it
+        "result": ("phi", "z", "p_value", "log_p_value", "is_watermarked", "n_tokens",
+                   ("n_transitions", "n_scored"), ("n_valid", "n_hits"), "S", "k", "p0", "alpha"),
+        "record": RECORD_FORM,
+        # one row of `chainmark detect --json` (after its "file"): the regime's threshold and decision
+        "audit": ("n_tokens", ("n_transitions", "n_scored"), ("n_valid", "n_hits"), "phi", "z", "p_value",
+                  ("threshold", "regime.threshold"), ("is_watermarked", "regime.flagged"),
+                  ("decision", "regime.label"), "S", "k", ("topology", "regime.topology"),
+                  ("alpha", "regime.alpha"), ("distinct_pairs", "regime.distinct_pairs"),
+                  ("test", "regime.effective_test"),
+                  ("tokenizer", "regime.tokenizer_label"), ("key_fingerprint", "regime.key_fingerprint")),
+    }
+    MASKS: ClassVar[tuple[str, ...]] = ("valid_mask", "scored_mask")
+
+    n_transitions = alias("n_scored")
+    n_valid = alias("n_hits")
+
+    @property
+    def log_p_value(self) -> float:
+        """Natural log of the p-value (finite when the p-value itself underflows to 0)."""
+        return 0.0 if self.n_scored == 0 else log_p_value(self.z)
+
+
+# --------------------------------------------------------------------------
+# validity of transitions
+# --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=128)
+def _circulant_offsets(topology: Topology) -> tuple[int, ...] | None:
+    """Offsets o with T[s, (s + o) mod S] = 1 if T is circulant, else None.
+
+    Clockwork (offset 1) and soft-cycle (offsets 1, 2) are circulant: whether
+    a transition is legal depends only on the difference of the two states,
+    which lets the detector skip the matrix lookup.
+    """
+    m, S = topology.matrix, topology.S
+    offsets = tuple(int(o) for o in np.flatnonzero(m[0]))
+    rows, cols = np.nonzero(m)  # k * S entries: no second S x S matrix
+    if rows.size != S * len(offsets):
+        return None
+    # every entry on an offset diagonal, and k entries per row: exactly the circulant
+    return offsets if bool(np.isin((cols - rows) % S, offsets).all()) else None
+
+
+def _signed(states: np.ndarray) -> np.ndarray:
+    """States as a signed integer array (differences must not wrap around)."""
+    if states.dtype.kind == "i":
+        return states
+    if states.dtype.kind == "u":
+        return states.astype(np.int64)
+    raise TypeError(f"states must be integers, got dtype {states.dtype}")
+
+
+def valid_transitions(states: np.ndarray, topology: Topology) -> np.ndarray:
+    """Boolean legality of every transition ``states[..., i] -> states[..., i + 1]``.
+
+    Works along the last axis, so a 2-D array of equal-length rows is
+    handled in one pass. For circulant topologies the test uses the state
+    difference d = s_{i+1} - s_i: the step is legal when d is an allowed
+    offset o, or o - S (the wrap-around). Comparisons on the compact int8
+    states are several times cheaper than gathering from the S x S matrix.
+    """
+    states = _signed(np.asarray(states))
+    S = topology.S
+    prev, nxt = states[..., :-1], states[..., 1:]
+    offsets = _circulant_offsets(topology)
+    if offsets is not None:
+        d = nxt - prev  # in [-(S-1), S-1]: fits any signed type that holds S - 1
+        valid = d == offsets[0]
+        valid |= d == offsets[0] - S
+        for o in offsets[1:]:
+            valid |= d == o
+            valid |= d == o - S
+        return valid
+    index_type = np.int32 if S < 46341 else np.int64
+    return np.take(topology.matrix.ravel(), prev.astype(index_type) * S + nxt)
+
+
+def _check_states(states: np.ndarray, S: int) -> np.ndarray:
+    states = _signed(np.asarray(states))
+    if states.ndim != 1:
+        raise ValueError(f"states must be one-dimensional, got shape {states.shape}")
+    if states.size and (int(states.min()) < 0 or int(states.max()) >= S):
+        raise ValueError(f"states must lie in [0, {S - 1}] for S = {S}, "
+                         f"got values in [{int(states.min())}, {int(states.max())}]")
+    return states
+
+
+def verdict_of(phi: float, z: float, p: float, flagged: bool, n_tokens: int, m: int, c: int, topology: Topology,
+             alpha: float, valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
+    """The detector's result from its numbers (shared with the streaming detector, which has no masks)."""
+    return DetectionResult(phi=phi, z=z, p_value=p, is_watermarked=flagged, n_tokens=n_tokens, n_scored=m,
+                           n_hits=c, p0=topology.p0, alpha=alpha, S=topology.S, k=int(topology.k),
+                           valid_mask=valid, scored_mask=scored)
+
+
+def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionResult:
+    empty = np.zeros(0, dtype=bool)
+    valid = np.zeros(max(n_tokens - 1, 0), dtype=bool)
+    return verdict_of(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology, alpha, valid if n_tokens >= 2 else empty,
+                    np.zeros_like(valid) if n_tokens >= 2 else empty)
+
+
+def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
+            valid: np.ndarray, scored: np.ndarray, exact: bool = False) -> DetectionResult:
+    """phi, z, p-value and decision from m scored transitions of which c are legal.
+
+    The p-value is the normal tail of z, or with ``exact`` the binomial tail
+    P(Binomial(m, p0) >= c); z is reported either way.
+    """
+    if m == 0:
+        return _empty_result(n_tokens, topology, alpha)
+    phi, z, p = transition_statistics(c, m, topology.p0, "exact" if exact else "z")
+    return verdict_of(phi, z, p, bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens, m, c, topology, alpha,
+                    valid, scored)
+
+
+def score_states(
+    states: np.ndarray,
+    topology: Topology,
+    alpha: float = 0.01,
+    scored: np.ndarray | None = None,
+    n_tokens: int | None = None,
+) -> DetectionResult:
+    """Detection statistics from a state sequence (the part that needs no hashing).
+
+    ``scored`` (a boolean mask over the n - 1 transitions) selects which
+    transitions count; None counts all of them. Fewer than two states, or no
+    scored transition, give phi = z = 0, p = 1 and no detection.
+    """
+    if not isinstance(topology, Topology):
+        raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
+    if topology.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    alpha = check_alpha(alpha)
+    states = _check_states(states, topology.S)
+    if scored is not None:
+        scored = np.asarray(scored, dtype=bool)
+        if scored.shape != (max(states.size - 1, 0),):
+            raise ValueError(f"scored must have one entry per transition ({max(states.size - 1, 0)}), "
+                             f"got shape {scored.shape}")
+    return _score(states, topology, alpha, scored, states.size if n_tokens is None else int(n_tokens))
+
+
+def _score(states: np.ndarray, topology: Topology, alpha: float, scored: np.ndarray | None,
+           n_tokens: int, exact: bool = False) -> DetectionResult:
+    """score_states without the argument checks (the detector's states are valid by construction)."""
+    n = int(states.size)
+    if n < 2:
+        return _empty_result(n_tokens, topology, alpha)
+    valid = valid_transitions(states, topology)
+    if scored is None:
+        scored = np.ones(n - 1, dtype=bool)
+        m, c = n - 1, int(np.count_nonzero(valid))
+    else:
+        m, c = int(np.count_nonzero(scored)), int(np.count_nonzero(valid & scored))
+    return _result(n_tokens, m, c, topology, alpha, valid, scored, exact)
+
+
+# --------------------------------------------------------------------------
+# token-level detection
+# --------------------------------------------------------------------------
+
+
+def _is_sequence(item: Any) -> bool:
+    """True for a list, tuple, array or tensor of at least one dimension (a row), not for a scalar."""
+    if isinstance(item, (list, tuple)):
+        return True
+    ndim = getattr(item, "ndim", None)  # numpy scalars and 0-d tensors have ndim 0
+    return isinstance(ndim, int) and ndim >= 1
+
+
+def _reject_batch(token_ids: Any) -> None:
+    """A ValueError naming :func:`detect_batch` when ``token_ids`` holds rows rather than one text.
+
+    Only the first item of a list is looked at (a scalar there means one
+    text; a list mixing scalars and rows is refused by the id normaliser), so
+    the check costs nothing on long texts.
+    """
+    ndim = getattr(token_ids, "ndim", None)
+    if isinstance(ndim, int) and ndim == 2:  # a numpy array or torch tensor
+        raise ValueError(f"token_ids must be one text (1-D), got a batch of shape {tuple(token_ids.shape)}; "
+                         "score a batch with detect_batch")
+    if isinstance(token_ids, (list, tuple)) and token_ids and _is_sequence(token_ids[0]):
+        raise ValueError(f"token_ids must be one text (a flat sequence of ids), got a sequence of sequences "
+                         f"({len(token_ids)} rows); score a batch with detect_batch")
+
+
+def _from_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
+    """The key, S and topology: read from a :class:`ChainMarkConfig`, or given one by one (S = 5, clockwork)."""
+    if isinstance(key, ChainMarkConfig):
+        if S is not None or topology is not None:
+            raise TypeError("the configuration carries S and the topology; call detect(ids, config) without them")
+        return key.key, key.S, key.topo
+    return key, 5 if S is None else S, "clockwork" if topology is None else topology
+
+
+def detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
+                    distinct_pairs: object, test: object = None) -> tuple[Topology, float, str]:
+    """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
+
+    Everything is checked before any id is read, so a bad argument is
+    reported even for an empty input.
+    """
+    S = check_states(S)
+    alpha = check_alpha(alpha)
+    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
+    topo = resolve_topology(topology, S)
+    if topo.k is None:
+        raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
+    if not isinstance(distinct_pairs, (bool, np.bool_)):
+        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
+    if test is None:
+        return topo, alpha, "distinct" if distinct_pairs else "z"
+    test = check_test(test)
+    if distinct_pairs and test != "distinct":
+        raise ValueError(f"distinct_pairs=True is the 'distinct' test; it cannot be combined with test={test!r}")
+    return topo, alpha, test
+
+
+def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, test: str,
+                vocab_size: int | None) -> DetectionResult:
+    """Score one text once the arguments are checked."""
+    if isinstance(token_ids, np.ndarray) and token_ids.ndim == 1 and token_ids.dtype.kind in "iu" \
+            and token_ids.size >= 2:
+        ids = token_ids  # states_of validates the ids (sign, range) in the same pass it uses them
+    else:
+        ids = as_token_array(token_ids, vocab_size)
+        if ids.size < 2:
+            return _empty_result(int(ids.size), topo, alpha)
+    states = states_of(ids, key, topo.S, vocab_size)
+    if test == "exact":  # states_of has checked the ids: non-negative integers
+        scored = forest_mask(ids, vocab_size - 1 if vocab_size is not None else int(ids.max()))
+    else:
+        scored = first_occurrences(ids) if test == "distinct" else None
+    return _score(states, topo, alpha, scored, int(ids.size), exact=test == "exact")
+
+
+def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
+                   vocab_size: int | None) -> list[DetectionResult]:
+    """All rows of a rectangular batch in one vectorised pass."""
+    rows, n = ids.shape
+    if rows == 0:
+        return []
+    if n < 2:
+        return [_empty_result(n, topo, alpha) for _ in range(rows)]
+    states = states_of(ids.ravel(), key, topo.S, vocab_size).reshape(rows, n)
+    valid = valid_transitions(states, topo)
+    counts = np.count_nonzero(valid, axis=1)
+    m = n - 1
+    phi, z, p = transition_statistics(counts, np.full(rows, m), topo.p0, "z")  # bit for bit the scalar path's
+    flagged = decide(z=z, p_value=p, alpha=alpha)
+    scored = np.ones(m, dtype=bool)
+    scored.flags.writeable = False  # one mask shared by every row
+    return [verdict_of(float(phi[r]), float(z[r]), float(p[r]), bool(flagged[r]), n, m, int(counts[r]), topo,
+                     alpha, valid[r], scored)
+            for r in range(rows)]
+
+
+def detect(
+    token_ids: Any,
+    key: Key | ChainMarkConfig,
+    S: int | None = None,
+    topology: TopologyLike | None = None,
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+    *,
+    test: str | None = None,
+) -> DetectionResult:
+    """Test one token sequence for the ChainMark watermark.
+
+    ``token_ids`` is one text: a 1-D sequence of ids (list or tuple of ints,
+    numpy or torch scalars, a numpy array or a torch tensor on any device).
+    ``key`` is the secret key with ``S`` (default 5) and ``topology``
+    (default clockwork) beside it, or the :class:`~chainmark.config.ChainMarkConfig`
+    the text was generated with, which carries all three: ``detect(ids,
+    config)``. A batch (a 2-D array or tensor, or a list of sequences) is a
+    ``ValueError``: score it with :func:`detect_batch`, which always returns
+    a list.
+
+    ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
+    repeated n-grams otherwise count several times and break the
+    independence the z-test assumes. ``test`` picks the test by name
+    (:data:`TESTS`): ``"z"`` (the default, every transition), ``"distinct"``
+    (the same as ``distinct_pairs=True``) or ``"exact"``, the binomial test
+    on a spanning forest of the text (:func:`spanning_forest`), whose size
+    is at most alpha for every text over a uniformly random key (a fixed
+    key's rate on a corpus is what :mod:`chainmark.auditor.keyaudit` measures); the
+    z-test's normal tail is an approximation. ``vocab_size`` (when
+    known) rejects ids outside the vocabulary and saves a pass over the ids.
+    ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
+    """
+    key, S, topology = _from_config(key, S, topology)
+    topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
+    _reject_batch(token_ids)
+    return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
+
+
+def detect_batch(
+    batch: Any,
+    key: Key | ChainMarkConfig,
+    S: int | None = None,
+    topology: TopologyLike | None = None,
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+    *,
+    test: str | None = None,
+) -> list[DetectionResult]:
+    """Test many token sequences; always a list of results, one per text, equal to :func:`detect` on each.
+
+    ``batch`` is a 2-D numpy array or torch tensor (every row scored whole,
+    so strip padding first; scored in one vectorised pass) or an iterable of
+    sequences of any lengths (lists, arrays, tensors). The other arguments
+    are those of :func:`detect`. One text (a flat sequence of ids) is an
+    error naming :func:`detect`.
+    """
+    key, S, topology = _from_config(key, S, topology)
+    topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
+    if isinstance(batch, (str, bytes)):
+        raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
+    ndim = getattr(batch, "ndim", None)
+    if isinstance(ndim, int):  # a numpy array or torch tensor
+        if ndim != 2:
+            raise ValueError(f"batch must be 2-D (one row per text), got shape {tuple(batch.shape)}"
+                             + ("; score one text with detect" if ndim == 1 else ""))
+        ids = as_token_array(batch, vocab_size, ndim=2)
+        if test == "z":
+            return _detect_matrix(ids, key, topo, alpha, vocab_size)
+        return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in ids]
+    try:
+        rows = list(batch)
+    except TypeError:
+        raise TypeError(f"batch must be a 2-D array or an iterable of token-id sequences, "
+                        f"got {type(batch).__name__}") from None
+    for i, row in enumerate(rows):
+        if not _is_sequence(row):
+            raise TypeError(f"batch must hold sequences of token ids (one per text), got "
+                            f"{type(row).__name__} at position {i}; score one text with detect")
+    return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in rows]
+
+
+def detect_text(
+    text: str,
+    tokenizer: Any,
+    key: Key | ChainMarkConfig,
+    S: int | None = None,
+    topology: TopologyLike | None = None,
+    alpha: float = 0.01,
+    distinct_pairs: bool = False,
+    vocab_size: int | None = None,
+    *,
+    test: str | None = None,
+) -> DetectionResult:
+    """The auditor's path: tokenize the text without special tokens, then detect.
+
+    The auditor has the published text, not the generated ids; re-tokenizing
+    the decoded text usually, but not always, gives back the same ids (the
+    detection chapter measures how often). ``vocab_size`` defaults to
+    ``len(tokenizer)``; pass the model's logit width if the state table
+    was built for a larger vocabulary.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if vocab_size is None:
+        vocab_size = len(tokenizer)
+    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size, test=test)
+
+
+def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01,
+                     T: Sequence[Sequence[int]] | None = None) -> dict:
+    """A plain per-token re-statement of the paper's reference detector listing.
+
+    Written independently of the vectorised path above, for tests, the
+    benchmark and the chapter's comparison: it hashes every token with
+    ``hashlib`` in a Python loop. Without ``T`` it is the clockwork listing
+    itself (including its ``1 - norm.cdf(z)`` p-value, which loses all
+    precision beyond z of about 8); with a 0/1 matrix ``T`` it applies the
+    listing's stated extension to k-regular topologies
+    (``T[s_i][s_{i+1}] > 0`` and ``p0 = (T > 0).mean()``).
+    """
+    import hashlib
+
+    from scipy.stats import norm
+
+    n = len(token_ids)
+    if n < 2:
+        return {"phi": 0.0, "z": 0.0, "p_value": 1.0, "is_watermarked": False}
+    st = [int.from_bytes(hashlib.sha256(key + int(t).to_bytes(8, "big")).digest()[:8], "big") % S
+          for t in token_ids]
+    if T is None:
+        valid = sum(1 for i in range(n - 1) if st[i + 1] == (st[i] + 1) % S)
+        p0 = 1.0 / S
+    else:
+        valid = sum(1 for i in range(n - 1) if T[st[i]][st[i + 1]] > 0)
+        p0 = float((np.asarray(T) > 0).mean())
+    phi = valid / (n - 1)
+    se = math.sqrt(p0 * (1.0 - p0) / (n - 1))
+    z = (phi - p0) / se
+    p = 1.0 - norm.cdf(z)
+    return {"phi": phi, "z": z, "p_value": p, "is_watermarked": p < alpha}

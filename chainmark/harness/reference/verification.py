@@ -1,0 +1,124 @@
+"""Verifying the reference: regenerate stored batches with the current code and compare them, field by field.
+
+The draw of batches and the comparison live here; what generates a batch is the runner's own
+:class:`~chainmark.harness.reference.generation.RunContext`, so a check runs exactly the code a run runs.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .compare import compare_records, tolerance_rules
+from .generation import RunContext
+from .protocol import PROTOCOL, Cell, PromptBatch, Protocol, cells
+from .store import (MANIFEST, PROVENANCE, encode_shard, git_commit, protocol_differences, read_provenance,
+                    read_shard, reference_dir, shard_path)
+
+
+@dataclass
+class ShardCheck:
+    """The outcome of regenerating one stored batch."""
+
+    shard: str
+    texts: int
+    matched: bool
+    differences: list[str] = field(default_factory=list)
+
+
+def _cell_tau(ctx: RunContext, cell: Cell) -> float | None:
+    """The gate threshold a cell's texts were generated with (None for methods without a gate)."""
+    spec = cell.spec
+    rho = spec.get("rho", ctx.protocol.rho if spec.get("method") == "sweet" else None)
+    gate = ctx.gates.get(float(rho)) if rho is not None else None
+    return None if gate is None else float(gate.tau)
+
+
+def choose_shards(root: Path, samples: int, seed: str,
+                  protocol: Protocol = PROTOCOL) -> list[tuple[Cell, PromptBatch]]:
+    """``samples`` stored batches drawn at random, the draw seeded by ``seed`` (the current commit)."""
+    stored = [(c, b) for c in cells(protocol) for b in c.batches if shard_path(root, c, b).exists()]
+    rng = random.Random(hashlib.sha256(seed.encode("utf-8")).hexdigest())
+    return rng.sample(stored, min(samples, len(stored)))
+
+
+def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str | os.PathLike | None = None,
+           protocol: Protocol = PROTOCOL, seed: str | None = None,
+           log: Callable[[str], None] = print) -> list[ShardCheck]:
+    """Regenerate ``samples`` stored batches with the current code and compare them with the stored ones.
+
+    Token ids, gate decisions, counts and verdicts must be identical, and so
+    must every float that is a function of them and the key (phi, z,
+    p-values); the floats PyTorch computes from the model's logits (gate
+    signals, self-perplexity) agree within their relative tolerance, because
+    another CPU rounds differently: :data:`~chainmark.harness.reference.compare.VERIFY_FIELDS` states the rule of
+    each field, the manifest's ``verify_tolerance`` the numbers
+    (:func:`~chainmark.harness.reference.compare.tolerance_rules`; a float field without a rule is exact). A text
+    whose tokens diverge is reported with the first differing position and
+    the gate's margin there.
+
+    The draw is seeded by the current git commit (``seed`` overrides it), so
+    every commit checks different batches. The whole batch a record was
+    generated in is regenerated (batch composition changes low-order bits),
+    with the thread count the run used. Returns one :class:`ShardCheck` per batch.
+    """
+    import torch
+
+    root = Path(root) if root is not None else reference_dir()
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if not (root / MANIFEST).exists():
+        raise FileNotFoundError(f"no reference run in {root}: run `chainmark reference run` first")
+    manifest = json.loads((root / MANIFEST).read_text("utf-8"))
+    diff = protocol_differences(manifest, protocol)
+    if diff:
+        return [ShardCheck("protocol", 0, False, [f"protocol field {k}: stored {manifest['protocol'].get(k)!r}, "
+                                                  f"code {protocol.describe().get(k)!r}" for k in diff])]
+    recorded = manifest.get("verify_tolerance")
+    rules = tolerance_rules(recorded)
+    kernel = ", ".join(f"{n} (rel {r['rel']:g}, abs {r['abs']:g})" for n, r in rules.items() if r["rule"] == "rel")
+    old_format = isinstance(recorded, Mapping) and "format" not in recorded
+    log(f"verify: floats from the model's logits within their tolerance, {kernel}; every other float exactly"
+        + (" (the manifest's single tolerance, format 1, is read as the one of these floats)" if old_format else ""))
+    seed = seed if seed is not None else git_commit().replace("+dirty", "")
+    chosen = choose_shards(root, samples, seed, protocol)
+    if not chosen:
+        raise FileNotFoundError(f"{root} holds no stored batch to verify")
+    if model is None:
+        from ..models import load_model
+
+        model, tokenizer = load_model()
+    threads = torch.get_num_threads()
+    ctx = RunContext(root, protocol, model, tokenizer)
+    checks = []
+    for cell, batch in chosen:
+        path = shard_path(root, cell, batch)
+        stored = read_shard(path)
+        prov = [p for p in read_provenance(path.parent / PROVENANCE) if p["batch"] == batch.index]
+        if prov and prov[-1].get("threads"):
+            torch.set_num_threads(int(prov[-1]["threads"]))
+        t0 = time.perf_counter()
+        try:
+            fresh = _roundtrip(ctx.run_batch(cell, batch))
+        finally:
+            torch.set_num_threads(threads)
+        differences = compare_records(stored, fresh, _cell_tau(ctx, cell), rules)
+        name = str(path.relative_to(root))
+        checks.append(ShardCheck(name, len(stored), not differences, differences[:10]))
+        log(f"verify {name}: {len(stored)} records, {'identical' if not differences else 'DIFFERENT'} "
+            f"({time.perf_counter() - t0:.0f} s)")
+    return checks
+
+
+def _roundtrip(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Records as they read back from a shard (JSON-clean: NaN to None, tuples to lists)."""
+    return [json.loads(line) for line in gzip.decompress(encode_shard(records)).decode("utf-8").splitlines()]
+
+
+__all__ = ["ShardCheck", "choose_shards", "verify"]
