@@ -6,6 +6,7 @@ where import-linter reads them; these tests run it and check the rest.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -311,3 +312,56 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert core.returncode == full.returncode == 0, core.stderr[-2000:] + full.stderr[-2000:]
     assert json.loads(core.stdout.splitlines()[0]) == json.loads(full.stdout.splitlines()[0])
+
+
+def test_every_package_exports_its_modules_names_without_a_clash():
+    """``chainmark``, each audience folder and the reference package export their modules' ``__all__``; a name
+    two modules of one package both export would be ambiguous, and is refused when the package is read."""
+    import importlib
+
+    import chainmark
+    from chainmark._exports import exported_names
+
+    packages = ["chainmark", *(f"chainmark.{s}" for s in chainmark.SUBPACKAGES if s != "cli"), "chainmark.harness.reference"]
+    for name in packages:
+        package = importlib.import_module(name)
+        assert len(package.__all__) > 3, name
+        assert set(package.__all__) <= set(dir(package))
+    assert chainmark.detect.__name__ == "detect" and callable(chainmark.entropy)  # functions win over modules
+
+
+def test_two_modules_exporting_one_name_are_refused(tmp_path):
+    from chainmark._exports import exported_names
+
+    for module in ("one", "two"):
+        (tmp_path / f"{module}.py").write_text('__all__ = ["same"]\nsame = 1\n', "utf-8")
+    assert exported_names(tmp_path, ["one"]) == {"same": "one"}
+    with pytest.raises(ImportError, match="exported by both one and two"):
+        exported_names(tmp_path, ["one", "two"])
+
+
+def test_every_chainmark_name_a_chapter_uses_exists():
+    """Each name a chapter imports from chainmark, and each ``cm.<...>`` it reaches through the package, resolves
+    (caught here in a second, before an executed chapter stops on it)."""
+    import importlib
+
+    import chainmark as cm
+
+    missing = []
+    for chapter, statements in _chapter_imports().items():
+        for st in statements:
+            if isinstance(st, ast.ImportFrom):
+                module = importlib.import_module(st.module)
+                missing += [f"{chapter}: {st.module}.{a.name}" for a in st.names if not hasattr(module, a.name)
+                            and importlib.util.find_spec(f"{st.module}.{a.name}") is None]
+        text = (ROOT / "book" / f"{chapter}.ipynb").read_text("utf-8")
+        for chain in set(re.findall(r"(?<![\w.])cm((?:\.[A-Za-z_]\w*)+)", text)):
+            obj = cm
+            for part in chain.strip(".").split("."):
+                if not isinstance(obj, type(cm)):
+                    break
+                if not hasattr(obj, part):
+                    missing.append(f"{chapter}: cm{chain}")
+                    break
+                obj = getattr(obj, part)
+    assert missing == []

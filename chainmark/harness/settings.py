@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..auditor.tokenizer import DEFAULT_MODEL, MODEL_ENV, default_model_name  # noqa: F401  (DEFAULT_MODEL: the run-wide default)
+from ..comparison.attacks import ATTACK_SEED
+from ..config import GENERATION_SEED
 from ..keys import KEY_FILE_ENV
 
 __all__ = ["COLAB_DRIVE", "RUNS_ENV", "SCALES", "SCALE_ENV", "SETTING_ENV", "Settings",
@@ -113,6 +115,8 @@ class Settings:
     dtype: str = "float32"
     key_file: str | None = None
     runs_dir: str = "runs"
+    generation_seed: int = GENERATION_SEED  # the paper's protocol: 42 for generation, 43 for the attacks
+    attack_seed: int = ATTACK_SEED
 
     def sized(self, smoke: T, full: T) -> T:
         """Pick the smoke-scale or the full-scale value of a run size."""

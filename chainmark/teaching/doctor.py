@@ -30,7 +30,7 @@ MIN_FREE_MEMORY_GB = 2.0
 #: on 2026-11-27 as the median of three runs of `chainmark doctor` (13.3, 14.7 and 15.4 tokens/s).
 REFERENCE_TOKENS_PER_SECOND = 14.7
 #: The probe: one prompt, this many new tokens, every position forced (gate "all"), the book's key.
-PROBE_TOKENS = 48
+SMOKE_TEST_TOKENS = 48
 
 #: (import name, distribution name, what needs it)
 PACKAGES = (
@@ -113,7 +113,7 @@ def check_memory(available: Callable[[], float | None] = available_memory_gb) ->
 
 
 def probe_generation() -> tuple[list[Check], float | None]:
-    """Load the embedded model, generate :data:`PROBE_TOKENS` watermarked tokens, detect them: the checks,
+    """Load the embedded model, generate :data:`SMOKE_TEST_TOKENS` watermarked tokens, detect them: the checks,
     and the tokens per second (None when the probe could not run)."""
     checks = []
     try:
@@ -135,8 +135,8 @@ def probe_generation() -> tuple[list[Check], float | None]:
     key = book_key()
     config = ChainMarkConfig(key=key, S=5, rho=1.0, gate="all")
     start = time.perf_counter()
-    gens = generate(model, tokenizer, ["Describe a walk in the park."], config, max_new_tokens=PROBE_TOKENS,
-                    min_new_tokens=PROBE_TOKENS, batch_size=1)
+    gens = generate(model, tokenizer, ["Describe a walk in the park."], config, max_new_tokens=SMOKE_TEST_TOKENS,
+                    min_new_tokens=SMOKE_TEST_TOKENS, batch_size=1)
     seconds = time.perf_counter() - start
     rate = gens[0].n_tokens / seconds if seconds > 0 else None
     checks.append(Check("generation", "ok", f"{gens[0].n_tokens} tokens in {seconds:.1f} s "
@@ -195,6 +195,6 @@ def report(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Check", "FRONT_ENDS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "PACKAGES", "PROBE_TOKENS",
+__all__ = ["Check", "FRONT_ENDS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "PACKAGES", "SMOKE_TEST_TOKENS",
            "PYTHON_FLOOR", "REFERENCE_TOKENS_PER_SECOND", "available_memory_gb", "chapter_seconds", "check_disk",
            "check_memory", "check_packages", "check_python", "estimate", "probe_generation", "report", "run_checks"]

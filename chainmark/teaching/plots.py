@@ -142,8 +142,6 @@ def banner(model_name: str | None = None, model: Any = None, extra: dict[str, An
     from IPython.display import HTML
 
     from .claims import claims_mode
-    from ..comparison.attacks import ATTACK_SEED
-    from ..config import GENERATION_SEED
     from ..harness.models import last_loaded
     from ..harness.settings import get_settings
 
@@ -171,7 +169,7 @@ def banner(model_name: str | None = None, model: Any = None, extra: dict[str, An
         "GPU": gpu,
         "dtype": dtype,
         "scale": s.scale,
-        "seeds": f"generation {GENERATION_SEED}, attacks {ATTACK_SEED}",
+        "seeds": f"generation {s.generation_seed}, attacks {s.attack_seed}",
         "torch": torch.__version__,
         "key": key_line(),
         "claims": claims_mode(),
