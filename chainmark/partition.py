@@ -15,7 +15,7 @@ import numpy as np
 
 from .checks import check_int, check_num_states  # noqa: F401  (callers import them from here too)
 
-__all__ = ["Key", "MAX_TOKEN_ID", "as_token_array", "key_bytes", "state_of", "state_table", "states_of"]
+__all__ = ["MAX_TOKEN_ID", "as_token_array", "key_bytes", "state_of", "state_table", "states_of"]
 
 Key = Union[bytes, str]
 

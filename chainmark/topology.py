@@ -25,7 +25,7 @@ import numpy as np
 
 from .checks import check_num_states
 
-__all__ = ["TOPOLOGY_K", "TOPOLOGY_NAMES", "Topology", "TopologyLike", "adjacent_covariance", "cycle_topology",
+__all__ = ["TOPOLOGY_K", "TOPOLOGY_NAMES", "Topology", "adjacent_covariance", "cycle_topology",
            "null_moments", "resolve_topology"]
 
 

@@ -138,4 +138,4 @@ class Verdict:
         return getattr(regime, name)
 
 
-__all__ = ["FormField", "RECORD_FORM", "Verdict", "alias", "decide"]
+__all__ = ["RECORD_FORM", "Verdict", "alias", "decide"]
