@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..harness.grids import DELTAS, attack_curve, generate_example
+from ..harness.grids import attack_curve, generate_example
 from ..jsonio import to_jsonable
 from .plots import STATE_COLOURS
 
