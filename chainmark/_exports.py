@@ -13,10 +13,10 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["exported_names", "lazy_exports"]
+__all__ = [ "lazy_exports"]
 
 
-def exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
+def _exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
     """Every name in the ``__all__`` of each module, mapped to its module; a name in two modules is an error."""
     found: dict[str, str] = {}
     for module in modules:
@@ -40,7 +40,7 @@ def lazy_exports(package: str, package_file: str, modules: Sequence[str],
 
     def names() -> dict[str, str]:
         if not table:
-            table.update(exported_names(here, modules))
+            table.update(_exported_names(here, modules))
         return table
 
     def __getattr__(name: str) -> Any:

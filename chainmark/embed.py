@@ -40,7 +40,7 @@ from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
 
-__all__ = ["ChainMarkLogitsProcessor", "Generation", "SignalRecorder", "calibrate_gate", "candidate_table",
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "SignalRecorder", "calibrate_gate",
            "chat_prompt", "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
@@ -92,7 +92,7 @@ def _stack(steps: list[torch.Tensor], dtype: Any = None) -> np.ndarray:
     return torch.stack(steps, dim=1).cpu().numpy()
 
 
-def candidate_table(table: np.ndarray, topology: Topology) -> np.ndarray:
+def _candidate_table(table: np.ndarray, topology: Topology) -> np.ndarray:
     """Token ids allowed after each state, as an ``S x L`` int64 array.
 
     Row ``s`` lists, in increasing order, every token whose state is a
@@ -178,7 +178,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         self._successors = torch.from_numpy(np.array(topo.matrix)).to(device)
         k = topo.k or int(topo.matrix.sum(axis=1).max())
         if k * vocab_size <= _MAX_CANDIDATE_ENTRIES * 0.9:
-            self._candidates = torch.from_numpy(candidate_table(table, topo)).to(device)
+            self._candidates = torch.from_numpy(_candidate_table(table, topo)).to(device)
         else:
             self._candidates = None
         self.vocab_size = vocab_size

@@ -17,8 +17,7 @@ from pathlib import Path
 from .limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
 from .partition import Key, key_bytes
 
-__all__ = ["HASH_LENGTH", "KEY_ENV", "KEY_FILE_ENV", "KEY_LENGTH", "TEACHING_LABEL", "book_key", "book_key_source",
-           "check_key_bytes", "derive_key", "generate_key", "hkdf", "hkdf_expand", "hkdf_extract",
+__all__ = ["HASH_LENGTH", "KEY_ENV", "KEY_FILE_ENV", "KEY_LENGTH", "TEACHING_LABEL", "book_key", "book_key_source", "derive_key", "generate_key", "hkdf", "hkdf_expand",
            "key_file_is_private", "key_fingerprint", "load_key", "read_key_file", "teaching_key", "weak_key_reason",
            "write_key_file"]
 
@@ -42,7 +41,7 @@ def _check_bytes(value: object, name: str, allow_empty: bool = True) -> bytes:
     return value
 
 
-def hkdf_extract(salt: bytes, ikm: bytes) -> bytes:
+def _hkdf_extract(salt: bytes, ikm: bytes) -> bytes:
     """HKDF-Extract (RFC 5869, section 2.2): PRK = HMAC-SHA-256(salt, IKM).
 
     An empty salt stands for 32 zero bytes, as the RFC specifies.
@@ -80,7 +79,7 @@ def hkdf(master: bytes, info: bytes, length: int = KEY_LENGTH, salt: bytes = b""
     vectors (cases 1-3) in ``tests/test_keys.py``.
     """
     master = _check_bytes(master, "master", allow_empty=False)
-    return hkdf_expand(hkdf_extract(salt, master), info, length)
+    return hkdf_expand(_hkdf_extract(salt, master), info, length)
 
 
 def derive_key(master: Key, context: str, length: int = KEY_LENGTH) -> bytes:
@@ -123,7 +122,7 @@ def weak_key_reason(key: bytes) -> str | None:
     return None
 
 
-def check_key_bytes(key: bytes, source: str) -> bytes:
+def _check_key_bytes(key: bytes, source: str) -> bytes:
     """Refuse a key shorter than MIN_KEY_BYTES or one that is hexadecimal text; messages name ``source``, never the key."""
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(f"{source} is {len(key)} bytes long; keys need at least {MIN_KEY_BYTES} bytes "
@@ -188,7 +187,7 @@ def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite:
     key = generate_key() if key is None else key_bytes(key)
     if not key:
         raise ValueError("key must be non-empty")
-    check_key_bytes(key, "key")
+    _check_key_bytes(key, "key")
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; give the path of the key file to create")
     if (path.exists() or path.is_symlink()) and not overwrite:
@@ -228,7 +227,7 @@ def read_key_file(path: str | os.PathLike) -> bytes:
     if len(key) > MAX_KEY_FILE_BYTES:
         raise ValueError(f"key file {path} is larger than {MAX_KEY_FILE_BYTES} bytes, so it is not a key file "
                          "(keys are 32 bytes; create one with `chainmark keygen --out FILE`)")
-    return check_key_bytes(key, f"key file {path}")
+    return _check_key_bytes(key, f"key file {path}")
 
 
 def key_file_is_private(path: str | os.PathLike) -> bool:

@@ -320,7 +320,7 @@ def test_every_package_exports_its_modules_names_without_a_clash():
     import importlib
 
     import chainmark
-    from chainmark._exports import exported_names
+    from chainmark._exports import _exported_names
 
     packages = ["chainmark", *(f"chainmark.{s}" for s in chainmark.SUBPACKAGES if s != "cli"), "chainmark.harness.reference"]
     for name in packages:
@@ -331,13 +331,13 @@ def test_every_package_exports_its_modules_names_without_a_clash():
 
 
 def test_two_modules_exporting_one_name_are_refused(tmp_path):
-    from chainmark._exports import exported_names
+    from chainmark._exports import _exported_names
 
     for module in ("one", "two"):
         (tmp_path / f"{module}.py").write_text('__all__ = ["same"]\nsame = 1\n', "utf-8")
-    assert exported_names(tmp_path, ["one"]) == {"same": "one"}
+    assert _exported_names(tmp_path, ["one"]) == {"same": "one"}
     with pytest.raises(ImportError, match="exported by both one and two"):
-        exported_names(tmp_path, ["one", "two"])
+        _exported_names(tmp_path, ["one", "two"])
 
 
 def test_every_chainmark_name_a_chapter_uses_exists():

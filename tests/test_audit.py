@@ -299,7 +299,7 @@ def test_documents_below_n_min_never_enter_the_fdr_step(tmp_path, docs, suffix):
 
 
 def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs, capsys):
-    from chainmark.auditor.corpus import fdr_refusal
+    from chainmark.auditor.corpus import _fdr_refusal
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:80])
     za = regime("z").z_alpha
@@ -315,9 +315,9 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
     # any threshold other than z_alpha, recalibrated or not, distinct pairs too; z_alpha itself, unset, or the
     # exact test: q-values as usual
     for settings in (regime("z", threshold=2.0, trades_fpr_for_power=True), regime("distinct", threshold=4.0)):
-        assert fdr_refusal(settings) is not None
+        assert _fdr_refusal(settings) is not None
     for settings in (regime("z"), regime("z", threshold=za), regime("distinct", threshold=za), regime("exact")):
-        assert fdr_refusal(settings) is None
+        assert _fdr_refusal(settings) is None
     plain = run_audit(source, tmp_path / "z.jsonl", KEY, regime("z", threshold=za, n_min=20), id_field="id",
                       batch_docs=30)
     rows = read_audit(tmp_path / "z.jsonl")

@@ -101,7 +101,7 @@ def test_a_hub_download_is_announced_with_its_size_before_it_starts(small_model,
     monkeypatch.setenv(DEVICE_MEMORY_ENV, "80")
     size = model_size("some-org/some-7b")
     assert size.params == 7_001_000_000 and size.stored_bytes == 2 * 7_000_000_000 + 4 * 1_000_000
-    notice = models.download_notice("some-org/some-7b", check_fits("some-org/some-7b", "cuda", "bfloat16"))
+    notice = models._download_notice("some-org/some-7b", check_fits("some-org/some-7b", "cuda", "bfloat16"))
     assert notice.startswith("Downloading some-org/some-7b from the Hugging Face Hub once (about 14.0 GB")
     assert "7.00 B parameters" in notice and "80.0 GB" in notice
 
@@ -117,8 +117,8 @@ def test_a_hub_download_is_announced_with_its_size_before_it_starts(small_model,
         models.load_model("some-org/some-7b", device="cpu")
     assert "Downloading some-org/some-7b" in capsys.readouterr().out  # printed before the first fetch
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, filename: "/cache/config.json")
-    assert models.download_notice("some-org/some-7b", "") is None
-    assert models.download_notice(str(small_model), "") is None and models.download_notice(DEFAULT_MODEL, "") is None
+    assert models._download_notice("some-org/some-7b", "") is None
+    assert models._download_notice(str(small_model), "") is None and models._download_notice(DEFAULT_MODEL, "") is None
 
 
 def test_device_memory_reads_the_machine_or_the_simulation(monkeypatch):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from chainmark.teaching import claims
-from chainmark.teaching.claims import ClaimFailed, book_configuration, claim, claim_outcomes, claims_mode, claims_report
+from chainmark.teaching.claims import ClaimFailed, book_configuration, claim, _claim_outcomes, claims_mode, claims_report
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +54,7 @@ def test_strict_mode_fails_with_the_sentence_and_what_the_run_shows(monkeypatch)
         with claim("the SD is larger with every transition scored"):
             assert measured > 0.97, (measured, 0.97)
     assert "0.95" in str(err.value) and isinstance(err.value, AssertionError)
-    assert [o.held for o in claim_outcomes()] == [False]
+    assert [o.held for o in _claim_outcomes()] == [False]
 
 
 def test_soft_mode_shows_a_note_skips_the_rest_of_the_block_and_goes_on(monkeypatch, capsys, tmp_path):
@@ -74,7 +74,7 @@ def test_soft_mode_shows_a_note_skips_the_rest_of_the_block_and_goes_on(monkeypa
     assert [(r["held"], r["tier"], r["mode"]) for r in rows] == [(False, "live", "soft"), (True, "reference", "soft")]
     assert "two is not less than one" in rows[0]["shows"]
     claims_report()
-    assert [o.says for o in claim_outcomes() if not o.held] == ["two is less than one"]
+    assert [o.says for o in _claim_outcomes() if not o.held] == ["two is less than one"]
     out = capsys.readouterr().out
     assert "statements on this page differ in this run" in out and "two is less than one" in out
 

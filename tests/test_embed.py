@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import ChainMarkLogitsProcessor, SignalRecorder, candidate_table
+from chainmark.embed import ChainMarkLogitsProcessor, SignalRecorder, _candidate_table
 from chainmark.gates import Gate
 from chainmark.gate_signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
@@ -113,7 +113,7 @@ def test_recorded_signals_are_the_gates_fused_signals(row_path):
 def test_candidate_table_lists_exactly_the_allowed_tokens(S, topology):
     cfg = ChainMarkConfig(KEY, S=S, rho=1.0, topology=topology)
     table = state_table(KEY, 500, S)
-    cand = candidate_table(table, cfg.topo)
+    cand = _candidate_table(table, cfg.topo)
     for s in range(S):
         expected = {t for t in range(500) if cfg.topo.matrix[s, table[t]]}
         assert set(cand[s].tolist()) == expected

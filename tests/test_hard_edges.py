@@ -25,6 +25,8 @@ from chainmark.auditor.regime import regime_document, regime_problems
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from chainmark.harness import runner as R
+from chainmark.harness import adapters as A
+from chainmark.harness import runs as RS
 from chainmark.detection import _circulant_offsets, detect, detect_batch
 from chainmark.comparison.lrdetect import lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
@@ -209,9 +211,9 @@ def test_3_sequences_of_scalars_are_one_text():
 # ---------------------------------------------------------------------------
 # 4. one writer per run folder
 # ---------------------------------------------------------------------------
-class _Null(R.NoWatermark):
+class _Null(A.NoWatermark):
     def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
-        return [R.Output(p, [1], [5, 6, 7], "5 6 7", [0.0] * 3, [False] * 3) for p in prompts]
+        return [A.Output(p, [1], [5, 6, 7], "5 6 7", [0.0] * 3, [False] * 3) for p in prompts]
 
 
 class _Tok:
@@ -240,17 +242,17 @@ def test_4_a_second_writer_of_a_run_folder_stops_at_once(tmp_path):
     items = [("wiki", i, f"prompt {i}") for i in range(4)]
     holder = _hold_lock(folder)
     try:
-        with pytest.raises(R.RunFolderBusy, match="another process"):
+        with pytest.raises(RS.RunFolderBusy, match="another process"):
             R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
-        with pytest.raises(R.RunFolderBusy):
+        with pytest.raises(RS.RunFolderBusy):
             R.generate_resumable(folder, None, None, ["a prompt"], progress=False)
-        assert not (folder / R.RECORDS_FILE).exists() and not (folder / R.META_FILE).exists()
+        assert not (folder / RS.RECORDS_FILE).exists() and not (folder / RS.META_FILE).exists()
     finally:
         _release(holder)
     run = R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
     again = R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
     assert (run.written, again.written, again.skipped) == (4, 0, 4)  # the lock is released after each run
-    assert len(R.read_records(folder / R.RECORDS_FILE)) == 4
+    assert len(RS.read_records(folder / RS.RECORDS_FILE)) == 4
 
 
 # ---------------------------------------------------------------------------

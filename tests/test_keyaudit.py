@@ -9,7 +9,7 @@ import pytest
 from chainmark import cli
 from chainmark.calibrate import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, corpus_fingerprint,
+from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, _corpus_fingerprint,
                                 format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint
 
@@ -109,7 +109,7 @@ def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
     corpus = repetitive_corpus(30)
     with pytest.raises(ValueError, match="choose on one corpus and certify on another"):
         audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5)
-    fingerprint = corpus_fingerprint([np.asarray(t) for t in corpus])
+    fingerprint = _corpus_fingerprint([np.asarray(t) for t in corpus])
     with pytest.raises(ValueError, match="choose on one corpus"):
         audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on=fingerprint)
     cert = audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on="0123456789abcdef")
@@ -122,8 +122,8 @@ def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
 
 def test_the_corpus_fingerprint_follows_content_and_order():
     a, b = [1, 2, 3], [4, 5]
-    assert corpus_fingerprint([a, b]) == corpus_fingerprint([np.array(a), np.array(b)])
-    assert corpus_fingerprint([a, b]) != corpus_fingerprint([b, a]) != corpus_fingerprint([a + b])
+    assert _corpus_fingerprint([a, b]) == _corpus_fingerprint([np.array(a), np.array(b)])
+    assert _corpus_fingerprint([a, b]) != _corpus_fingerprint([b, a]) != _corpus_fingerprint([a + b])
 
 
 def test_certificate_problems_name_every_mismatch():

@@ -16,7 +16,7 @@ from chainmark.keys import (
     generate_key,
     hkdf,
     hkdf_expand,
-    hkdf_extract,
+    _hkdf_extract,
     key_file_is_private,
     key_fingerprint,
     load_key,
@@ -61,7 +61,7 @@ RFC5869 = [
 
 @pytest.mark.parametrize("case", RFC5869, ids=["case1", "case2", "case3"])
 def test_hkdf_matches_rfc5869(case):
-    prk = hkdf_extract(case["salt"], case["ikm"])
+    prk = _hkdf_extract(case["salt"], case["ikm"])
     assert prk.hex() == case["prk"]
     assert hkdf_expand(prk, case["info"], case["length"]).hex() == case["okm"]
     assert hkdf(case["ikm"], case["info"], case["length"], salt=case["salt"]).hex() == case["okm"]
@@ -84,7 +84,7 @@ def test_hkdf_rejects_bad_parameters(kwargs, exc, words):
 
 
 def test_hkdf_expand_length_limits():
-    prk = hkdf_extract(b"", b"ikm")
+    prk = _hkdf_extract(b"", b"ikm")
     assert len(hkdf_expand(prk, b"", 255 * 32)) == 255 * 32
     with pytest.raises(ValueError, match="prk"):
         hkdf_expand(b"short", b"", 32)

@@ -27,8 +27,8 @@ import pytest
 
 from browser_support import GuardedPage, non_local, serve
 from chainmark.teaching.playground import (
-    CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, bytes_to_unicode,
-    distinct_share, pick_samples, state_payload, tokenizer_payload,
+    CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, _bytes_to_unicode,
+    _distinct_share, _pick_samples, _state_payload, _tokenizer_payload,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def _varied_text(seed: int, words: int = 160) -> str:
 
 
 def test_byte_alphabet_is_gpt2s() -> None:
-    table = bytes_to_unicode()
+    table = _bytes_to_unicode()
     assert sorted(table) == list(range(256))
     assert len(set(table.values())) == 256
     assert table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ" and table[ord("A")] == "A"
@@ -81,7 +81,7 @@ def test_tokenizer_payload_round_trips(tokenizer) -> None:
     """The packed merges decode to the tokenizer.json merges, rank by rank."""
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     vocab = spec["model"]["vocab"]
-    p = tokenizer_payload(tokenizer)
+    p = _tokenizer_payload(tokenizer)
     assert p["vocab_size"] == len(tokenizer)
     flat = np.frombuffer(base64.b64decode(p["merges"]), dtype="<u2" if p["id_bytes"] == 2 else "<u4")
     triples = flat.reshape(-1, 3)
@@ -89,7 +89,7 @@ def test_tokenizer_payload_round_trips(tokenizer) -> None:
     assert len(triples) == p["n_merges"] == len(merges)
     for (a, b, r), (left, right) in zip(triples.tolist(), merges):
         assert (a, b, r) == (vocab[left], vocab[right], vocab[left + right])
-    alphabet = bytes_to_unicode()
+    alphabet = _bytes_to_unicode()
     assert p["base"] == [vocab.get(alphabet[b], -1) for b in range(256)]
     assert [t["content"] for t in p["added"]][:3] == ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -102,11 +102,11 @@ def test_unsupported_tokenizers_are_refused(tokenizer) -> None:
             self.backend_tokenizer = type("B", (), {"to_str": lambda _self: json.dumps({**spec, **changed})})()
 
     with pytest.raises(PlaygroundError, match="normalizer"):
-        tokenizer_payload(Fake({"normalizer": {"type": "NFC"}}))
+        _tokenizer_payload(Fake({"normalizer": {"type": "NFC"}}))
     with pytest.raises(PlaygroundError, match="pre-tokenizer"):
-        tokenizer_payload(Fake({"pre_tokenizer": {"type": "Metaspace"}}))
+        _tokenizer_payload(Fake({"pre_tokenizer": {"type": "Metaspace"}}))
     with pytest.raises(PlaygroundError, match="fast tokenizer"):
-        tokenizer_payload(object())
+        _tokenizer_payload(object())
 
 
 def test_settings_of_other_releases_are_judged_by_what_they_change(tokenizer) -> None:
@@ -125,16 +125,16 @@ def test_settings_of_other_releases_are_judged_by_what_they_change(tokenizer) ->
             self.backend_tokenizer = type("B", (), {"to_str": lambda _self: json.dumps(changed)})()
 
     empty = {**spec, "normalizer": {"type": "Sequence", "normalizers": []}}
-    assert tokenizer_payload(Fake(empty)) == tokenizer_payload(tokenizer)
+    assert _tokenizer_payload(Fake(empty)) == _tokenizer_payload(tokenizer)
     rust = Tokenizer.from_str(json.dumps(empty))
     for text in [_varied_text(k) for k in range(3)] + ["Hello,   world!\n\tdef f(x):\n    return x", "naïve 東京 🙂"]:
         assert rust.encode(text, add_special_tokens=False).ids == tokenizer.encode(text, add_special_tokens=False)
     with pytest.raises(PlaygroundError, match="normalizer"):
-        tokenizer_payload(Fake({**spec, "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}}))
+        _tokenizer_payload(Fake({**spec, "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]}}))
     fallback = {**empty, "model": {**spec["model"], "byte_fallback": True, "fuse_unk": True,
                                    "unk_token": "<|endoftext|>"}}
     with pytest.raises(PlaygroundError, match="byte fallback"):
-        tokenizer_payload(Fake(fallback))
+        _tokenizer_payload(Fake(fallback))
     # why: a control byte the vocabulary lacks becomes <|endoftext|> (id 0) instead of being dropped
     assert 0 in Tokenizer.from_str(json.dumps(fallback)).encode("a\x04b", add_special_tokens=False).ids
     assert 0 not in tokenizer.encode("a\x04b", add_special_tokens=False)
@@ -143,11 +143,11 @@ def test_settings_of_other_releases_are_judged_by_what_they_change(tokenizer) ->
 def test_shipped_states_are_the_state_table(reference_key) -> None:
     from chainmark.partition import state_table
 
-    digits = state_payload(reference_key, 49152, PLAYGROUND_S)
+    digits = _state_payload(reference_key, 49152, PLAYGROUND_S)
     table = state_table(reference_key, 49152, PLAYGROUND_S)
     assert np.array_equal(np.frombuffer(digits.encode("ascii"), dtype=np.uint8) - ord("0"), table)
     with pytest.raises(PlaygroundError, match="S must lie"):
-        state_payload(reference_key, 100, 11)
+        _state_payload(reference_key, 100, 11)
 
 
 def test_samples_take_what_exists(tokenizer) -> None:
@@ -156,15 +156,15 @@ def test_samples_take_what_exists(tokenizer) -> None:
     records = [_record("chainmark", "wiki", 0, loop), _record("chainmark", "wiki", 1, _varied_text(1)),
                _record("chainmark", "wiki", 2, _varied_text(2)), _record("chainmark", "wiki", 3, _varied_text(3)),
                _record("chainmark", "code", 5, "too short"), _record("kgw", "writing", 4, _varied_text(4))]
-    samples = pick_samples(records, tokenizer, per_domain=2)
+    samples = _pick_samples(records, tokenizer, per_domain=2)
     kinds = [s.kind for s in samples]
     assert kinds == ["chainmark", "chainmark", "human", "kgw"]
     assert [s.label for s in samples[:2]] == ["ChainMark · wiki · prompt 1", "ChainMark · wiki · prompt 2"]
     assert samples[2].text and len(tokenizer.encode(samples[2].text)) >= 100
-    with_none = pick_samples(records + [_record("none", "code", 0, _varied_text(9))], tokenizer)
+    with_none = _pick_samples(records + [_record("none", "code", 0, _varied_text(9))], tokenizer)
     assert [s.kind for s in with_none][-2:] == ["none", "kgw"]
-    assert [s.kind for s in pick_samples([], tokenizer)] == ["human"]
-    assert distinct_share(list(range(10))) == 1.0 and distinct_share([1, 2] * 10) < 0.2
+    assert [s.kind for s in _pick_samples([], tokenizer)] == ["human"]
+    assert _distinct_share(list(range(10))) == 1.0 and _distinct_share([1, 2] * 10) < 0.2
 
 
 def _token_of_state(table: np.ndarray) -> list[int]:

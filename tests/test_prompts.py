@@ -20,7 +20,7 @@ def test_code_prompts_are_humaneval_stems_in_file_order():
     first = P.load_prompts("code", 1)[0]
     assert problems[0]["prompt"] in first
     assert first == P.CODE_TEMPLATE.format(stem=problems[0]["prompt"])
-    assert P.domain_size("code") == 164
+    assert P._domain_size("code") == 164
 
 
 def test_wiki_prompts_use_the_template():
@@ -31,7 +31,7 @@ def test_wiki_prompts_use_the_template():
 def test_comments_are_not_prompts():
     for domain in ("factual", "wiki", "writing"):
         assert not any(p.startswith("#") for p in P.load_prompts(domain))
-        assert P.domain_size(domain) == 100
+        assert P._domain_size(domain) == 100
 
 
 def test_order_is_stable_and_start_shifts():

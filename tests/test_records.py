@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from chainmark.harness import runner as R
+from chainmark.harness import adapters as A
+from chainmark.harness import runs as RS
+from chainmark.harness import settings as ST
 from chainmark.comparison.attacks import Substitution
 from chainmark.comparison.baselines import KGWConfig
 from chainmark.config import ChainMarkConfig
@@ -31,12 +34,12 @@ def _fake_outputs(prompts, seed, n=24):
     for p in prompts:
         rng = np.random.default_rng([zlib.crc32(p.encode()), seed])
         ids = rng.integers(0, V, size=n).tolist()
-        out.append(R.Output(p, [1, 2, 3], ids, " ".join(map(str, ids)), rng.random(n).tolist(),
+        out.append(A.Output(p, [1, 2, 3], ids, " ".join(map(str, ids)), rng.random(n).tolist(),
                             [bool(b) for b in rng.random(n) < 0.5]))
     return out
 
 
-class FakeChainMark(R.ChainMarkMethod):
+class FakeChainMark(A.ChainMarkMethod):
     """The real ChainMark detector on fake generations."""
 
     calls = 0
@@ -49,14 +52,14 @@ class FakeChainMark(R.ChainMarkMethod):
         return _fake_outputs(prompts, seed)
 
 
-class FakeKGW(R.KGWMethod):
+class FakeKGW(A.KGWMethod):
     """The real KGW detector (transformers') on fake generations."""
 
     def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
         return _fake_outputs(prompts, seed + 1000)
 
 
-class FakeNull(R.NoWatermark):
+class FakeNull(A.NoWatermark):
     def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
         return _fake_outputs(prompts, seed + 2000)
 
@@ -98,7 +101,7 @@ def test_full_run_writes_one_record_per_method_and_prompt(tmp_path):
     # a rerun does nothing
     again = _run(tmp_path / "a")
     assert (again.written, again.skipped) == (0, 30)
-    assert len(R.read_records(tmp_path / "a")) == 30
+    assert len(RS.read_records(tmp_path / "a")) == 30
 
 
 def test_resume_after_stop_matches_an_uninterrupted_run(tmp_path):
@@ -115,7 +118,7 @@ def test_resume_after_an_exception_mid_run(tmp_path):
     FakeChainMark.fail_on_call = 3  # dies while generating the third ChainMark batch
     with pytest.raises(KeyboardInterrupt):
         _run(tmp_path / "c", methods=methods)
-    survived = R.read_records(tmp_path / "c")
+    survived = RS.read_records(tmp_path / "c")
     assert len(survived) == 2 * 3 * 3  # two full batches of three methods, nothing partial
     FakeChainMark.fail_on_call = None
     rest = _run(tmp_path / "c", methods=methods)
@@ -125,10 +128,10 @@ def test_resume_after_an_exception_mid_run(tmp_path):
 
 def test_truncated_last_line_is_ignored_then_repaired(tmp_path):
     _run(tmp_path / "d", stop_after=4)
-    file = tmp_path / "d" / R.RECORDS_FILE
+    file = tmp_path / "d" / RS.RECORDS_FILE
     good = file.read_bytes()
     file.write_bytes(good + b'{"id": "kgw/wiki/0003", "out')  # a write cut by a crash
-    assert len(R.read_records(file)) == 4
+    assert len(RS.read_records(file)) == 4
     run = _run(tmp_path / "d")
     lines = file.read_bytes().split(b"\n")
     assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
@@ -137,13 +140,13 @@ def test_truncated_last_line_is_ignored_then_repaired(tmp_path):
 
 def test_repair_and_read_edge_cases(tmp_path):
     f = tmp_path / "x.jsonl"
-    assert R.repair(f) == 0 and R.read_records(f) == []
+    assert RS.repair(f) == 0 and RS.read_records(f) == []
     f.write_bytes(b"no newline at all")
-    assert R.read_records(f) == []
-    assert R.repair(f) == len(b"no newline at all") and f.read_bytes() == b""
+    assert RS.read_records(f) == []
+    assert RS.repair(f) == len(b"no newline at all") and f.read_bytes() == b""
     f.write_bytes(b'{"a": 1}\nnot json\n{"b": 2}\n')
     with pytest.raises(ValueError, match="line 2"):
-        R.read_records(f)
+        RS.read_records(f)
 
 
 def test_changed_settings_are_refused(tmp_path):
@@ -162,15 +165,15 @@ def test_token_attacks_are_seeded_per_record_id_not_per_batch_position():
     ids = list(range(100, 140))  # equal length and distinct tokens: the deleted positions are exact
 
     def deleted(record_ids):
-        outputs = [R.Output("p", [1], list(ids), "", [], []) for _ in record_ids]
+        outputs = [A.Output("p", [1], list(ids), "", [], []) for _ in record_ids]
         attacked, texts = R._attack_batch(Deletion(0.25), outputs, FakeTokenizer(), record_ids)
         assert texts is None and all(len(a) == 30 for a in attacked)
         return [tuple(sorted(set(ids) - set(a))) for a in attacked]
 
-    rid = [R.record_id("chainmark", "wiki", i) for i in range(4)]
+    rid = [R._record_id("chainmark", "wiki", i) for i in range(4)]
     batch0, batch1 = deleted(rid[:2]), deleted(rid[2:])
     assert batch0[0] != batch1[0] and batch0[1] != batch1[1]  # same position in two batches
-    assert deleted([R.record_id("kgw", "wiki", 0)])[0] != batch0[0]  # same position, another method
+    assert deleted([R._record_id("kgw", "wiki", 0)])[0] != batch0[0]  # same position, another method
     assert len(set(batch0 + batch1)) == 4
     # determinism: a rerun, another batch composition or order edits each record the same way
     assert deleted(rid[:2]) == batch0
@@ -181,7 +184,7 @@ def test_run_json_stores_the_attack_seeding_and_refuses_older_runs(tmp_path):
     from chainmark.comparison.attacks import RECORD_SEEDING
 
     _run(tmp_path / "s", stop_after=2)
-    meta_file = tmp_path / "s" / R.META_FILE
+    meta_file = tmp_path / "s" / RS.META_FILE
     meta = json.loads(meta_file.read_text())
     assert meta["attack_seeding"] == RECORD_SEEDING
     del meta["attack_seeding"]  # a run made before per-record attack seeds
@@ -197,29 +200,29 @@ def _key_forms(key: bytes) -> list[bytes]:
 def test_records_and_metadata_never_contain_the_key(tmp_path):
     _run(tmp_path / "f")
     secret_int = str(KGWConfig(KEY).hashing_key).encode()
-    for name in (R.RECORDS_FILE, R.META_FILE):
+    for name in (RS.RECORDS_FILE, RS.META_FILE):
         blob = (tmp_path / "f" / name).read_bytes()
         for form in _key_forms(KEY) + [secret_int]:
             assert form not in blob
-    meta = json.loads((tmp_path / "f" / R.META_FILE).read_text())
+    meta = json.loads((tmp_path / "f" / RS.META_FILE).read_text())
     assert meta["methods"]["chainmark"]["key_fingerprint"] == key_fingerprint(KEY)
     assert meta["methods"]["kgw"]["key_fingerprint"] == key_fingerprint(KEY)
 
 
 def test_writer_refuses_a_line_with_a_key(tmp_path):
-    with R.RecordWriter(tmp_path / "g.jsonl", secrets=[KEY, 123456789012]) as w:
+    with RS.RecordWriter(tmp_path / "g.jsonl", secrets=[KEY, 123456789012]) as w:
         w.write({"id": "ok", "value": 1})
         with pytest.raises(RuntimeError, match="secret"):
             w.write({"id": "bad", "note": KEY.hex()})
         with pytest.raises(RuntimeError, match="secret"):
             w.write({"id": "bad2", "seed": 123456789012})
-    assert [r["id"] for r in R.read_records(tmp_path / "g.jsonl")] == ["ok"]
+    assert [r["id"] for r in RS.read_records(tmp_path / "g.jsonl")] == ["ok"]
 
 
 def test_nan_becomes_null_and_frame_and_tpr(tmp_path):
     run = _run(tmp_path / "h")
     assert all(r["self_ppl"] is None for r in run.records)  # NaN (not computed) -> JSON null
-    frame = R.records_frame(run.records)
+    frame = RS.records_frame(run.records)
     assert set(frame["condition"]) == {"clean", "substitution_0.2"}
     assert len(frame) == 10 * 2 * 2 + 10 * 2  # watermarked: clean + attack; null: two detectors
     table = R.tpr(frame, 2.326)
@@ -250,13 +253,13 @@ def test_bad_items_and_methods(tmp_path):
 
 
 def test_default_runs_dir(monkeypatch, tmp_path):
-    monkeypatch.setenv(R.RUNS_ENV, str(tmp_path / "elsewhere"))
-    assert R.default_runs_dir() == tmp_path / "elsewhere"
-    monkeypatch.delenv(R.RUNS_ENV)
+    monkeypatch.setenv(ST.RUNS_ENV, str(tmp_path / "elsewhere"))
+    assert ST.default_runs_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv(ST.RUNS_ENV)
     (tmp_path / "_toc.yml").write_text("root: x\n")
     (tmp_path / "book").mkdir()
     monkeypatch.chdir(tmp_path / "book")
-    assert R.default_runs_dir() == tmp_path.resolve() / "runs"
+    assert ST.default_runs_dir() == tmp_path.resolve() / "runs"
 
 
 @pytest.mark.slow
@@ -267,8 +270,8 @@ def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
 
     model, tok = model_and_tokenizer
     gate = Gate("high_entropy", 1.5)
-    methods = [R.ChainMarkMethod(ChainMarkConfig(KEY), gate), R.KGWMethod(KGWConfig(KEY)),
-               R.SweetMethod(SweetConfig(KEY, gate)), R.NoWatermark()]
+    methods = [A.ChainMarkMethod(ChainMarkConfig(KEY), gate), A.KGWMethod(KGWConfig(KEY)),
+               A.SweetMethod(SweetConfig(KEY, gate)), A.NoWatermark()]
     items = [("factual", 0, "What is the capital of Japan?"), ("wiki", 0, "Explain entropy in a comprehensive way.")]
     kw = dict(attacks={"substitution_0.2": Substitution(0.2, 49152)}, max_new_tokens=16, batch_size=2,
               model_name="embedded", progress=False)
@@ -287,7 +290,7 @@ def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
     signal = np.array(sweet["gate_signal"])
     clear = np.abs(signal - gate.tau) > 1e-3  # the stored signal is rounded to 4 decimals
     assert np.array_equal(np.array(sweet["gated"], dtype=bool)[clear], (signal > gate.tau)[clear])
-    blob = (tmp_path / R.RECORDS_FILE).read_bytes()
+    blob = (tmp_path / RS.RECORDS_FILE).read_bytes()
     for form in _key_forms(KEY):
         assert form not in blob
 
@@ -301,12 +304,12 @@ def test_stored_gate_is_calibrated_once_then_read_back(tmp_path):
         calls.append(1)
         return Gate("high_entropy", 1.2345678901234567)
 
-    first = R.stored_gate(tmp_path, calibrate)
-    second = R.stored_gate(tmp_path, lambda: Gate("high_entropy", 9.0))
+    first = RS.stored_gate(tmp_path, calibrate)
+    second = RS.stored_gate(tmp_path, lambda: Gate("high_entropy", 9.0))
     assert first == second == Gate("high_entropy", 1.2345678901234567)  # exact float round trip
     assert len(calls) == 1
     with pytest.raises(TypeError):
-        R.stored_gate(tmp_path / "other", lambda: 1.5)
+        RS.stored_gate(tmp_path / "other", lambda: 1.5)
 
 
 # --------------------------------------------------------------------------- generate_resumable
@@ -337,12 +340,12 @@ def test_generate_resumable_resumes_to_the_uninterrupted_result(model_and_tokeni
     first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, stop_after=1,
                                  progress=False, **kw)
     assert [g.prompt for g in first] == RESUME_PROMPTS[:2]
-    with open(folder / R.RECORDS_FILE, "a") as fh:  # a crash in the middle of the next line
+    with open(folder / RS.RECORDS_FILE, "a") as fh:  # a crash in the middle of the next line
         fh.write('{"index": 2, "prompt": "Wha')
     resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False,
                                    **kw)
     assert _same(resumed, direct)
-    indices = [r["index"] for r in R.read_records(folder)]
+    indices = [r["index"] for r in RS.read_records(folder)]
     assert sorted(indices) == list(range(len(RESUME_PROMPTS))) and len(set(indices)) == len(indices)
     # a finished run is read back without generating again, NaN-free floats intact
     again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False, **kw)
@@ -420,13 +423,13 @@ def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_p
     first = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, stop_after=2,
                                  progress=False)
     assert [g.prompt for g in first] == prompts[:4]
-    file = folder / R.RECORDS_FILE
+    file = folder / RS.RECORDS_FILE
     lines = file.read_bytes().split(b"\n")
     file.write_bytes(b"\n".join(lines[:3]) + b"\n" + lines[3][:20])  # batch 1 cut after index 2, mid-line
     calls.clear()
     resumed = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
     assert calls == [(("prompt 2", "prompt 3"), 11), (("prompt 4",), 12)]  # seed 10 + batch index
-    assert [r["index"] for r in R.read_records(folder)] == [0, 1, 2, 3, 4]
+    assert [r["index"] for r in RS.read_records(folder)] == [0, 1, 2, 3, 4]
     assert [(g.prompt, g.token_ids) for g in resumed] == [(g.prompt, g.token_ids) for g in whole]
     assert np.isnan(resumed[3].entropy[1])  # the record kept in memory reads like the one read back
     calls.clear()
@@ -443,11 +446,11 @@ def test_generate_resumable_names_the_setting_that_changed(tmp_path, monkeypatch
         R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=11, progress=False)
     # more prompts may join a run (n_prompts is not a setting), and are stored as the new count
     R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b", "c"], batch_size=1, seed=10, progress=False)
-    assert json.loads((tmp_path / R.META_FILE).read_text())["n_prompts"] == 3
-    assert len(R.read_records(tmp_path)) == 3
+    assert json.loads((tmp_path / RS.META_FILE).read_text())["n_prompts"] == 3
+    assert len(RS.read_records(tmp_path)) == 3
 
 
 def test_record_writer_returns_the_record_as_written(tmp_path):
-    with R.RecordWriter(tmp_path / "w.jsonl") as w:
+    with RS.RecordWriter(tmp_path / "w.jsonl") as w:
         written = w.write({"id": "a", "x": np.float32(0.5), "y": float("inf"), "t": (1, 2)})
-    assert written == {"id": "a", "x": 0.5, "y": None, "t": [1, 2]} == R.read_records(tmp_path / "w.jsonl")[0]
+    assert written == {"id": "a", "x": 0.5, "y": None, "t": [1, 2]} == RS.read_records(tmp_path / "w.jsonl")[0]

@@ -12,7 +12,7 @@ import pytest
 
 from chainmark.harness import reference as ref
 from chainmark.harness.reference import compare as rcmp
-from chainmark.harness.reference import store
+from chainmark.harness.reference import store, verification
 from chainmark.harness.reference.protocol import PROTOCOL, Protocol, cells
 
 TINY = Protocol(n_per_domain=2, batch_size=2, max_new_tokens=12, paraphrase_tokens=24, domains=("factual", "wiki"),
@@ -157,7 +157,7 @@ def test_verify_regenerates_identically_and_catches_changes(tiny_run, model_and_
     bad = ref.verify(2, model, tok, root=root, protocol=hotter, seed="test", log=lambda _: None)
     assert not bad[0].matched and "temperature" in bad[0].differences[0]
     # a stored batch that this code does not generate (as after a change to the sampler)
-    cell, batch = ref.choose_shards(root, 1, "tamper", TINY)[0]
+    cell, batch = verification._choose_shards(root, 1, "tamper", TINY)[0]
     path = ref.shard_path(root, cell, batch)
     records = ref.read_shard(path)
     records[0]["token_ids"][0] = (records[0]["token_ids"][0] + 1) % 49152

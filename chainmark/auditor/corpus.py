@@ -85,10 +85,10 @@ def _tokenizer(settings: Regime) -> Any:
 def score_batch(batch: Batch, settings: Regime, key: bytes) -> dict[str, list]:
     """The rows of one batch (columns of :data:`COLUMNS` but the q-value), in the batch's document order,
     decided by the regime (``settings``: its test, threshold and n_min)."""
-    return finish_batch(prepare_batch(batch, settings), settings, key)
+    return _finish_batch(_prepare_batch(batch, settings), settings, key)
 
 
-def prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
+def _prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
     """A batch read and tokenized: its documents, and the token ids of those short enough to tokenize whole.
 
     The tokenizers library spreads the batch over the cores and releases the GIL meanwhile, so the next batch
@@ -102,9 +102,9 @@ def prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]]
     return docs, dict(zip(short, encoded))
 
 
-def finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
+def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
                  key: bytes) -> dict[str, list]:
-    """Score a prepared batch (:func:`prepare_batch`) into its rows, decided by the regime."""
+    """Score a prepared batch (:func:`_prepare_batch`) into its rows, decided by the regime."""
     docs, encoded = prepared
     tokenizer = _tokenizer(settings)
     vocab = len(tokenizer)
@@ -137,7 +137,7 @@ def _too_short(n_tokens: Any, n_transitions: Any, n_min: int | None) -> np.ndarr
     return (np.asarray(n_transitions) < 1) | (np.asarray(n_tokens) < (n_min or 0))
 
 
-def fdr_refusal(settings: Regime) -> str | None:
+def _fdr_refusal(settings: Regime) -> str | None:
     """Why an audit under ``settings`` computes no q-values, or None when it computes them.
 
     None for the exact test, and for a z-test (plain or distinct) whose threshold is z_alpha or unset (it
@@ -230,7 +230,7 @@ class AuditSummary:
     below_n_min: int = 0
     unscored: int = 0
     n_min: int | None = None
-    #: Why no q-values were computed (:func:`fdr_refusal`), or None.
+    #: Why no q-values were computed (:func:`_fdr_refusal`), or None.
     fdr_refused: str | None = None
 
     def lines(self) -> list[str]:
@@ -331,7 +331,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         if progress:
             progress(done, len(batches))
     scoring = time.perf_counter() - scoring
-    refused = fdr_refusal(settings)
+    refused = _fdr_refusal(settings)
     merged = _merge(parts, len(batches), out, fdr, settings.n_min, refused is None)
     low, high = clopper_pearson(merged["flagged"], merged["documents"])
     import shutil
@@ -451,11 +451,11 @@ def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chainmark-audit-read") as pool:
-            ahead = pool.submit(prepare_batch, batches[0], settings) if batches else None
+            ahead = pool.submit(_prepare_batch, batches[0], settings) if batches else None
             for n, batch in enumerate(batches):
                 prepared = ahead.result()
-                ahead = pool.submit(prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
-                yield batch.index, finish_batch(prepared, settings, key)
+                ahead = pool.submit(_prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
+                yield batch.index, _finish_batch(prepared, settings, key)
         return
     yield from _score_on_dask(batches, settings, key, scheduler, workers)
 
@@ -475,7 +475,7 @@ def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, sched
     else:
         client = Client(scheduler)
     try:
-        client.register_plugin(key_plugin(key, settings.key_fingerprint),
+        client.register_plugin(_key_plugin(key, settings.key_fingerprint),
                                name=f"chainmark-audit-key-{settings.key_fingerprint}")
         run = os.urandom(4).hex()  # task names unique to this run, made of nothing secret
         futures = [client.submit(_score_on_worker, batch, settings, key=f"chainmark-audit-{run}-{batch.index}",
@@ -490,7 +490,7 @@ def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, sched
             cluster.close()
 
 
-def key_plugin(key: bytes, fingerprint: str) -> Any:
+def _key_plugin(key: bytes, fingerprint: str) -> Any:
     """A Dask worker plugin that hands the key to each worker once, outside every task's name and arguments
     (its repr, all a log or the dashboard could show, is the fingerprint)."""
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -518,5 +518,4 @@ def _score_on_worker(batch: Batch, settings: Regime) -> tuple[int, dict[str, lis
     return batch.index, score_batch(batch, settings, key)
 
 
-__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "fdr_refusal", "finish_batch", "key_plugin", "parts_folder",
-           "prepare_batch", "read_audit", "run_audit", "score_batch", "score_many"]
+__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]

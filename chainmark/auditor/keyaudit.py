@@ -52,7 +52,7 @@ CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_finge
 _ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
 
 
-def corpus_fingerprint(texts: Sequence[Sequence[int]]) -> str:
+def _corpus_fingerprint(texts: Sequence[Sequence[int]]) -> str:
     """A short hash of a corpus of token-id sequences (their lengths and ids, in order)."""
     h = hashlib.sha256()
     for ids in texts:
@@ -115,7 +115,7 @@ def _row(doc_flags: np.ndarray, texts: int, alpha: float, level: float) -> dict[
             "upper_bound": upper, "certified": bool(upper <= alpha)}
 
 
-def certificate_digest(cert: Mapping[str, Any]) -> str:
+def _certificate_digest(cert: Mapping[str, Any]) -> str:
     """SHA-256 of a certificate's canonical form (every field but the digest, sorted keys, no spaces)."""
     body = {k: v for k, v in cert.items() if k != "digest"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -125,7 +125,7 @@ def certificate_digest(cert: Mapping[str, Any]) -> str:
 def seal(cert: Mapping[str, Any]) -> dict[str, Any]:
     """The certificate with its ``digest`` set (call it after the last field is added)."""
     body = {k: v for k, v in cert.items() if k != "digest"}
-    return {**body, "digest": certificate_digest(body)}
+    return {**body, "digest": _certificate_digest(body)}
 
 
 def audit_key(
@@ -170,7 +170,7 @@ def audit_key(
     if not kept_pairs:
         raise ValueError("the corpus has no text of two tokens or more: nothing to audit the key on")
     kept = [t for t, _ in kept_pairs]
-    fingerprint = corpus_fingerprint(kept)
+    fingerprint = _corpus_fingerprint(kept)
     if keys_tried > 1 and (selected_on is None or selected_on == fingerprint):
         raise ValueError(f"this key was chosen among {keys_tried}: choose on one corpus and certify on another "
                          "(give the selection corpus's fingerprint; it must differ from this corpus's "
@@ -264,7 +264,7 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
         problems += _internal_problems(cert)
     except (TypeError, ValueError, KeyError) as exc:
         problems.append(f"the certificate's counts cannot be read ({exc})")
-    if cert.get("digest") != certificate_digest(cert):
+    if cert.get("digest") != _certificate_digest(cert):
         problems.append("the certificate's digest does not match its content: it was changed after it was written")
     return problems
 
@@ -385,6 +385,5 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "VERDICTS", "audit_key",
-           "certificate_digest", "certificate_problems", "certify", "corpus_fingerprint", "format_audit",
+__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "VERDICTS", "audit_key", "certificate_problems", "certify", "format_audit",
            "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]

@@ -42,16 +42,16 @@ from ..significance import transition_statistics
 from ..partition import Key, as_token_array, states_of
 from ..verdict import decide
 
-#: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized PIECES_PER_BATCH at a time
+#: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized _PIECES_PER_BATCH at a time
 #: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
 PIECE_CHARS = 1 << 18
-PIECES_PER_BATCH = 4
+_PIECES_PER_BATCH = 4
 #: Characters on each side of a cut that are tokenized to check it.
-CHECK_WINDOW = 512
+_CHECK_WINDOW = 512
 #: Largest vocabulary whose token pairs are tracked in a fixed bit table (V^2 bits: 512 MiB at 65,536).
-PAIR_BITMAP_MAX_VOCAB = 1 << 16
+_PAIR_BITMAP_MAX_VOCAB = 1 << 16
 #: Bytes read from a file at a time.
-READ_BYTES = 1 << 20
+_READ_BYTES = 1 << 20
 
 _CUT_PATTERNS = (
     re.compile(r"(?<=\S)\r?\n(?=\S)"),  # cut after a line break between two non-spaces
@@ -79,28 +79,28 @@ def ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return [_ids(tokenizer, text) for text in texts]
 
 
-def cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = CHECK_WINDOW) -> bool:
+def _cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = _CHECK_WINDOW) -> bool:
     """Whether cutting ``text`` at ``at`` leaves its tokens unchanged, checked on a window around the cut."""
     lo, hi = max(0, at - window), min(len(text), at + window)
     return _ids(tokenizer, text[lo:hi]) == _ids(tokenizer, text[lo:at]) + _ids(tokenizer, text[at:hi])
 
 
-def safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None, tries: int = 8) -> int | None:
+def _safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None, tries: int = 8) -> int | None:
     """The last place in ``[start, end]`` where ``text`` can be cut without changing its tokens, or None.
 
     Newline cuts are preferred to space cuts; of each kind the ``tries`` last
-    candidates are checked with :func:`cut_keeps_tokens`.
+    candidates are checked with :func:`_cut_keeps_tokens`.
     """
     end = len(text) if end is None else min(end, len(text))
     for pattern in _CUT_PATTERNS:
         candidates = [m.end() for m in pattern.finditer(text, start, min(end + 2, len(text)))]
         for at in reversed([at for at in candidates if at <= end][-tries:]):
-            if 0 < at < len(text) and cut_keeps_tokens(text, at, tokenizer):
+            if 0 < at < len(text) and _cut_keeps_tokens(text, at, tokenizer):
                 return at
     return None
 
 
-def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
+def _text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
                 max_piece_chars: int | None = None) -> Iterator[str]:
     """Re-cut a stream of text (``chunks`` in any sizes) into pieces of about ``piece_chars`` characters at
     checked cuts, so that tokenizing the pieces one by one gives the tokens of the whole text.
@@ -113,9 +113,9 @@ def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_
     for chunk in chunks:
         buffer += chunk
         while len(buffer) > piece_chars:
-            at = safe_cut(buffer, tokenizer, start=piece_chars // 2, end=piece_chars)
+            at = _safe_cut(buffer, tokenizer, start=piece_chars // 2, end=piece_chars)
             if at is None:  # none in the second half of a piece: the first one after it
-                at = safe_cut(buffer, tokenizer, start=piece_chars, end=_first_candidate(buffer, piece_chars))
+                at = _safe_cut(buffer, tokenizer, start=piece_chars, end=_first_candidate(buffer, piece_chars))
             if at is None:
                 if len(buffer) <= limit:
                     break  # read on: a cut may come later
@@ -135,7 +135,7 @@ def _first_candidate(text: str, start: int) -> int:
     return max(ends, default=start)
 
 
-def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = READ_BYTES) -> Iterator[str]:
+def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = _READ_BYTES) -> Iterator[str]:
     """The text of a binary stream, decoded incrementally ``size`` bytes at a time.
 
     A ``UnicodeDecodeError`` carries the offset in the whole stream (its ``start``), never the bytes.
@@ -209,7 +209,7 @@ class StreamingDetector:
         # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
         # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
         # only pages a pair lands on take memory, and the table never grows, whatever the text's length
-        small = self._dense and self.vocab_size <= PAIR_BITMAP_MAX_VOCAB
+        small = self._dense and self.vocab_size <= _PAIR_BITMAP_MAX_VOCAB
         self._pair_bits = np.zeros((self.vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
 
     def update(self, token_ids: Any) -> None:
@@ -380,7 +380,7 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
     and the text's repeated-pair share. ``piece_chars`` defaults to
     :data:`PIECE_CHARS`; ``vocab_size`` to
     ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
-    safely (see :func:`text_pieces`).
+    safely (see :func:`_text_pieces`).
     """
     scorer = stream_text(chunks, tokenizer, key, S, topology, alpha, test, vocab_size, piece_chars)
     return scorer.result(), scorer.repeated_pair_share
@@ -394,9 +394,9 @@ def stream_text(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5, top
     scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size,
                                count_pairs)
     batch: list[str] = []
-    for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
+    for piece in _text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
         batch.append(piece)
-        if len(batch) == PIECES_PER_BATCH:
+        if len(batch) == _PIECES_PER_BATCH:
             _score_batch(scorer, tokenizer, batch)
             batch = []
     _score_batch(scorer, tokenizer, batch)
@@ -408,6 +408,4 @@ def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -
         scorer.update(np.asarray(ids, dtype=np.int64))
 
 
-__all__ = ["CHECK_WINDOW", "PAIR_BITMAP_MAX_VOCAB", "PAIR_COUNT_MAX", "PIECES_PER_BATCH", "PIECE_CHARS", "READ_BYTES", "StreamingDetector", "UncuttableText",
-           "cut_keeps_tokens", "decoded_chunks", "ids_batch", "detect_text_stream", "safe_cut", "stream_text",
-           "text_pieces"]
+__all__ = [ "PAIR_COUNT_MAX", "PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "ids_batch", "detect_text_stream", "stream_text",]

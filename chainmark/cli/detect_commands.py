@@ -15,7 +15,7 @@ from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, 
 from .inputs import (TextInput, detect_regime, load_key, load_regime, load_tokenizer, read_certificate, read_input,
                      read_inputs, regime_topology)
 
-__all__ = ["add_commands", "read_null_z"]
+__all__ = ["add_commands",]
 
 _DETECT_EPILOG = """\
 examples:
@@ -161,7 +161,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_cmd_recalibrate)
 
 
-def read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
+def _read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
     """z-scores from JSON lines: one object per line with a numeric ``"z"`` field.
 
     Blank lines are skipped; anything else is an error naming the line. The
@@ -361,7 +361,7 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
     from .. import calibrate as cal
 
     label = "<stdin>" if args.null == "-" else args.null
-    values = read_null_z(_null_lines(args.null, args.max_bytes), label)
+    values = _read_null_z(_null_lines(args.null, args.max_bytes), label)
     import numpy as np
 
     z = np.asarray(values, dtype=float)

@@ -335,7 +335,7 @@ def _processor(config: KGWConfig, vocab_size: int) -> KGWLogitsProcessor:
 
 
 @functools.lru_cache(maxsize=8)
-def kgw_detector(config: KGWConfig, vocab_size: int) -> WatermarkDetector:
+def _kgw_detector(config: KGWConfig, vocab_size: int) -> WatermarkDetector:
     """``transformers``' :class:`WatermarkDetector` for ``config`` (cached, CPU).
 
     An auditor needs the model's *configuration* only for its vocabulary
@@ -364,7 +364,7 @@ def kgw_detect(token_ids: Any, config: KGWConfig, vocab_size: int, alpha: float 
     if n < 2:
         return _result("kgw", n, 0, 0, config.gamma, alpha)
     with _one_thread():
-        out = kgw_detector(config, int(vocab_size))(torch.tensor([ids], dtype=torch.long),
+        out = _kgw_detector(config, int(vocab_size))(torch.tensor([ids], dtype=torch.long),
                                                      z_threshold=float(norm.isf(alpha)), return_dict=True)
     m = int(np.asarray(out.num_tokens_scored).ravel()[0])
     g = int(np.asarray(out.num_green_tokens).ravel()[0])
@@ -467,5 +467,5 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict
 
 
 __all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "SweetConfig",
-           "green_mask", "green_z", "kgw_detect", "kgw_detector", "kgw_hashing_key", "sweet_detect",
+           "green_mask", "green_z", "kgw_detect", "kgw_hashing_key", "sweet_detect",
            "sweet_detect_batch", "tail_p_values", "text_entropies"]

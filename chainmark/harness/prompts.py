@@ -26,7 +26,7 @@ from typing import Any
 DOMAINS = ("code", "factual", "wiki", "writing")
 
 #: How a concept becomes a wiki prompt (the paper's template).
-WIKI_TEMPLATE = "Explain {concept} in a comprehensive way."
+_WIKI_TEMPLATE = "Explain {concept} in a comprehensive way."
 
 #: How a HumanEval stem becomes a chat prompt for an instruction-tuned model.
 CODE_TEMPLATE = (
@@ -47,7 +47,7 @@ SOURCES: dict[str, str] = {
 _FILES = {"factual": "factual.txt", "wiki": "wiki_concepts.txt", "writing": "writing.txt"}
 
 
-def check_domain(domain: object) -> str:
+def _check_domain(domain: object) -> str:
     """A domain must be one of :data:`DOMAINS`."""
     if domain not in DOMAINS:
         raise ValueError(f"domain must be one of {DOMAINS}, got {domain!r}")
@@ -82,13 +82,13 @@ def _domain_prompts(domain: str) -> tuple[str, ...]:
         return tuple(CODE_TEMPLATE.format(stem=p["prompt"]) for p in humaneval_problems())
     items = _read_list(_FILES[domain])
     if domain == "wiki":
-        return tuple(WIKI_TEMPLATE.format(concept=c) for c in items)
+        return tuple(_WIKI_TEMPLATE.format(concept=c) for c in items)
     return items
 
 
-def domain_size(domain: str) -> int:
+def _domain_size(domain: str) -> int:
     """How many prompts a domain offers (164 for code, 100 for the others)."""
-    return len(_domain_prompts(check_domain(domain)))
+    return len(_domain_prompts(_check_domain(domain)))
 
 
 def load_prompts(domain: str, n: int | None = None, start: int = 0) -> list[str]:
@@ -98,7 +98,7 @@ def load_prompts(domain: str, n: int | None = None, start: int = 0) -> list[str]
     Asking for more prompts than the domain has is an error that says how
     many there are.
     """
-    prompts = _domain_prompts(check_domain(domain))
+    prompts = _domain_prompts(_check_domain(domain))
     if isinstance(start, bool) or not isinstance(start, int) or start < 0:
         raise ValueError(f"start must be an integer >= 0, got {start!r}")
     if n is None:
@@ -125,5 +125,5 @@ def prompt_grid(n_per_domain: int, domains: tuple[str, ...] | list[str] = DOMAIN
     return out
 
 
-__all__ = ["CODE_TEMPLATE", "DOMAINS", "SOURCES", "WIKI_TEMPLATE", "check_domain", "domain_size",
+__all__ = ["CODE_TEMPLATE", "DOMAINS", "SOURCES",
            "humaneval_problems", "load_prompts", "prompt_grid"]

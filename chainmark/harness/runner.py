@@ -10,6 +10,12 @@ method (``NoWatermark``) is the null: its texts are scored by *every*
 watermark detector of the run, which is what an empirically calibrated
 threshold needs.
 
+One batch step. :func:`run_batch` is the one place a batch is generated,
+scored and attacked: :func:`run_grid` (the chapters' grids), the reference
+run (:mod:`chainmark.harness.reference`, which writes each batch as a shard)
+and the explorers' grid (:func:`chainmark.harness.grids.embedding_grid`)
+all drive it, so their records agree field for field.
+
 Resuming. Each record has an id ``method/domain/index``. A rerun reads the
 ids already on disk and skips them; records are appended one line at a time
 with ``flush`` + ``fsync``, so an interruption (a Colab session dropping)
@@ -54,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .adapters import ChainMarkMethod, KGWMethod, Method, NoWatermark, Output, SweetMethod
+from .adapters import Method, Output
 from .. import __version__
 from ..comparison.attacks import RECORD_SEEDING, edit_fraction
 from ..checks import check_alpha
@@ -64,9 +70,8 @@ from ..config import GENERATION_SEED
 from .settings import get_settings
 from ..jsonio import to_jsonable
 from ..verdict import decide
-from .runs import (LOCK_FILE, META_FILE, RECORDS_FILE, RecordWriter, RunFolderBusy, lock_run_folder, read_records,
-                   records_frame, repair, stored_gate, write_meta)
-from .settings import RUNS_ENV, default_runs_dir
+from .runs import META_FILE, RECORDS_FILE, RecordWriter, lock_run_folder, read_records, write_meta
+from .settings import default_runs_dir
 
 
 # --------------------------------------------------------------------------- resuming (both runners)
@@ -144,7 +149,7 @@ def _append_batches(path: Path, batches: Sequence[_Batch], done: dict[Any, dict[
 # --------------------------------------------------------------------------- the runner
 
 
-def record_id(method: str, domain: str, index: int) -> str:
+def _record_id(method: str, domain: str, index: int) -> str:
     return f"{method}/{domain}/{int(index):04d}"
 
 
@@ -320,7 +325,7 @@ def run_grid(
     with _open_run(path, meta, secrets, lambda rec: rec.get("id")) as done:
         start = time.perf_counter()
         total = len(items) * len(methods)
-        skipped = sum(1 for m in methods for d, i, _ in items if record_id(m.name, d, i) in done)
+        skipped = sum(1 for m in methods for d, i, _ in items if _record_id(m.name, d, i) in done)
         vocab_size = logits_width(model) if model is not None else len(tokenizer)
         detectors = [m for m in methods if m.watermarked]
         gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
@@ -332,7 +337,7 @@ def run_grid(
                                          alpha, seed, self_ppl, gen_kwargs):
                     yield record["id"], record
 
-            return _Batch(tuple(record_id(method.name, d, i) for d, i, _ in chunk), produce,
+            return _Batch(tuple(_record_id(method.name, d, i) for d, i, _ in chunk), produce,
                           f"{method.name} batch {j + 1}/{len(chunks)}")
 
         batches = [grid_batch(j, chunk, m) for j, chunk in enumerate(chunks) for m in methods]
@@ -363,7 +368,7 @@ def run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple
     if method.watermarked:
         for label, attack in attacks.items():
             a_ids, a_texts = _attack_batch(attack, outputs, tokenizer,
-                                           [record_id(method.name, d, i) for d, i, _ in batch])
+                                           [_record_id(method.name, d, i) for d, i, _ in batch])
             res = method.detect(a_ids, vocab_size=vocab_size, alpha=alpha, model=model, prompt_ids=prompt_ids)
             for k, r in enumerate(res):
                 r["edit_fraction"] = edit_fraction(ids[k], a_ids[k]) if ids[k] else 0.0
@@ -374,7 +379,7 @@ def run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple
     for k, (domain, index, prompt) in enumerate(batch):
         o = outputs[k]
         yield {
-            "id": record_id(method.name, domain, index),
+            "id": _record_id(method.name, domain, index),
             "method": method.name,
             "watermarked": method.watermarked,
             "domain": domain,
@@ -439,9 +444,7 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
     return wm.groupby(list(by))["hit"].mean().mul(100.0)
 
 
-#: What a run needs, importable from here: the methods (:mod:`chainmark.harness.adapters`), the storage
-#: (:mod:`chainmark.harness.runs`) and the runners of this module.
-__all__ = ["GridRun", "record_id", "generate_resumable", "run_batch", "run_grid", "score_null_texts", "tpr"]
+__all__ = ["GridRun", "generate_resumable", "run_batch", "run_grid", "score_null_texts", "tpr"]
 
 
 def generate_resumable(

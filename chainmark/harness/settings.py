@@ -23,7 +23,7 @@ from ..config import GENERATION_SEED
 from ..keys import KEY_FILE_ENV
 
 __all__ = ["COLAB_DRIVE", "RUNS_ENV", "SCALES", "SCALE_ENV", "SETTING_ENV", "Settings",
-           "default_dtype", "default_runs_dir", "get_settings", "in_colab", "use_settings"]
+           "default_dtype", "default_runs_dir", "get_settings", "use_settings"]
 
 T = TypeVar("T")
 
@@ -174,14 +174,14 @@ def get_settings() -> Settings:
                     runs_dir=str(default_runs_dir()))
 
 
-def in_colab() -> bool:
+def _in_colab() -> bool:
     """True inside a Google Colab runtime."""
     return "google.colab" in sys.modules
 
 
 def _mount_drive_for(path: Path) -> None:
     """In Colab, mount Google Drive when ``path`` lies on it and it is not mounted yet."""
-    if not in_colab() or not str(path).startswith(COLAB_DRIVE + "/"):
+    if not _in_colab() or not str(path).startswith(COLAB_DRIVE + "/"):
         return
     if Path(COLAB_DRIVE, "MyDrive").is_dir():
         return

@@ -157,7 +157,7 @@ def claim(says: str, tier: str = "live") -> Iterator[None]:
         _log(outcome, mode)
 
 
-def claim_outcomes() -> list[ClaimOutcome]:
+def _claim_outcomes() -> list[ClaimOutcome]:
     """Every claim checked so far in this process (a chapter's kernel), in order."""
     return list(_outcomes)
 
@@ -165,9 +165,9 @@ def claim_outcomes() -> list[ClaimOutcome]:
 def claims_report() -> None:
     """Close a chapter: one line when every claim held, a table of the claims that differed otherwise.
 
-    Displays only (a chapter's last cell calls it); :func:`claim_outcomes` gives the claims themselves.
+    Displays only (a chapter's last cell calls it); :func:`_claim_outcomes` gives the claims themselves.
     """
-    outcomes = claim_outcomes()
+    outcomes = _claim_outcomes()
     differed = [o for o in outcomes if not o.held]
     config = book_configuration()
     where = ("the book's own configuration (teaching key, embedded model, default scale, CPU)"
@@ -191,4 +191,4 @@ def claims_report() -> None:
 
 
 __all__ = ["CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "ClaimFailed", "ClaimOutcome", "MODES", "TIERS",
-           "book_configuration", "claim", "claim_outcomes", "claims_mode", "claims_report"]
+           "book_configuration", "claim", "claims_mode", "claims_report"]

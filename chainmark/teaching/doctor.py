@@ -62,7 +62,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> Check:
+def _check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> Check:
     found = ".".join(map(str, version_info[:3]))
     if tuple(version_info[:2]) >= PYTHON_FLOOR:
         return Check("python", "ok", found)
@@ -71,7 +71,7 @@ def check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) ->
                                           f"(python.org, or your package manager) and make the environment again")
 
 
-def check_packages(version: Callable[[str], str | None] = _version) -> list[Check]:
+def _check_packages(version: Callable[[str], str | None] = _version) -> list[Check]:
     checks = []
     for module, dist, role in PACKAGES:
         found = version(dist)
@@ -86,7 +86,7 @@ def check_packages(version: Callable[[str], str | None] = _version) -> list[Chec
     return checks
 
 
-def check_disk(path: str | os.PathLike = ".", usage: Callable[[Any], Any] = shutil.disk_usage) -> Check:
+def _check_disk(path: str | os.PathLike = ".", usage: Callable[[Any], Any] = shutil.disk_usage) -> Check:
     free = usage(path).free / 1e9
     ok = free >= MIN_FREE_DISK_GB
     return Check("free disk", "ok" if ok else "fail", f"{free:.1f} GB at {Path(path).resolve()}",
@@ -94,7 +94,7 @@ def check_disk(path: str | os.PathLike = ".", usage: Callable[[Any], Any] = shut
                                "the chapters write their runs")
 
 
-def available_memory_gb() -> float | None:
+def _available_memory_gb() -> float | None:
     """Memory available to a new process (GB), where the system says it (the same reading ``load_model`` checks)."""
     from ..harness.models import available_ram
 
@@ -102,7 +102,7 @@ def available_memory_gb() -> float | None:
     return None if available is None else available / 1e9
 
 
-def check_memory(available: Callable[[], float | None] = available_memory_gb) -> Check:
+def _check_memory(available: Callable[[], float | None] = _available_memory_gb) -> Check:
     gb = available()
     if gb is None:
         return Check("available memory", "warn", "unknown on this system", f"make sure about "
@@ -112,7 +112,7 @@ def check_memory(available: Callable[[], float | None] = available_memory_gb) ->
                  "" if ok else f"close programs to free at least {MIN_FREE_MEMORY_GB:.0f} GB")
 
 
-def probe_generation() -> tuple[list[Check], float | None]:
+def _probe_generation() -> tuple[list[Check], float | None]:
     """Load the embedded model, generate :data:`SMOKE_TEST_TOKENS` watermarked tokens, detect them: the checks,
     and the tokens per second (None when the probe could not run)."""
     checks = []
@@ -149,7 +149,7 @@ def probe_generation() -> tuple[list[Check], float | None]:
     return checks, rate
 
 
-def chapter_seconds() -> dict[str, float]:
+def _chapter_seconds() -> dict[str, float]:
     """The measured run time of each chapter (seconds), from the repository's record; empty when none is found."""
     for path in (Path.cwd() / "book" / "data" / "chapter_timings.json",
                  Path(__file__).resolve().parents[2] / "book" / "data" / "chapter_timings.json"):
@@ -174,11 +174,11 @@ def estimate(rate: float | None, chapters: dict[str, float]) -> Check:
 
 def run_checks(generation: bool = True) -> list[Check]:
     """Every check, in the order the report prints them (``generation=False`` skips the model probe)."""
-    checks = [check_python(), *check_packages(), check_disk(), check_memory()]
+    checks = [_check_python(), *_check_packages(), _check_disk(), _check_memory()]
     if generation:
-        probe, rate = probe_generation()
+        probe, rate = _probe_generation()
         checks += probe
-        checks.append(estimate(rate, chapter_seconds()))
+        checks.append(estimate(rate, _chapter_seconds()))
     return checks
 
 
@@ -196,5 +196,4 @@ def report(checks: list[Check]) -> str:
 
 
 __all__ = ["Check", "FRONT_ENDS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "PACKAGES", "SMOKE_TEST_TOKENS",
-           "PYTHON_FLOOR", "REFERENCE_TOKENS_PER_SECOND", "available_memory_gb", "chapter_seconds", "check_disk",
-           "check_memory", "check_packages", "check_python", "estimate", "probe_generation", "report", "run_checks"]
+           "PYTHON_FLOOR", "REFERENCE_TOKENS_PER_SECOND", "estimate", "report", "run_checks"]

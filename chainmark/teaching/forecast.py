@@ -19,15 +19,15 @@ from typing import Any, Sequence
 from ..harness.models import DTYPE_BYTES, device_memory, last_loaded, memory_needed
 from ..auditor.tokenizer import DEFAULT_MODEL
 
-__all__ = ["Expectation", "PROBE_PROMPT_TOKENS", "PROBE_TOKENS", "STEP_OVERHEAD", "Step", "duration",
+__all__ = ["Expectation", "Step", "duration",
            "expect_generation"]
 
-#: New tokens of the long probe: the per-token cost is (long - short) / (PROBE_TOKENS - 1).
-PROBE_TOKENS = 9
+#: New tokens of the long probe: the per-token cost is (long - short) / (_PROBE_TOKENS - 1).
+_PROBE_TOKENS = 9
 #: Prompt length of the probe, in tokens (the book's prompts are chat messages of about this size).
-PROBE_PROMPT_TOKENS = 48
+_PROBE_PROMPT_TOKENS = 48
 #: The watermark's and sampling's share on top of the model's own step (chapter 4 measures the step).
-STEP_OVERHEAD = 1.1
+_STEP_OVERHEAD = 1.1
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,9 @@ def _probe(model: Any, tokenizer: Any, batch: int, new_tokens: int) -> float:
 
     vocab = int(model.get_output_embeddings().weight.shape[0])
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    ids = [i for i in range(min(vocab, len(tokenizer))) if i not in special][100:100 + PROBE_PROMPT_TOKENS]
-    if len(ids) < PROBE_PROMPT_TOKENS:  # a very small vocabulary: repeat what there is
-        ids = (ids * PROBE_PROMPT_TOKENS)[:PROBE_PROMPT_TOKENS]
+    ids = [i for i in range(min(vocab, len(tokenizer))) if i not in special][100:100 + _PROBE_PROMPT_TOKENS]
+    if len(ids) < _PROBE_PROMPT_TOKENS:  # a very small vocabulary: repeat what there is
+        ids = (ids * _PROBE_PROMPT_TOKENS)[:_PROBE_PROMPT_TOKENS]
     device = next(model.parameters()).device
     input_ids = torch.tensor([ids] * batch, device=device)
     mask = torch.ones_like(input_ids)
@@ -164,13 +164,13 @@ def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[s
     with torch.random.fork_rng(devices=devices):
         _probe(model, tokenizer, batch, 1)  # warm-up: first calls pay for allocations and kernel choice
         short = _probe(model, tokenizer, batch, 1)
-        long = _probe(model, tokenizer, batch, PROBE_TOKENS)
-    token_seconds = max(long - short, 0.0) / (PROBE_TOKENS - 1)
-    prefill_seconds = max(short - token_seconds, 0.0) * max(prompt_tokens, 1) / PROBE_PROMPT_TOKENS
+        long = _probe(model, tokenizer, batch, _PROBE_TOKENS)
+    token_seconds = max(long - short, 0.0) / (_PROBE_TOKENS - 1)
+    prefill_seconds = max(short - token_seconds, 0.0) * max(prompt_tokens, 1) / _PROBE_PROMPT_TOKENS
     # a teacher-forced pass costs what the prompt's pass costs, per token of prompt and text
     per_pass = {"generate": lambda s: prefill_seconds + token_seconds * s.new_tokens,
                 "score": lambda s: prefill_seconds * (prompt_tokens + s.new_tokens) / max(prompt_tokens, 1)}
-    seconds = [math.ceil(s.texts / batch) * per_pass[s.kind](s) * STEP_OVERHEAD if s.texts else 0.0 for s in steps]
+    seconds = [math.ceil(s.texts / batch) * per_pass[s.kind](s) * _STEP_OVERHEAD if s.texts else 0.0 for s in steps]
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     config = model.config
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)

@@ -46,11 +46,11 @@ PLAYGROUND_ALPHA = 0.01
 #: Edit budget of the challenges, as a share of the original tokens.
 CHALLENGE_BUDGET = 0.20
 #: ChainMark texts per domain in the sample menu.
-PER_DOMAIN = 2
+_PER_DOMAIN = 2
 #: Shortest reference text (in tokens) worth offering as a sample.
-MIN_SAMPLE_TOKENS = 100
+_MIN_SAMPLE_TOKENS = 100
 #: Texts whose distinct 4-gram share reaches this are preferred as samples (the small model loops).
-MIN_DISTINCT_SHARE = 0.6
+_MIN_DISTINCT_SHARE = 0.6
 
 
 class PlaygroundError(ValueError):
@@ -60,7 +60,7 @@ class PlaygroundError(ValueError):
 # ---------------------------------------------------------------------------
 # the tokenizer, packed for the browser
 # ---------------------------------------------------------------------------
-def bytes_to_unicode() -> dict[int, str]:
+def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte-level alphabet: every byte 0..255 as one printable character.
 
     Printable Latin-1 bytes stand for themselves; the others are shifted to
@@ -108,7 +108,7 @@ def _check_supported(spec: Mapping[str, Any]) -> None:
     if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True) or pre.get("add_prefix_space"):
         problems.append(f"the pre-tokenizer {json.dumps(pre)} (need ByteLevel, use_regex, no prefix space)")
     vocab = model.get("vocab") or {}
-    every_byte = all(ch in vocab for ch in bytes_to_unicode().values())
+    every_byte = all(ch in vocab for ch in _bytes_to_unicode().values())
     if model.get("type") != "BPE" or model.get("dropout") or model.get("continuing_subword_prefix") \
             or model.get("end_of_word_suffix") or model.get("ignore_merges"):
         problems.append("a BPE model with dropout, affixes or ignore_merges")
@@ -126,7 +126,7 @@ def _merge_pairs(merges: Sequence[Any]) -> list[tuple[str, str]]:
     return [tuple(m) if isinstance(m, (list, tuple)) else tuple(m.split(" ", 1)) for m in merges]
 
 
-def tokenizer_payload(tokenizer: Any) -> dict[str, Any]:
+def _tokenizer_payload(tokenizer: Any) -> dict[str, Any]:
     """What the browser needs to tokenize exactly like ``tokenizer``: bytes, merges, special tokens.
 
     * ``base``: the id of each byte value 0..255 (-1 where the vocabulary
@@ -143,7 +143,7 @@ def tokenizer_payload(tokenizer: Any) -> dict[str, Any]:
     vocab: dict[str, int] = spec["model"]["vocab"]
     added = [{"id": int(t["id"]), "content": t["content"]} for t in spec.get("added_tokens", [])]
     size = max([*vocab.values(), *(t["id"] for t in added)]) + 1
-    alphabet = bytes_to_unicode()
+    alphabet = _bytes_to_unicode()
     base = [int(vocab.get(alphabet[b], -1)) for b in range(256)]
     triples = []
     for left, right in _merge_pairs(spec["model"]["merges"]):
@@ -156,12 +156,12 @@ def tokenizer_payload(tokenizer: Any) -> dict[str, Any]:
             "merges": base64.b64encode(packed).decode("ascii"), "n_merges": len(triples), "added": added}
 
 
-def tokenizer_json_digest(tokenizer: Any) -> str:
+def _tokenizer_json_digest(tokenizer: Any) -> str:
     """Short SHA-256 of the tokenizer's ``tokenizer.json`` (names the tokenizer on the page)."""
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode("utf-8")).hexdigest()[:12]
 
 
-def state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
+def _state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
     """The state of every token id under ``key``, one character ``'0' + state`` per id.
 
     Computed by :func:`chainmark.partition.state_table`; S may be at most 10
@@ -196,7 +196,7 @@ def _n_tokens(tokenizer: Any, text: str) -> int:
     return len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def distinct_share(ids: Sequence[int], n: int = 4) -> float:
+def _distinct_share(ids: Sequence[int], n: int = 4) -> float:
     """Share of distinct token n-grams among all n-grams of a text (1 = no phrase repeats)."""
     grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
@@ -207,14 +207,14 @@ def _ranked(records: Iterable[Mapping[str, Any]], tokenizer: Any) -> list[Mappin
 
     The small model often loops; a text that repeats itself makes a poor
     playground, so texts whose distinct 4-gram share reaches
-    :data:`MIN_DISTINCT_SHARE` come first.
+    :data:`_MIN_DISTINCT_SHARE` come first.
     """
     scored = []
     for r in records:
         text = r.get("output") or ""
         ids = tokenizer.encode(text, add_special_tokens=False) if text.strip() else []
-        if len(ids) >= MIN_SAMPLE_TOKENS:
-            scored.append((distinct_share(ids) < MIN_DISTINCT_SHARE, int(r.get("prompt_index", 0)), r))
+        if len(ids) >= _MIN_SAMPLE_TOKENS:
+            scored.append((_distinct_share(ids) < _MIN_DISTINCT_SHARE, int(r.get("prompt_index", 0)), r))
     return [r for *_, r in sorted(scored, key=lambda t: t[:2])]
 
 
@@ -223,7 +223,7 @@ def _sample_from(record: Mapping[str, Any], kind: str, label: str) -> Sample:
                   prompt=record.get("prompt", ""), source=f"reference run, {record.get('id', '')}")
 
 
-def human_sample(tokenizer: Any, max_tokens: int = 200) -> Sample:
+def _human_sample(tokenizer: Any, max_tokens: int = 200) -> Sample:
     """A paragraph of the Python Language Reference (human-written, so unwatermarked), cut at a sentence end."""
     from ..harness.corpora import python_reference_documents
 
@@ -235,17 +235,17 @@ def human_sample(tokenizer: Any, max_tokens: int = 200) -> Sample:
             if _n_tokens(tokenizer, longer) > max_tokens:
                 break
             text = longer
-        if _n_tokens(tokenizer, text) >= MIN_SAMPLE_TOKENS:
+        if _n_tokens(tokenizer, text) >= _MIN_SAMPLE_TOKENS:
             return Sample(label=f"Human-written: Python reference, '{doc.name}'", kind="human", text=text,
                           source="Python Language Reference (PSF License)")
     raise PlaygroundError("no paragraph of the Python Language Reference is long enough for a sample")
 
 
-def pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_domain: int = PER_DOMAIN) -> list[Sample]:
+def _pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sample]:
     """The sample menu from the reference run's head-to-head records, whatever is stored so far.
 
     Per domain ``per_domain`` ChainMark texts of at least
-    :data:`MIN_SAMPLE_TOKENS` tokens (varied ones first, then in prompt
+    :data:`_MIN_SAMPLE_TOKENS` tokens (varied ones first, then in prompt
     order); then one unwatermarked text (method ``none``) and one KGW text
     chosen the same way over all domains. A missing domain or method is
     skipped; without any unwatermarked record a human-written paragraph
@@ -267,12 +267,12 @@ def pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_domai
             samples.append(_sample_from(chosen, method, f"{title} · {chosen.get('domain')} · "
                                                         f"prompt {chosen.get('prompt_index')}"))
         elif method == "none":
-            samples.append(human_sample(tokenizer))
+            samples.append(_human_sample(tokenizer))
     return samples
 
 
-def reference_samples(tokenizer: Any, per_domain: int = PER_DOMAIN) -> list[Sample]:
-    """:func:`pick_samples` over the embedded model's reference run (an empty run gives the human text only)."""
+def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sample]:
+    """:func:`_pick_samples` over the embedded model's reference run (an empty run gives the human text only)."""
     from ..harness.reference.read import load_texts
     from ..harness.reference.store import reference_dir
     from ..auditor.tokenizer import DEFAULT_MODEL
@@ -281,7 +281,7 @@ def reference_samples(tokenizer: Any, per_domain: int = PER_DOMAIN) -> list[Samp
         records = load_texts("head_to_head", reference_dir(DEFAULT_MODEL))
     except FileNotFoundError:
         records = []
-    return pick_samples(records, tokenizer, per_domain)
+    return _pick_samples(records, tokenizer, per_domain)
 
 
 # ---------------------------------------------------------------------------
@@ -367,14 +367,14 @@ def build_playground(tokenizer: Any, key: Any, samples: Sequence[Sample], S: int
     """
     from ..checks import check_alpha
 
-    tok = tokenizer_payload(tokenizer)
+    tok = _tokenizer_payload(tokenizer)
     data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": STATE_COLOURS,
-            "tokenizer": tok, "states": state_payload(key, tok["vocab_size"], S),
+            "tokenizer": tok, "states": _state_payload(key, tok["vocab_size"], S),
             "samples": [s.to_dict() for s in samples]}
     return Playground(data, note=note)
 
 
-def attack_playground(tokenizer: Any = None, per_domain: int = PER_DOMAIN) -> Playground:
+def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> Playground:
     """The playground of the book: the reference run's tokenizer, key (as states) and texts.
 
     ``tokenizer`` defaults to the embedded SmolLM2-135M-Instruct tokenizer,
@@ -386,15 +386,14 @@ def attack_playground(tokenizer: Any = None, per_domain: int = PER_DOMAIN) -> Pl
     from ..auditor.tokenizer import DEFAULT_MODEL
 
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)
-    samples = reference_samples(tokenizer, per_domain)
+    samples = _reference_samples(tokenizer, per_domain)
     note = (f"Reference run key (public, derived from a published label) as a state table, "
             f"S = {PROTOCOL.S}, clockwork, α = {PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
-            f"({len(tokenizer):,} tokens, tokenizer.json {tokenizer_json_digest(tokenizer)}), "
+            f"({len(tokenizer):,} tokens, tokenizer.json {_tokenizer_json_digest(tokenizer)}), "
             "run in your browser.")
     return build_playground(tokenizer, reference_key(), samples, S=PROTOCOL.S, note=note)
 
 
-__all__ = ["CHALLENGE_BUDGET", "MIN_DISTINCT_SHARE", "MIN_SAMPLE_TOKENS", "PER_DOMAIN", "PLAYGROUND_ALPHA",
+__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND_ALPHA",
            "PLAYGROUND_S", "Playground", "PlaygroundError", "Sample", "attack_bounds", "attack_playground",
-           "build_playground", "bytes_to_unicode", "distinct_share", "human_sample", "pick_samples",
-           "reference_samples", "state_payload", "tokenizer_json_digest", "tokenizer_payload"]
+           "build_playground",]

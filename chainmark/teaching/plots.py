@@ -9,7 +9,7 @@ import html
 import inspect
 from typing import Any, Sequence
 
-__all__ = ["ATTACK_STYLE", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue", "key_line",
+__all__ = ["ATTACK_STYLE", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue",
            "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
 
 #: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
@@ -171,7 +171,7 @@ def banner(model_name: str | None = None, model: Any = None, extra: dict[str, An
         "scale": s.scale,
         "seeds": f"generation {s.generation_seed}, attacks {s.attack_seed}",
         "torch": torch.__version__,
-        "key": key_line(),
+        "key": _key_line(),
         "claims": claims_mode(),
         **{str(k): v for k, v in (extra or {}).items()},
     }
@@ -180,7 +180,7 @@ def banner(model_name: str | None = None, model: Any = None, extra: dict[str, An
                 f'font-size:0.9em">{cells}</div>')
 
 
-def key_line() -> str:
+def _key_line() -> str:
     """What the banner says of the chapters' key: its fingerprint and where it comes from, never the key."""
     from ..keys import book_key, book_key_source, key_fingerprint
 

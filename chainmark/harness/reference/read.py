@@ -16,7 +16,6 @@ import numpy as np
 from ...auditor.tokenizer import DEFAULT_MODEL
 from ...detection import detect
 from ...gates import Gate
-from ...partition import states_of
 from .protocol import EXPERIMENTS, MIN_REWRITE_TOKENS, PROTOCOL, Cell, Protocol, cells, reference_key, topology_for
 from .store import MANIFEST, read_dir, read_shard, shard_path
 
@@ -115,7 +114,8 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
     unwatermarked cell gives the baseline perplexity and ``baseline_texts``. Raises ``ValueError``
     while a cell of the grid is missing (see ``chainmark reference status``).
     """
-    from ..grids import token_strings
+    from ..grids import grid_cell
+
     root = Path(root) if root is not None else read_dir()
     alpha = protocol.alpha if alpha is None else float(alpha)
     by_cell: dict[str, tuple[Cell, list[dict[str, Any]]]] = {}
@@ -132,33 +132,11 @@ def explorer_grid(tokenizer: Any = None, root: str | os.PathLike | None = None, 
     for cell in wanted[1:]:
         S, rho = int(cell.spec["S"]), float(cell.spec["rho"])
         recs = sorted(by_cell[cell.name][1], key=lambda r: (protocol.domains.index(r["domain"]), r["prompt_index"]))
-        dets = [r["detection"][cell.name] for r in recs]
         ex = next((r for r in recs if (r["domain"], r["prompt_index"]) == tuple(example)), None)
         if ex is None:
             raise ValueError(f"no explorer prompt {example!r}; choose a (domain, index) with domain in "
                              f"{protocol.domains} and index below {protocol.explorer_per_domain}")
-        d0 = ex["detection"][cell.name]
-        ids = [int(t) for t in ex["token_ids"]]
-        out_cells.append({
-            "S": S, "rho": rho, "n_prompts": len(recs),
-            "mean_z": float(np.mean([d["z"] for d in dets])),
-            "sd_z": float(np.std([d["z"] for d in dets], ddof=1)),
-            "mean_phi": float(np.mean([d["phi"] for d in dets])),
-            "mean_ppl": float(np.mean([r["self_ppl"] for r in recs])),
-            "mean_rho_realised": float(np.mean([r["rho_realised"] for r in recs])),
-            "detected": int(sum(d["p_value"] < alpha for d in dets)),
-            "tpr": float(np.mean([d["p_value"] < alpha for d in dets])),
-            "texts": [{"token_ids": r["token_ids"], "forced": [int(f) for f in r["gated"]], "z": d["z"],
-                       "phi": d["phi"], "p_value": d["p_value"], "self_ppl": r["self_ppl"], "domain": r["domain"],
-                       "prompt_index": r["prompt_index"]} for r, d in zip(recs, dets)],
-            "example": {
-                "prompt": ex["prompt"], "domain": ex["domain"], "token_ids": ids,
-                "tokens": token_strings(tokenizer, ids) if tokenizer is not None else [str(t) for t in ids],
-                "states": states_of(ids, key, S).tolist(), "forced": [int(f) for f in ex["gated"]],
-                "n_tokens": ex["n_tokens"], "phi": d0["phi"], "z": d0["z"], "p_value": d0["p_value"],
-                "rho_realised": ex["rho_realised"], "self_ppl": ex["self_ppl"],
-            },
-        })
+        out_cells.append(grid_cell(S, rho, recs, cell.name, ex, key, tokenizer, alpha))
     stored = {float(r): float(t) for r, t in json.loads((root / "gates.json").read_text("utf-8"))["tau"].items()}
     taus = {str(float(r)): stored[float(r)] if float(r) in stored else Gate.calibrate("high_entropy", r, []).tau
             for r in protocol.explorer_rho}

@@ -34,7 +34,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[2]
 # --------------------------------------------------------------------------- where it lives
 
 
-def model_slug(model_name: str) -> str:
+def _model_slug(model_name: str) -> str:
     return model_name.replace("/", "--")
 
 
@@ -48,10 +48,10 @@ def reference_dir(model_name: str | None = None) -> Path:
     model_name = model_name or get_settings().model
     env = os.environ.get(REFERENCE_ENV, "").strip()
     if env:
-        return Path(env).expanduser() / model_slug(model_name)
+        return Path(env).expanduser() / _model_slug(model_name)
     if model_name == DEFAULT_MODEL:
-        return PACKAGE_DIR / "data" / "reference" / model_slug(model_name)
-    return default_runs_dir() / "reference" / model_slug(model_name)
+        return PACKAGE_DIR / "data" / "reference" / _model_slug(model_name)
+    return default_runs_dir() / "reference" / _model_slug(model_name)
 
 
 def read_dir(model_name: str | None = None) -> Path:
@@ -196,5 +196,5 @@ def protocol_differences(manifest: Mapping[str, Any], protocol: Protocol) -> lis
 
 
 __all__ = ["MANIFEST", "PACKAGE_DIR", "PROVENANCE", "REFERENCE_ENV", "encode_shard", "environment", "git_commit",
-           "manifest_for", "model_slug", "protocol_differences", "provenance_parts", "read_dir", "read_provenance",
+           "manifest_for", "protocol_differences", "provenance_parts", "read_dir", "read_provenance",
            "read_shard", "reference_dir", "shard_path", "utc_now", "weights_sha256"]

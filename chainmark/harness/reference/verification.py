@@ -40,7 +40,7 @@ def _cell_tau(ctx: RunContext, cell: Cell) -> float | None:
     return None if gate is None else float(gate.tau)
 
 
-def choose_shards(root: Path, samples: int, seed: str,
+def _choose_shards(root: Path, samples: int, seed: str,
                   protocol: Protocol = PROTOCOL) -> list[tuple[Cell, PromptBatch]]:
     """``samples`` stored batches drawn at random, the draw seeded by ``seed`` (the current commit)."""
     stored = [(c, b) for c in cells(protocol) for b in c.batches if shard_path(root, c, b).exists()]
@@ -87,7 +87,7 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     log(f"verify: floats from the model's logits within their tolerance, {kernel}; every other float exactly"
         + (" (the manifest's single tolerance, format 1, is read as the one of these floats)" if old_format else ""))
     seed = seed if seed is not None else git_commit().replace("+dirty", "")
-    chosen = choose_shards(root, samples, seed, protocol)
+    chosen = _choose_shards(root, samples, seed, protocol)
     if not chosen:
         raise FileNotFoundError(f"{root} holds no stored batch to verify")
     if model is None:
@@ -121,4 +121,4 @@ def _roundtrip(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(encode_shard(records)).decode("utf-8").splitlines()]
 
 
-__all__ = ["ShardCheck", "choose_shards", "verify"]
+__all__ = ["ShardCheck", "verify"]
