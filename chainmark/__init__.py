@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 #: The method's modules, whose ``__all__`` is the package's API. Names are imported on first use (PEP 562),
 #: so ``import chainmark`` and the auditor's command line pay for torch only when a model-based name is touched.
 METHOD_MODULES = ("keys", "partition", "topology", "gates", "gate_signals", "config", "embed", "detection",
-                  "significance", "verdict", "calibrate", "repetition")
+                  "significance", "verdict", "calibrate", "repetition", "randomisation", "segments")
 SUBPACKAGES = ("auditor", "comparison", "harness", "teaching", "cli")
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__, METHOD_MODULES, SUBPACKAGES)

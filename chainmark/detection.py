@@ -33,7 +33,7 @@ from .significance import check_test, first_occurrences, forest_mask, log_p_valu
 from .topology import Topology, TopologyLike, resolve_topology
 from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
-__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "reference_detect",
+__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "reference_detect", "unpack_config",
            "score_states", "valid_transitions", "verdict_of"]
 
 # --------------------------------------------------------------------------
@@ -247,7 +247,7 @@ def _reject_batch(token_ids: Any) -> None:
                          f"({len(token_ids)} rows); score a batch with detect_batch")
 
 
-def _from_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
+def unpack_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
     """The key, S and topology: read from a :class:`ChainMarkConfig`, or given one by one (S = 5, clockwork)."""
     if isinstance(key, ChainMarkConfig):
         if S is not None or topology is not None:
@@ -352,7 +352,7 @@ def detect(
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
-    key, S, topology = _from_config(key, S, topology)
+    key, S, topology = unpack_config(key, S, topology)
     topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
     _reject_batch(token_ids)
     return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
@@ -377,7 +377,7 @@ def detect_batch(
     are those of :func:`detect`. One text (a flat sequence of ids) is an
     error naming :func:`detect`.
     """
-    key, S, topology = _from_config(key, S, topology)
+    key, S, topology = unpack_config(key, S, topology)
     topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
     if isinstance(batch, (str, bytes)):
         raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")

@@ -1,0 +1,160 @@
+"""Watermarked spans in mixed documents: family-wise error over a random key, power, disjoint spans."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chainmark.calibrate import rate_estimate
+from chainmark.config import ChainMarkConfig
+from chainmark.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segments, mixed_config,
+                                     read_segment_records, segment_summary)
+from chainmark.keys import hkdf
+from chainmark.partition import state_table
+from chainmark.segments import cover_segments, detect_segments, scan_maximum, window_lengths, window_z
+
+KEY = b"\x05" * 32
+VOCAB = 5000
+
+
+def random_key(i: int) -> bytes:
+    return hkdf(f"segment test key {i}".encode(), b"chainmark/tests/segments")
+
+
+def background(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Unwatermarked ids with repetition (a Zipf law over the vocabulary), like prose."""
+    weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
+    return rng.choice(VOCAB, size=n, p=weights / weights.sum())
+
+
+def walk(rng: np.random.Generator, n: int, S: int, rho: float, start: int) -> np.ndarray:
+    """A ChainMark-like passage: at a share rho of positions the next token is one of the successor state."""
+    table = state_table(KEY, VOCAB, S)
+    buckets = [np.flatnonzero(table == s) for s in range(S)]
+    ids = [start]
+    for _ in range(n - 1):
+        if rng.random() < rho:
+            ids.append(int(rng.choice(buckets[(table[ids[-1]] + 1) % S])))
+        else:
+            ids.append(int(rng.integers(VOCAB)))
+    return np.asarray(ids[1:] + [ids[-1]])[:n]
+
+
+def paste(rng, n_doc, lengths, S=3, rho=0.5):
+    doc = background(rng, n_doc)
+    truth, at = [], sorted(rng.choice(np.arange(50, n_doc - 250, 300), size=len(lengths), replace=False))
+    for a, m in zip(at, lengths):
+        doc[a:a + m] = walk(rng, m, S, rho, int(doc[a - 1]))
+        truth.append((int(a), int(a + m)))
+    return doc, truth
+
+
+def test_no_span_on_unwatermarked_documents_beyond_alpha_over_random_keys():
+    rng = np.random.default_rng(1)
+    alpha, docs = 0.05, [background(rng, 400) for _ in range(300)]
+    flagged = [detect_segments(d, random_key(i), 3, alpha=alpha, draws=99, seed=i).is_watermarked
+               for i, d in enumerate(docs)]
+    rate = rate_estimate(flagged)
+    assert rate.low <= alpha, rate  # the interval reaches alpha: no evidence of more false positives than alpha
+    assert rate.high >= 0.01, rate  # and it is not vacuous: the scan does flag a few (its size is alpha, not 0)
+
+
+def test_finds_a_pasted_passage_and_two_passages_as_two_spans():
+    rng = np.random.default_rng(2)
+    doc, truth = paste(rng, 1500, [200])
+    res = detect_segments(doc, KEY, 3, alpha=0.01, draws=199)
+    m = match_segments([(s.start, s.end) for s in res.segments], truth)
+    assert m["segments"][0]["found"] and m["segments"][0]["iou"] > 0.6 and m["false_spans"] == 0, (res, truth)
+    doc, truth = paste(rng, 2000, [150, 150])
+    res = detect_segments(doc, KEY, 3, alpha=0.01, draws=199)
+    spans = [(s.start, s.end) for s in res.segments]
+    assert len(spans) == 2 and spans[0][1] <= spans[1][0], (spans, truth)
+    assert all(r["found"] for r in match_segments(spans, truth)["segments"])
+    assert all(s.p_value <= 0.01 and s.p_value >= 1 / 200 for s in res.segments)
+
+
+def test_the_statistic_is_the_largest_window_z_and_windows_double():
+    rng = np.random.default_rng(4)
+    doc, _ = paste(rng, 600, [120])
+    assert window_lengths(600, 16) == (16, 32, 64, 128, 256, 512)
+    res = detect_segments(doc, KEY, 3, draws=99)
+    from chainmark.detection import valid_transitions
+    from chainmark.partition import states_of
+    from chainmark.topology import resolve_topology
+    topo = resolve_topology("clockwork", 3)
+    legal = valid_transitions(states_of(doc, KEY, 3), topo)
+    best = max(window_z(legal[None, :], w, topo.p0)[1].max() for w in res.windows)
+    assert res.statistic == pytest.approx(best) == pytest.approx(scan_maximum(res.windows, topo.p0)(legal)[0])
+    starts, _ = window_z(legal[None, :], 128, topo.p0)
+    assert starts[0] == 0 and starts[-1] == legal.size - 128 and np.all(np.diff(starts) <= 32)
+
+
+def test_character_spans_follow_the_offsets_and_results_are_json_ready():
+    import json
+
+    rng = np.random.default_rng(6)
+    doc, truth = paste(rng, 800, [200])
+    offsets = [(3 * i, 3 * i + 2) for i in range(doc.size)]
+    res = detect_segments(doc, KEY, 3, draws=199, offsets=offsets)
+    assert res.segments, truth
+    for s in res.segments:
+        assert (s.char_start, s.char_end) == (3 * s.start, 3 * (s.end - 1) + 2)
+    back = json.loads(json.dumps(res.to_dict()))
+    assert back["segments"][0]["start"] == res.segments[0].start and back["method"] == "scan"
+
+
+def test_errors():
+    ids = np.arange(300) % 50
+    config = ChainMarkConfig(KEY, S=3, rho=0.5)
+    with pytest.raises(ValueError, match="at least 99 draws"):
+        detect_segments(ids, config, alpha=0.01, draws=50)
+    with pytest.raises(TypeError, match="configuration carries S"):
+        detect_segments(ids, config, S=3)
+    with pytest.raises(ValueError, match="one \\(char_start, char_end\\) per token"):
+        detect_segments(ids, config, offsets=[(0, 1)])
+    with pytest.raises(ValueError, match="alpha"):
+        cover_segments(ids, config, alpha=1.5)
+    short = detect_segments([1, 2, 3], config)
+    assert short.segments == [] and short.p_value == 1.0
+
+
+def test_the_cover_over_flags_repetitive_text_that_the_scan_keeps_at_alpha():
+    """The peer's Bonferroni treats transitions as independent; a text that repeats its lines breaks that."""
+    rng = np.random.default_rng(8)
+    docs = []
+    for _ in range(300):  # each document: four lines of 25 tokens, repeated in a random order
+        lines = [rng.integers(0, VOCAB, size=25) for _ in range(4)]
+        docs.append(np.concatenate([lines[j] for j in rng.integers(0, 4, size=24)]))
+    cover = rate_estimate([cover_segments(d, random_key(i), 3, alpha=0.05).is_watermarked
+                           for i, d in enumerate(docs)])
+    scan = rate_estimate([detect_segments(d, random_key(i), 3, alpha=0.05, draws=99, seed=i).is_watermarked
+                          for i, d in enumerate(docs)])
+    assert cover.low > 0.05, cover
+    assert scan.low <= 0.05, scan
+
+
+@pytest.mark.skipif(not MIXED_FILE.exists(), reason="the mixed documents are not built")
+def test_the_committed_documents_hold_chainmark_segments_at_their_ground_truth():
+    from chainmark.detection import detect
+
+    docs = load_mixed_documents(design="one_200_in_2000")
+    assert len(docs) == 50 and all(d.n_tokens == 2000 for d in docs)
+    config = mixed_config()
+    inside = [detect(d.token_ids[s:e], config).z for d in docs for s, e in d.segments]
+    assert np.median(inside) > 8, np.median(inside)
+    with pytest.raises(ValueError, match="no documents of design"):
+        load_mixed_documents(design="three_in_one")
+
+
+def test_match_segments():
+    m = match_segments([(10, 30), (100, 110)], [(0, 20), (50, 60)])
+    assert m["segments"][0] == {"start": 0, "end": 20, "found": True, "iou": 10 / 30, "boundary_error": 10.0}
+    assert not m["segments"][1]["found"] and m["false_spans"] == 1 and m["n_found"] == 2
+
+
+@pytest.mark.skipif(not MIXED_FILE.with_name("results.jsonl.gz").exists(), reason="no measurements committed")
+def test_summary_of_the_committed_measurements():
+    table = segment_summary(read_segment_records())
+    null = table[table.part == "null"].set_index("method")
+    assert set(null.index) == {"scan", "cover", "whole"} and (null["runs"] == 5000).all()
+    power = table[(table.part == "power") & (table.design == "one_100_in_2000")].set_index("method")
+    assert (power["segments"] == 50).all() and power.loc["scan", "mean_iou"] > power.loc["whole", "mean_iou"]
