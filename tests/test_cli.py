@@ -700,3 +700,24 @@ def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_pa
     doc["tokenizer_revision"] = 5
     assert any("tokenizer_revision" in p for p in regime_problems(doc))
 
+
+
+def test_detect_segments_finds_a_pasted_passage(capsys, tmp_path, key_file):
+    """--segments: the span of a watermarked passage inside plain text, in tokens and characters."""
+    before, passage, after = plain_text(600, seed=2), watermarked_text(KEY, length=120), plain_text(500, seed=3)
+    doc = write(tmp_path, "essay.txt", before + passage + after)
+    plain = write(tmp_path, "plain.txt", plain_text(800, seed=4))
+    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--segments", "--json", doc, plain)
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["file"] for r in rows] == [str(doc), str(plain)]
+    (span,) = rows[0]["segments"]
+    assert abs(span["start"] - 600) <= 8 and abs(span["end"] - 720) <= 8, span
+    assert span["char_start"] is None  # the byte tokenizer gives no offsets; the embedded one does
+    assert rows[0]["p_value"] <= 0.01 and rows[0]["key_fingerprint"] == key_fingerprint(KEY)
+    assert rows[1]["segments"] == [] and not rows[1]["is_watermarked"]
+    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--segments", doc, "--fail-on-detect")
+    assert code == EXIT_DETECTED and "1 watermarked span(s)" in out and "tokens 6" in out
+    code, _, err = run(capsys, "detect", "--key-file", key_file, "--segments", "--draws", "99", "--alpha", "0.001",
+                       doc)
+    assert code == EXIT_USAGE and "at least 999" in err

@@ -158,3 +158,27 @@ def test_summary_of_the_committed_measurements():
     assert set(null.index) == {"scan", "cover", "whole"} and (null["runs"] == 5000).all()
     power = table[(table.part == "power") & (table.design == "one_100_in_2000")].set_index("method")
     assert (power["segments"] == 50).all() and power.loc["scan", "mean_iou"] > power.loc["whole", "mean_iou"]
+
+
+@pytest.mark.skipif(not MIXED_FILE.exists(), reason="the mixed documents are not built")
+def test_the_command_line_reports_character_spans_with_the_embedded_tokenizer(tmp_path, capsys):
+    import json
+
+    from chainmark import cli
+    from chainmark.auditor.tokenizer import load_tokenizer
+    from chainmark.keys import write_key_file
+
+    config = mixed_config()
+    doc = load_mixed_documents(design="one_100_in_2000")[0]
+    text = load_tokenizer().decode(doc.token_ids.tolist())
+    (tmp_path / "doc.txt").write_text(text, encoding="utf-8")
+    write_key_file(tmp_path / "ref.key", config.key)
+    code = cli.main(["detect", "--key-file", str(tmp_path / "ref.key"), "--segments", "--json",
+                     str(tmp_path / "doc.txt")])
+    row = json.loads(capsys.readouterr().out)
+    assert code == 0 and len(row["segments"]) == 1, row
+    span, (s, e) = row["segments"][0], doc.segments[0]
+    assert abs(span["start"] - s) <= 5 and abs(span["end"] - e) <= 5, (span, doc.segments)
+    pasted = load_tokenizer().decode(doc.token_ids[s:e].tolist())
+    found = text[span["char_start"]:span["char_end"]]
+    assert len(set(found.split()) & set(pasted.split())) >= 0.8 * len(set(pasted.split()))

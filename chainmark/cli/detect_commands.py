@@ -13,7 +13,7 @@ from ..limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_STATES
 from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, finite_float, float_in, int_at_least,
                      int_in, warn)
 from .inputs import (TextInput, detect_regime, load_key, load_regime, load_tokenizer, read_certificate, read_input,
-                     read_inputs, regime_topology)
+                     read_inputs, regime_topology, tokenizer_label)
 
 __all__ = ["add_commands",]
 
@@ -24,6 +24,7 @@ examples:
   chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt
   echo "some text" | chainmark detect --key-file acme.key -
   chainmark detect --key-file acme.key --test exact forum_posts/*.txt
+  chainmark detect --key-file acme.key --segments essay.txt
 
 The tests (--test): exact (the default), a binomial test on the transitions
 that reach a token for the first time (a spanning forest of the text's
@@ -49,6 +50,15 @@ not kept so that memory stays flat).
 Texts are read and scored in pieces of a quarter megabyte, cut where the
 tokenizer cuts anyway (each cut checked): the result is the one scoring the
 whole text would give, and memory stays flat whatever the input's size.
+
+--segments looks inside each input for watermarked spans (a paragraph
+pasted into a longer text, which a whole-text test dilutes): it scans
+windows of 16, 32, 64, ... transitions, and each window's p-value compares
+its z with the largest window z of the same text under --draws re-drawn keys,
+so that on a text without the watermark the chance of reporting any span is
+at most alpha, whatever the text repeats. Each span is printed with its token
+and character positions, z and family-wise p-value (--json: one object per
+input with a "segments" list). --fail-on-detect then means "holds a span".
 
 Every input is read before anything is scored: if one cannot be read, is not
 text in the given encoding, is empty or larger than --max-bytes, nothing is
@@ -123,6 +133,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--json", action="store_true", help="one JSON object per input instead of a table")
     d.add_argument("--fail-on-detect", action="store_true",
                    help="exit with code 1 if any input is detected as watermarked")
+    d.add_argument("--segments", action="store_true",
+                   help="find the watermarked spans inside each input (a window scan whose family-wise error "
+                        "is at most alpha over a random key) instead of testing it whole")
+    d.add_argument("--draws", type=int_in(99, 1_000_000), default=999, metavar="B",
+                   help="re-drawn keys behind --segments' p-values (default 999; at least 1/alpha - 1)")
+    d.add_argument("--seed", type=int_at_least(0), default=0, help="seed of --segments' re-drawn keys (default 0)")
     d.set_defaults(func=_cmd_detect)
 
     # calibrate ------------------------------------------------------------
@@ -228,6 +244,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
+    if args.segments:
+        return _report_segments(args, texts, tokenizer, key, regime, topo)
     rows = []
     test = regime.effective_test
     for item in texts:
@@ -252,6 +270,63 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
         return EXIT_DETECTED
     return EXIT_OK
+
+
+def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer: Any, key: bytes, regime: Regime,
+                     topo: Any) -> int:
+    """``detect --segments``: each input's watermarked spans (:func:`chainmark.segments.detect_segments`)."""
+    from ..segments import detect_segments
+
+    if (1.0 / (args.draws + 1)) > regime.alpha:
+        raise UsageError(f"--draws {args.draws} cannot reach alpha = {regime.alpha:g}: use at least "
+                         f"{math.ceil(1.0 / regime.alpha) - 1}")
+    reports = []
+    for item in texts:
+        try:
+            text = "".join(item.chunks(args.max_bytes))
+        except UnicodeDecodeError as exc:  # the input changed since it was checked
+            raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
+        ids, offsets = _ids_and_offsets(tokenizer, text)
+        res = detect_segments(ids, key, topo.S, topo, alpha=regime.alpha, draws=args.draws, seed=args.seed,
+                              offsets=offsets)
+        reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
+                        "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
+                        "seed": args.seed})
+    if args.json:
+        for row in reports:
+            print(json.dumps(row, allow_nan=False))
+    else:
+        print(_segments_table(reports, regime))
+    if args.fail_on_detect and any(r["is_watermarked"] for r in reports):
+        return EXIT_DETECTED
+    return EXIT_OK
+
+
+def _ids_and_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
+    """The text's token ids and, where the tokenizer gives them, each token's character span."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        enc = backend.encode(text, add_special_tokens=False)
+        return list(enc.ids), [tuple(o) for o in enc.offsets]
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), None
+
+
+def _segments_table(reports: list[dict[str, Any]], regime: Regime) -> str:
+    topo = regime.topo
+    lines = [f"ChainMark segments: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), family-wise "
+             f"alpha={regime.alpha:g} over {reports[0]['draws'] if reports else 0} re-drawn keys (window scan)",
+             f"tokenizer {reports[0]['tokenizer'] if reports else '-'}, key fingerprint {regime.key_fingerprint}"]
+    for r in reports:
+        spans = r["segments"]
+        lines.append(f"{_printable(r['file'])}: {r['n_tokens']} tokens, largest window z {r['statistic']:.2f}, "
+                     f"p = {r['p_value']:.3g}, {len(spans)} watermarked span(s)")
+        for sp in spans:
+            chars = "" if sp["char_start"] is None else f"  chars {sp['char_start']}-{sp['char_end']}"
+            lines.append(f"  tokens {sp['start']}-{sp['end']} ({sp['n_tokens']}){chars}  z {sp['z']:.2f}  "
+                         f"p {sp['p_value']:.3g}")
+    found = sum(r["is_watermarked"] for r in reports)
+    lines.append(f"{found} of {len(reports)} input(s) hold a watermarked span")
+    return "\n".join(lines)
 
 
 def _score_input(item: TextInput, tokenizer: Any, key: bytes, regime: Regime, topo: Any,
