@@ -1,8 +1,8 @@
 """Watermarked spans inside a longer document: a window scan calibrated by re-drawing the key.
 
 A pasted paragraph is diluted in a whole-text statistic. The scan looks at
-every window of transitions on a geometric grid of lengths (16, 32, 64, ...,
-shifted by a quarter of their length) and standardises each window's count of
+every window of transitions whose length lies on a geometric grid (16, 32,
+64, ..., at every start) and standardises each window's count of
 legal transitions against p0 = k/S. Its statistic is the largest window z:
 the quantity the geometry-cover approach of Zhao, Liao, Wang and Li (ACL
 2025) scans and WaterSeeker's local traversal refines. What is new here is
@@ -103,10 +103,8 @@ def window_lengths(n_transitions: int, min_window: int = 16) -> tuple[int, ...]:
 
 
 def _starts(m: int, w: int) -> np.ndarray:
-    """Window starts every quarter window, with the last window flush with the end."""
-    step = max(1, w // 4)
-    starts = np.arange(0, m - w + 1, step)
-    return starts if starts[-1] == m - w else np.append(starts, m - w)
+    """Every start of a window of ``w`` transitions among ``m``: the scan looks at all of them."""
+    return np.arange(0, m - w + 1)
 
 
 def window_z(legal: np.ndarray, w: int, p0: float) -> tuple[np.ndarray, np.ndarray]:
@@ -127,10 +125,9 @@ def scan_maximum(windows: Sequence[int], p0: float):
         csum = np.zeros((legal.shape[0], legal.shape[1] + 1), dtype=np.int32)
         np.cumsum(legal, axis=1, out=csum[:, 1:])
         best = np.full(legal.shape[0], -np.inf)
-        for w in windows:
-            starts = _starts(legal.shape[1], w)
-            z = (csum[:, starts + w] - csum[:, starts] - w * p0) / math.sqrt(w * p0 * (1.0 - p0))
-            np.maximum(best, z.max(axis=1), out=best)
+        for w in windows:  # z grows with the count at a fixed w: take the largest count, then standardise it
+            top = (csum[:, w:] - csum[:, :-w]).max(axis=1)
+            np.maximum(best, (top - w * p0) / math.sqrt(w * p0 * (1.0 - p0)), out=best)
         return best
     return statistic
 
