@@ -332,3 +332,32 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
                      "--threshold", "3.1", "--scheduler", "none", "--json", "--out", str(tmp_path / "cli.jsonl")])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["discoveries"] is None and "--test exact" in out["fdr_refused"]
+
+
+def test_the_audit_reports_segments_per_document(tmp_path, docs):
+    """--segments: each document's spans by the window scan, the same on one process as detect_segments says."""
+    from chainmark.segments import detect_segments
+    import zlib
+
+    source = write_jsonl(tmp_path / "c.jsonl", docs[:60])
+    run_audit(source, tmp_path / "out.jsonl", KEY, regime(), id_field="id", batch_docs=25, segments=199)
+    rows = read_audit(tmp_path / "out.jsonl")
+    tokenizer = load_tokenizer()
+    marked = [r for r, d in zip(rows, docs[:60]) if d["method"] == "chainmark"]
+    assert marked and all(json.loads(r["segments"]) for r in marked if r["p_value"] < 1e-6)
+    for r, d in list(zip(rows, docs[:60]))[:12]:
+        if not d["text"]:
+            continue
+        ids = tokenizer(d["text"], add_special_tokens=False)["input_ids"]
+        expect = detect_segments(ids, KEY, 5, alpha=0.01, draws=199, seed=zlib.crc32(d["id"].encode()))
+        assert json.loads(r["segments"]) == [[s.start, s.end, s.p_value] for s in expect.segments]
+        assert r["segments_p_value"] == expect.p_value
+    run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=25, segments=199)
+    assert [r["segments"] for r in read_audit(tmp_path / "out.parquet")] == [r["segments"] for r in rows]
+    with pytest.raises(AuditError, match="at least 99"):
+        run_audit(source, tmp_path / "bad.jsonl", KEY, regime(), segments=50)
+    key = tmp_path / "k.key"
+    write_key_file(key, KEY)
+    code = cli.main(["audit", str(source), "--id-field", "id", "--key-file", str(key), "--scheduler", "none",
+                     "--segments", "199", "--out", str(tmp_path / "cli.jsonl")])
+    assert code == 0 and [r["segments"] for r in read_audit(tmp_path / "cli.jsonl")] == [r["segments"] for r in rows]

@@ -28,6 +28,10 @@ swap in the exact test's p-values behind the regime's back: an auditor applying 
 every number in a row (p-value, flag, q-value) to come from that regime's test, and q-values from another
 test, absent from the row, would contradict the flag beside them and could not be checked from the output.
 
+With ``segments`` the audit also searches each document for watermarked spans (the window scan of
+:mod:`chainmark.segments`, its family-wise p-value by re-drawn keys seeded from the document id), in two more
+columns; a document long enough to be scored in pieces is not searched (its columns are null).
+
 On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
 task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a worker plugin, never in a
 task's name or arguments, and each worker loads the tokenizer and builds the state table once. The rows
@@ -62,6 +66,9 @@ from .corpus_input import BATCH_DOCS, AuditError, Batch, pyarrow_parquet, corpus
 #: Columns of an audit's output, in order.
 COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
            "repeated_pair_share", "q_value")
+#: The columns ``segments=`` adds: the watermarked spans found in the document (a JSON list of
+#: ``[start, end, p_value]`` in token positions) and the document's family-wise p-value of the scan.
+SEGMENT_COLUMNS = ("segments", "segments_p_value")
 #: Format tag of a part folder's manifest.
 MANIFEST_FORMAT = "chainmark-audit-parts/1"
 
@@ -82,10 +89,11 @@ def _tokenizer(settings: Regime) -> Any:
     return _TOKENIZERS[key]
 
 
-def score_batch(batch: Batch, settings: Regime, key: bytes) -> dict[str, list]:
+def score_batch(batch: Batch, settings: Regime, key: bytes, segments: int | None = None) -> dict[str, list]:
     """The rows of one batch (columns of :data:`COLUMNS` but the q-value), in the batch's document order,
-    decided by the regime (``settings``: its test, threshold and n_min)."""
-    return _finish_batch(_prepare_batch(batch, settings), settings, key)
+    decided by the regime (``settings``: its test, threshold and n_min); with ``segments`` (a number of
+    re-drawn keys) also each document's watermarked spans (:data:`SEGMENT_COLUMNS`)."""
+    return _finish_batch(_prepare_batch(batch, settings), settings, key, segments)
 
 
 def _prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
@@ -103,7 +111,7 @@ def _prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]
 
 
 def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
-                 key: bytes) -> dict[str, list]:
+                 key: bytes, segments: int | None = None) -> dict[str, list]:
     """Score a prepared batch (:func:`_prepare_batch`) into its rows, decided by the regime."""
     docs, encoded = prepared
     tokenizer = _tokenizer(settings)
@@ -128,7 +136,35 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
     flagged = ~too_short & decide(z=full["z"], p_value=full["p_value"], alpha=settings.alpha, threshold=threshold)
     rows = {name: full[name].tolist() for name in full}
     rows.update(doc_id=[doc_id for doc_id, _ in docs], test=[test] * len(docs), flagged=flagged.tolist())
-    return {name: rows[name] for name in COLUMNS if name != "q_value"}
+    if segments is not None:
+        rows.update(_segment_rows(docs, encoded, key, topo, settings.alpha, segments))
+    return {name: rows[name] for name in _columns(segments) if name != "q_value"}
+
+
+def _columns(segments: int | None) -> tuple[str, ...]:
+    return COLUMNS + SEGMENT_COLUMNS if segments is not None else COLUMNS
+
+
+def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], key: bytes, topo: Topology,
+                  alpha: float, draws: int) -> dict[str, list]:
+    """Each document's spans by the window scan (:func:`chainmark.segments.detect_segments`), its re-drawn
+    keys seeded from the document id; a document longer than a piece (scored in pieces) is not searched."""
+    import zlib
+
+    from ..segments import detect_segments
+
+    spans: list[str | None] = []
+    p_values: list[float | None] = []
+    for i, (doc_id, _) in enumerate(docs):
+        if i not in encoded:
+            spans.append(None)
+            p_values.append(None)
+            continue
+        res = detect_segments(encoded[i], key, topo.S, topo, alpha=alpha, draws=draws,
+                              seed=zlib.crc32(doc_id.encode("utf-8")))
+        spans.append(json.dumps([[s.start, s.end, s.p_value] for s in res.segments]))
+        p_values.append(res.p_value)
+    return {"segments": spans, "segments_p_value": p_values}
 
 
 def _too_short(n_tokens: Any, n_transitions: Any, n_min: int | None) -> np.ndarray:
@@ -278,14 +314,20 @@ def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_doc
 def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,
               text_field: str = "text", id_field: str | None = None, batch_docs: int = BATCH_DOCS,
               fdr: float = 0.01, scheduler: str | None = None, workers: int | None = None,
-              progress: Callable[[int, int], None] | None = None, tokenizer: Any = None) -> AuditSummary:
+              progress: Callable[[int, int], None] | None = None, tokenizer: Any = None,
+              segments: int | None = None) -> AuditSummary:
     """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``); resumes the parts an earlier run left.
 
     ``scheduler`` None scores on this process; ``"local"`` starts a Dask cluster of ``workers`` processes
     on this machine; any other value is the address of a running Dask scheduler. ``progress(done, total)``
     is called after each batch. ``tokenizer``, when given, is the regime's tokenizer already loaded (this
-    process then does not load it again).
+    process then does not load it again). ``segments`` (a number of re-drawn keys, at least 1/alpha - 1)
+    also searches every document for watermarked spans (:data:`SEGMENT_COLUMNS`).
     """
+    if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int)
+                                 or (segments + 1) * settings.alpha < 1):
+        raise AuditError(f"segments must be a number of re-drawn keys of at least {math.ceil(1 / settings.alpha) - 1} "
+                         f"(1/alpha - 1), got {segments!r}")
     if tokenizer is not None:
         _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
     from ..calibrate import clopper_pearson
@@ -305,6 +347,8 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         raise AuditError(f"{source}: no documents")
     parts = parts_folder(out)
     manifest = _manifest(batches, settings, str(source), batch_docs)
+    if segments is not None:
+        manifest["segments_draws"] = segments
     if parts.exists():
         try:
             previous = json.loads((parts / "manifest.json").read_text("utf-8"))
@@ -323,7 +367,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         progress(done, len(batches))
     scored_docs = scored_tokens = 0
     scoring = time.perf_counter()
-    for index, rows in _score_all(todo, settings, key, scheduler, workers):
+    for index, rows in _score_all(todo, settings, key, scheduler, workers, segments):
         _write_part(parts, index, rows)
         scored_docs += len(rows["doc_id"])
         scored_tokens += sum(rows["n_tokens"])
@@ -355,7 +399,7 @@ def _write_part(parts: Path, index: int, rows: dict[str, list]) -> None:
     path = _part(parts, index)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps({c: rows[c] for c in COLUMNS if c != "q_value"}, allow_nan=False))
+        fh.write(json.dumps(rows, allow_nan=False))
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -393,14 +437,15 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None
         with open(tmp, "w", encoding="utf-8") if out.suffix == ".jsonl" else contextlib.nullcontext() as fh:
             for i in range(n_batches):
                 columns = _read_part(parts, i)
+                names = _columns(0 if "segments" in columns else None)
                 size = len(columns["doc_id"])
                 columns["q_value"] = [None if math.isnan(v) else v for v in q[position:position + size].tolist()]
                 position += size
                 tokens += sum(columns["n_tokens"])
                 flagged += sum(columns["flagged"])
                 if out.suffix == ".jsonl":
-                    fh.writelines(json.dumps(dict(zip(COLUMNS, values)), allow_nan=False) + "\n"
-                                  for values in zip(*(columns[c] for c in COLUMNS)))
+                    fh.writelines(json.dumps(dict(zip(names, values)), allow_nan=False) + "\n"
+                                  for values in zip(*(columns[c] for c in names)))
                 else:
                     writer = _write_parquet_columns(writer, tmp, columns)
         if writer is not None:
@@ -425,8 +470,10 @@ def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) ->
     schema = pa.schema([("doc_id", pa.string()), ("n_tokens", pa.int64()), ("n_transitions", pa.int64()),
                         ("n_valid", pa.int64()), ("phi", pa.float64()), ("z", pa.float64()),
                         ("p_value", pa.float64()), ("test", pa.string()), ("flagged", pa.bool_()),
-                        ("repeated_pair_share", pa.float64()), ("q_value", pa.float64())])
-    table = pa.Table.from_pydict({c: columns[c] for c in COLUMNS}, schema=schema)
+                        ("repeated_pair_share", pa.float64()), ("q_value", pa.float64())]
+                       + ([("segments", pa.string()), ("segments_p_value", pa.float64())] if "segments" in columns
+                          else []))
+    table = pa.Table.from_pydict({c: columns[c] for c in schema.names}, schema=schema)
     if writer is None:
         writer = pq.ParquetWriter(path, schema)
     writer.write_table(table)
@@ -445,7 +492,7 @@ def read_audit(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str | None,
-               workers: int | None) -> Iterator[tuple[int, dict[str, list]]]:
+               workers: int | None, segments: int | None = None) -> Iterator[tuple[int, dict[str, list]]]:
     """(batch index, rows) for every batch, in completion order."""
     if scheduler is None:  # read and tokenize the next batch in a thread while this one is scored
         from concurrent.futures import ThreadPoolExecutor
@@ -455,13 +502,13 @@ def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler
             for n, batch in enumerate(batches):
                 prepared = ahead.result()
                 ahead = pool.submit(_prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
-                yield batch.index, _finish_batch(prepared, settings, key)
+                yield batch.index, _finish_batch(prepared, settings, key, segments)
         return
-    yield from _score_on_dask(batches, settings, key, scheduler, workers)
+    yield from _score_on_dask(batches, settings, key, scheduler, workers, segments)
 
 
 def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str,
-                   workers: int | None) -> Iterator[tuple[int, dict[str, list]]]:
+                   workers: int | None, segments: int | None = None) -> Iterator[tuple[int, dict[str, list]]]:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -478,8 +525,8 @@ def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, sched
         client.register_plugin(_key_plugin(key, settings.key_fingerprint),
                                name=f"chainmark-audit-key-{settings.key_fingerprint}")
         run = os.urandom(4).hex()  # task names unique to this run, made of nothing secret
-        futures = [client.submit(_score_on_worker, batch, settings, key=f"chainmark-audit-{run}-{batch.index}",
-                                 pure=False) for batch in batches]
+        futures = [client.submit(_score_on_worker, batch, settings, segments,
+                                 key=f"chainmark-audit-{run}-{batch.index}", pure=False) for batch in batches]
         for future in as_completed(futures):
             index, rows = future.result()
             future.release()
@@ -511,11 +558,11 @@ def _key_plugin(key: bytes, fingerprint: str) -> Any:
     return KeyPlugin()
 
 
-def _score_on_worker(batch: Batch, settings: Regime) -> tuple[int, dict[str, list]]:
+def _score_on_worker(batch: Batch, settings: Regime, segments: int | None = None) -> tuple[int, dict[str, list]]:
     from distributed import get_worker
 
     key = get_worker()._chainmark_keys[settings.key_fingerprint]
-    return batch.index, score_batch(batch, settings, key)
+    return batch.index, score_batch(batch, settings, key, segments)
 
 
-__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]
+__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "SEGMENT_COLUMNS", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]

@@ -69,6 +69,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     au.add_argument("--workers", type=int_in(1, 1024), metavar="N", help="processes of a local cluster (default: "
                     "one per CPU)")
     au.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    au.add_argument("--segments", type=int_in(1, 1_000_000), nargs="?", const=999, metavar="B",
+                    help="also search every document for watermarked spans (chainmark detect --segments), with B "
+                         "re-drawn keys (default 999): columns segments (JSON [start, end, p] in tokens) and "
+                         "segments_p_value")
     au.set_defaults(func=_cmd_audit)
 
 
@@ -105,7 +109,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         summary = run_audit(args.source, args.out, key, regime, text_field=args.text_field, id_field=args.id_field,
                             batch_docs=args.batch_docs, fdr=args.fdr,
                             scheduler=None if scheduler == "none" else scheduler, workers=args.workers,
-                            progress=progress, tokenizer=tokenizer)
+                            progress=progress, tokenizer=tokenizer, segments=args.segments)
     except AuditError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
