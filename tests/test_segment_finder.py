@@ -182,3 +182,23 @@ def test_the_command_line_reports_character_spans_with_the_embedded_tokenizer(tm
     pasted = load_tokenizer().decode(doc.token_ids[s:e].tolist())
     found = text[span["char_start"]:span["char_end"]]
     assert len(set(found.split()) & set(pasted.split())) >= 0.8 * len(set(pasted.split()))
+
+
+@pytest.mark.skipif(not MIXED_FILE.exists(), reason="the mixed documents are not built")
+def test_detect_segments_runs_in_the_model_free_install(tmp_path):
+    """`chainmark detect --segments` in an interpreter where torch, transformers and pandas cannot be imported."""
+    import json
+
+    from chainmark.auditor.tokenizer import load_tokenizer
+    from chainmark.keys import write_key_file
+    from test_architecture import _core_python
+
+    doc = load_mixed_documents(design="one_200_in_2000")[1]
+    (tmp_path / "doc.txt").write_text(load_tokenizer().decode(doc.token_ids.tolist()), encoding="utf-8")
+    write_key_file(tmp_path / "ref.key", mixed_config().key)
+    code = "from chainmark.cli import main\nraise SystemExit(main(sys.argv[1:]))"
+    proc = _core_python(code, "detect", "--key-file", str(tmp_path / "ref.key"), "--segments", "--json",
+                        str(tmp_path / "doc.txt"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout)
+    assert row["method"] == "scan" and row["draws"] == 999 and isinstance(row["segments"], list)
