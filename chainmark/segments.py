@@ -35,8 +35,8 @@ from .partition import Key, as_token_array, states_of
 from .randomisation import key_randomisation_test, resolve_config
 from .topology import TopologyLike
 
-__all__ = ["Segment", "SegmentsResult", "cover_segments", "detect_segments", "scan_maximum", "window_lengths",
-           "window_z"]
+__all__ = ["Segment", "SegmentsResult", "cover_segments", "detect_segments", "scan_maximum", "spans_above",
+           "window_lengths", "window_z"]
 
 
 @dataclass(frozen=True)
@@ -161,18 +161,41 @@ def _check_offsets(offsets: Any, n: int) -> list[tuple[int, int]] | None:
     return out
 
 
-def _merge_close(segments: list[Segment], gap: int, offsets: Sequence[tuple[int, int]] | None) -> list[Segment]:
-    """Spans fewer than ``gap`` tokens apart become one (one pasted passage found by two windows)."""
-    out: list[Segment] = []
-    for seg in segments:
-        if out and seg.start - out[-1].end < gap:
-            last = out[-1]
-            best = last if (last.p_value, -last.z) <= (seg.p_value, -seg.z) else seg
-            end = max(last.end, seg.end)
-            out[-1] = Segment(last.start, end, best.z, best.p_value, best.window, *_char_span(offsets, last.start, end))
+def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
+                min_window: int = 16) -> list[tuple[int, int, float, int]]:
+    """Disjoint token spans ``(start, end, z, window)`` from the windows whose z exceeds ``threshold``.
+
+    The flagged window of largest z is taken first (ties: earlier, then shorter), trimmed to its
+    sub-interval of largest z; flagged windows overlapping a taken one are set aside; spans fewer than
+    ``min_window`` tokens apart are joined, keeping the larger z. ``legal`` is the legal-transition
+    indicator of the text (n - 1 values); the playground's JavaScript repeats this rule step for step.
+    """
+    legal = np.asarray(legal, dtype=bool)
+    csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
+    flagged = []
+    for w in windows:
+        starts, z = window_z(legal[None, :], w, p0)
+        z = z[0]
+        flagged += [(float(z[i]), int(starts[i]), int(w)) for i in np.flatnonzero(z > threshold)]
+    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))
+    spans: list[tuple[int, int, float, int]] = []
+    taken: list[tuple[int, int]] = []  # transition intervals already reported
+    for z, a, w in flagged:
+        b = a + w
+        if any(a < tb and ta < b for ta, tb in taken):
+            continue
+        lo, hi, _ = _best_subinterval(csum, a, b, p0, min_window)
+        taken.append((a, b))
+        spans.append((lo, hi + 1, z, w))  # transitions lo..hi-1 touch tokens lo..hi
+    merged: list[tuple[int, int, float, int]] = []
+    for span in sorted(spans):
+        if merged and span[0] - merged[-1][1] < min_window:
+            last = merged[-1]
+            best = last if last[2] >= span[2] else span
+            merged[-1] = (last[0], max(last[1], span[1]), best[2], best[3])
         else:
-            out.append(seg)
-    return out
+            merged.append(span)
+    return merged
 
 
 def _observed_legal(ids: np.ndarray, key: Key, topo: Any, vocab_size: int | None) -> np.ndarray:
@@ -210,26 +233,12 @@ def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = N
                                   vocab_size=vocab_size)
     null = np.sort(test.null)
     legal = _observed_legal(ids, key, topo, vocab_size)
-    csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
-    flagged = []  # (z, start, w) of every window whose family-wise p-value is at most alpha
-    for w in windows:
-        starts, z = window_z(legal[None, :], w, topo.p0)
-        z = z[0]
+    # p <= alpha for a window exactly when its z exceeds the K-th largest null maximum, K = floor(alpha (B + 1))
+    threshold = float(null[null.size - math.floor(alpha * (draws + 1) + 1e-9)])
+    segments = []
+    for start, end, z, w in spans_above(legal, topo.p0, windows, threshold, min_window):
         p = (1 + (null.size - np.searchsorted(null, z, side="left"))) / (draws + 1)
-        for i in np.flatnonzero(p <= alpha):
-            flagged.append((float(z[i]), int(starts[i]), w, float(p[i])))
-    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))
-    segments: list[Segment] = []
-    taken: list[tuple[int, int]] = []  # transition intervals already reported
-    for z, a, w, p in flagged:
-        b = a + w
-        if any(a < tb and ta < b for ta, tb in taken):
-            continue
-        lo, hi, _ = _best_subinterval(csum, a, b, topo.p0, min_window)
-        taken.append((a, b))
-        cs, ce = _char_span(offsets, lo, hi + 1)
-        segments.append(Segment(lo, hi + 1, z, p, w, cs, ce))  # transitions lo..hi-1 touch tokens lo..hi
-    segments = _merge_close(sorted(segments, key=lambda s: s.start), min_window, offsets)
+        segments.append(Segment(start, end, z, float(p), w, *_char_span(offsets, start, end)))
     return SegmentsResult(segments, test.observed, test.p_value, alpha, int(ids.size), windows, "scan", draws,
                           test.null)
 

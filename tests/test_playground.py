@@ -506,6 +506,50 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
 
 
 @pytest.mark.slow
+def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference_key) -> None:
+    """The page's window scan gives chainmark.segments.spans_above's spans at the page's threshold, and the page
+    rings the tokens of the spans it finds in a sample with a pasted watermarked passage."""
+    from chainmark.detection import valid_transitions
+    from chainmark.partition import state_table, states_of
+    from chainmark.segments import spans_above, window_lengths
+    from chainmark.teaching.playground import segment_thresholds
+    from chainmark.topology import resolve_topology
+
+    browser, _, _ = standalone
+    page = Page(browser)
+    seg = segment_thresholds()
+    table = state_table(reference_key, 49152, PLAYGROUND_S)
+    rng = np.random.default_rng(9)
+    topo = resolve_topology("clockwork", PLAYGROUND_S)
+    cases = []
+    for n, (a, m) in [(60, (10, 30)), (300, (100, 80)), (900, (400, 150)), (900, (0, 0)), (2500, (1200, 300))]:
+        ids = rng.integers(0, 49152, size=n)
+        for i in range(a + 1, a + m):  # a forced walk at 60% of the positions
+            if rng.random() < 0.6:
+                ids[i] = int(rng.choice(np.flatnonzero(table == (table[ids[i - 1]] + 1) % PLAYGROUND_S)))
+        cases.append(ids.tolist())
+    got = page.js(f"""{json.dumps(cases)}.map(ids => {{
+        const M = ChainMarkPlayground.math, seg = {json.dumps(seg)};
+        const r = M.score(ids, {page.inst}.table, 5, 0.01);
+        return M.findSpans(r.valid, 5, M.segmentThreshold(r.n, seg), seg.min_window); }})""")
+    found = 0
+    for ids, spans in zip(cases, got):
+        legal = valid_transitions(states_of(ids, reference_key, PLAYGROUND_S), topo)
+        threshold = next((t for L, t in zip(seg["lengths"], seg["thresholds"]) if len(ids) <= L), seg["thresholds"][-1])
+        expect = spans_above(legal, topo.p0, window_lengths(len(ids) - 1), threshold)
+        assert [[a, b, w] for a, b, _, w in expect] == [[sp[0], sp[1], sp[3]] for sp in spans], (len(ids), expect, spans)
+        assert all(math.isclose(z, sp[2], rel_tol=1e-12) for (_, _, z, _), sp in zip(expect, spans))
+        found += len(spans)
+    assert found >= 3  # the walks are found, so the comparison covers real spans
+    marked = next(s for s in page.samples() if s["kind"] == "chainmark")
+    plain = next(s for s in page.samples() if s["kind"] in ("none", "human"))
+    page.choose(page.samples().index(plain))
+    page.caret(len(page.text()))
+    page.type(" " + marked["text"])
+    assert page.shown()["segments"] != "0" and page.js(f"{page.root}.querySelectorAll('.cm-tokens .cm-seg').length") > 20
+
+
+@pytest.mark.slow
 def test_typed_edits_show_what_the_detector_says(standalone, tokenizer, reference_key) -> None:
     browser, _, _ = standalone
     page = Page(browser)

@@ -313,8 +313,71 @@
     return Math.max(0, Math.floor((allowed - excess) / 2) + 1);
   }
 
+  /* The window scan of chainmark.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
+     transitions at every start, flagged when z > threshold; the best flagged window first, trimmed to its
+     sub-interval of largest z; overlapping flagged windows set aside; spans closer than minWindow joined.
+     valid[i] (i >= 1) is the legal step into token i, so transition t is valid[t + 1]. */
+  function bestSubinterval(csum, lo, hi, p0, minLen) {
+    var step = Math.max(1, Math.floor((hi - lo) / 400)), pts = [], x;
+    for (x = lo; x <= hi; x += step) { pts.push(x); }
+    if (pts[pts.length - 1] !== hi) { pts.push(hi); }
+    var need = Math.min(minLen, hi - lo), bz = -Infinity, bi = 0, bj = 0;
+    for (var i = 0; i < pts.length; i++) {
+      for (var j = 0; j < pts.length; j++) {
+        var len = pts[j] - pts[i];
+        if (len < need) { continue; }
+        var z = (csum[pts[j]] - csum[pts[i]] - len * p0) / Math.sqrt(Math.max(len, 1) * p0 * (1 - p0));
+        if (z > bz) { bz = z; bi = i; bj = j; }
+      }
+    }
+    return [pts[bi], pts[bj], bz];
+  }
+
+  function findSpans(valid, S, threshold, minWindow) {
+    var m = valid.length - 1, p0 = 1 / S, t, w, a;
+    if (m < minWindow) { return []; }
+    var csum = new Int32Array(m + 1);
+    for (t = 0; t < m; t++) { csum[t + 1] = csum[t] + valid[t + 1]; }
+    var flagged = [];
+    for (w = minWindow; w <= m; w *= 2) {
+      var sd = Math.sqrt(w * p0 * (1 - p0));
+      for (a = 0; a + w <= m; a++) {
+        var z = (csum[a + w] - csum[a] - w * p0) / sd;
+        if (z > threshold) { flagged.push([z, a, w]); }
+      }
+    }
+    flagged.sort(function (x, y) { return y[0] - x[0] || x[1] - y[1] || x[2] - y[2]; });
+    var taken = [], spans = [];
+    flagged.forEach(function (f) {
+      var lo = f[1], hi = f[1] + f[2];
+      for (var k = 0; k < taken.length; k++) { if (lo < taken[k][1] && taken[k][0] < hi) { return; } }
+      var best = bestSubinterval(csum, lo, hi, p0, minWindow);
+      taken.push([lo, hi]);
+      spans.push([best[0], best[1] + 1, f[0], f[2]]);
+    });
+    spans.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1] || x[2] - y[2] || x[3] - y[3]; });
+    var merged = [];
+    spans.forEach(function (sp) {
+      var last = merged[merged.length - 1];
+      if (last && sp[0] - last[1] < minWindow) {
+        var best = last[2] >= sp[2] ? last : sp;
+        merged[merged.length - 1] = [last[0], Math.max(last[1], sp[1]), best[2], best[3]];
+      } else {
+        merged.push(sp);
+      }
+    });
+    return merged;
+  }
+
+  /* The threshold of the smallest length class that holds n tokens (the largest class beyond it). */
+  function segmentThreshold(n, seg) {
+    for (var k = 0; k < seg.lengths.length; k++) { if (n <= seg.lengths[k]) { return seg.thresholds[k]; } }
+    return seg.thresholds[seg.thresholds.length - 1];
+  }
+
   PG.math = { normSf: normSf, zAlpha: zAlpha, score: score, levenshtein: levenshtein,
-    editFraction: editFraction, perfectAttackEdits: perfectAttackEdits, perfectForgeEdits: perfectForgeEdits };
+    editFraction: editFraction, perfectAttackEdits: perfectAttackEdits, perfectForgeEdits: perfectForgeEdits,
+    findSpans: findSpans, segmentThreshold: segmentThreshold };
 
   // ------------------------------------------------------------------ formatting and DOM
 
@@ -481,6 +544,9 @@
       delta: readout(outputs, "delta", "edit fraction δ", "token-level Levenshtein distance to the original / its length"),
       pred: readout(outputs, "predicted_z", "random edits: z₀(1−δ)²", "what random substitution at this δ leaves, on average"),
       gap: readout(outputs, "gap", "your z − prediction", "negative: your edits hurt the watermark more than random ones"),
+      segs: readout(outputs, "segments", "watermarked spans (approx.)", "boxed below: windows of 16, 32, 64, … tokens " +
+        "whose z passes the scan's threshold for a text of this length without repeated tokens (approximate for a " +
+        "text that repeats itself; chainmark detect --segments computes this text's own)"),
       ms: readout(outputs, "ms", "re-score time", "tokenize, look up states, score, compare with the original, redraw")
     };
     var verdictBox = outputs.querySelector("[data-field=verdict]").parentNode;
@@ -490,6 +556,7 @@
         document.createTextNode("state " + s)]));
     }
     legend.appendChild(el("span", { "class": "cm-tok cm-ok", text: "underlined: legal step from the token before (s → s+1 mod " + S + ")" }));
+    legend.appendChild(el("span", { "class": "cm-tok cm-seg", text: "ringed in orange: inside a watermarked span the window scan finds (approximate threshold)" }));
     body.appendChild(legend);
     var tiles = el("div", { "class": "cm-tokens", "aria-live": "off" });
     body.appendChild(tiles);
@@ -524,11 +591,13 @@
       update();
     }
 
-    function renderTiles(ids, res) {
-      var html = [];
+    function renderTiles(ids, res, spans) {
+      var html = [], inSpan = new Uint8Array(ids.length);
+      spans.forEach(function (sp) { for (var t = sp[0]; t < sp[1]; t++) { inSpan[t] = 1; } });
       for (var i = 0; i < ids.length; i++) {
         var sv = res.states[i];
-        html.push('<span class="cm-tok cm-s' + sv + (res.valid[i] ? " cm-ok" : "") + '" title="id ' + ids[i] +
+        html.push('<span class="cm-tok cm-s' + sv + (res.valid[i] ? " cm-ok" : "") + (inSpan[i] ? " cm-seg" : "") +
+          '" title="id ' + ids[i] +
           ", state " + sv + (i ? (res.valid[i] ? ", legal step" : ", broken step") : "") + '"><span class="cm-d">' + sv +
           "</span>" + shownToken(tok.label(ids[i])) + "</span>");
       }
@@ -601,7 +670,10 @@
       show.delta(delta, isNaN(delta) ? "—" : pct(delta));
       show.pred(pred, pred.toFixed(2));
       show.gap(res.z - pred, (res.z - pred >= 0 ? "+" : "") + (res.z - pred).toFixed(2));
-      renderTiles(ids, res);
+      var spans = data.segments ? findSpans(res.valid, S, segmentThreshold(res.n, data.segments), data.segments.min_window) : [];
+      st.spans = spans;
+      show.segs(spans.length, spans.length ? spans.map(function (sp) { return sp[0] + "–" + sp[1]; }).join(", ") : "none");
+      renderTiles(ids, res, spans);
       if (text !== lastText) {
         if (lastText !== null) { st.history.push([delta, res.z]); }
         if (st.history.length > 400) { st.history.shift(); }

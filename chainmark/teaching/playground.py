@@ -51,6 +51,9 @@ _PER_DOMAIN = 2
 _MIN_SAMPLE_TOKENS = 100
 #: Texts whose distinct 4-gram share reaches this are preferred as samples (the small model loops).
 _MIN_DISTINCT_SHARE = 0.6
+#: Length classes (tokens) of the window scan's precomputed thresholds, and the re-drawn keys behind each.
+_SEGMENT_LENGTHS = (64, 128, 256, 512, 1024, 2048)
+_SEGMENT_DRAWS = 999
 
 
 class PlaygroundError(ValueError):
@@ -176,6 +179,31 @@ def _state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
 # ---------------------------------------------------------------------------
 # sample texts
 # ---------------------------------------------------------------------------
+def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
+                       lengths: Sequence[int] = _SEGMENT_LENGTHS, seed: int = 0) -> dict[str, Any]:
+    """The window scan's thresholds (:func:`chainmark.segments.spans_above`) for texts of each length class.
+
+    For each length n, the largest window z of ``draws`` texts whose n states are all independent and uniform
+    (a text without repeated tokens under a random key); the threshold is the one
+    :func:`chainmark.segments.detect_segments` would use with that null, so a text of at most n tokens and no
+    repeats gets a span with probability at most ``alpha``. For a real text, which repeats tokens, it is an
+    approximation (the page says so); ``chainmark detect --segments`` simulates the text's own null.
+    """
+    from ..segments import scan_maximum, window_lengths
+    from ..detection import valid_transitions
+    from ..topology import resolve_topology
+
+    topo = resolve_topology("clockwork", S)
+    rng = np.random.default_rng(seed)
+    thresholds = []
+    for n in lengths:
+        maxima = np.sort(scan_maximum(window_lengths(n - 1), topo.p0)(
+            valid_transitions(rng.integers(0, S, size=(draws, n)), topo)))
+        thresholds.append(float(maxima[maxima.size - math.floor(alpha * (draws + 1) + 1e-9)]))
+    return {"min_window": 16, "lengths": [int(n) for n in lengths], "thresholds": thresholds, "draws": int(draws),
+            "alpha": float(alpha)}
+
+
 @dataclass
 class Sample:
     """One text of the menu: where it comes from and the text itself."""
@@ -370,7 +398,7 @@ def build_playground(tokenizer: Any, key: Any, samples: Sequence[Sample], S: int
     tok = _tokenizer_payload(tokenizer)
     data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": STATE_COLOURS,
             "tokenizer": tok, "states": _state_payload(key, tok["vocab_size"], S),
-            "samples": [s.to_dict() for s in samples]}
+            "samples": [s.to_dict() for s in samples], "segments": segment_thresholds(S, alpha)}
     return Playground(data, note=note)
 
 
@@ -396,4 +424,4 @@ def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> P
 
 __all__ = ["CHALLENGE_BUDGET", "PLAYGROUND_ALPHA",
            "PLAYGROUND_S", "Playground", "PlaygroundError", "Sample", "attack_bounds", "attack_playground",
-           "build_playground",]
+           "build_playground", "segment_thresholds"]
