@@ -254,7 +254,8 @@ def cover_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = No
     tail P(Bin(w, p0) >= count) times the number of intervals is at most
     ``alpha``; overlapping or adjacent flagged intervals merge into one span.
     The binomial treats the transitions as independent, which repeated tokens
-    break; that is the calibration the cover's authors use for their detectors.
+    break. The authors' public code is looser still: a normal z-test per interval
+    against a fixed threshold (0.001 to 0.05) with no multiplicity correction.
     """
     key, topo = resolve_config(key, S, topology)
     alpha = check_alpha(alpha)
