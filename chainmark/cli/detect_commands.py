@@ -262,14 +262,7 @@ def _cmd_detect(args: argparse.Namespace) -> int:
                      "z_text_null": None if null is None else null.z_standardised(res.n_hits)})
         if note:
             warn(f"{_printable(item.label)}: {note}")
-    if args.json:
-        for row in rows:
-            print(json.dumps(row, allow_nan=False))
-    else:
-        print(_detect_table(rows, regime))
-    if args.fail_on_detect and any(row["is_watermarked"] for row in rows):
-        return EXIT_DETECTED
-    return EXIT_OK
+    return _emit(args, rows, lambda: _detect_table(rows, regime))
 
 
 def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer: Any, key: bytes, regime: Regime,
@@ -292,14 +285,17 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
         reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
                         "seed": args.seed})
+    return _emit(args, reports, lambda: _segments_table(reports, regime))
+
+
+def _emit(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> int:
+    """Print the rows (one JSON object each with --json, else the table) and the exit code --fail-on-detect asks."""
     if args.json:
-        for row in reports:
+        for row in rows:
             print(json.dumps(row, allow_nan=False))
     else:
-        print(_segments_table(reports, regime))
-    if args.fail_on_detect and any(r["is_watermarked"] for r in reports):
-        return EXIT_DETECTED
-    return EXIT_OK
+        print(table())
+    return EXIT_DETECTED if args.fail_on_detect and any(row["is_watermarked"] for row in rows) else EXIT_OK
 
 
 def _ids_and_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
