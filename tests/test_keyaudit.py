@@ -9,8 +9,9 @@ import pytest
 from chainmark import cli
 from chainmark.calibrate import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, audit_key, certificate_problems, certify, _corpus_fingerprint,
-                                format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
+from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, KEYS_TRIED_NOTE, audit_key,
+                                       certificate_problems, certify, _corpus_fingerprint, format_audit,
+                                       minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint
 
 KEY = b"key-audit-test-key-0123456789abcdef"
@@ -113,9 +114,9 @@ def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
     with pytest.raises(ValueError, match="choose on one corpus"):
         audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on=fingerprint)
     cert = audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on="0123456789abcdef")
-    assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef"}
+    assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef", "note": KEYS_TRIED_NOTE}
     cert = seal({**cert, "tokenizer": "t", "tokenizer_fingerprint": "tf", "package_version": "0"})
-    assert "chosen among 5 keys" in format_audit(cert)
+    assert format_audit(cert).splitlines()[-1] == f"chosen among 5 keys on corpus 0123456789abcdef; {KEYS_TRIED_NOTE}"
     same = seal({**cert, "selection": {"keys_tried": 5, "selected_on": fingerprint}})
     assert any("biased low" in p for p in certificate_problems(same))
 
@@ -124,6 +125,101 @@ def test_the_corpus_fingerprint_follows_content_and_order():
     a, b = [1, 2, 3], [4, 5]
     assert _corpus_fingerprint([a, b]) == _corpus_fingerprint([np.array(a), np.array(b)])
     assert _corpus_fingerprint([a, b]) != _corpus_fingerprint([b, a]) != _corpus_fingerprint([a + b])
+
+
+def _sealed(cert):
+    return seal({**cert, "tokenizer": "t", "tokenizer_fingerprint": "tf", "package_version": "0"})
+
+
+def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
+    corpus = repetitive_corpus(40)
+    by_four = [f"doc {i // 4}" for i in range(40)]  # ten documents of four windows each
+    by_two = [f"doc {i // 2}" for i in range(40)]  # twenty of two
+    fingerprints = {_corpus_fingerprint(corpus), _corpus_fingerprint(corpus, by_four), _corpus_fingerprint(corpus, by_two)}
+    assert len(fingerprints) == 3
+    # which texts share a document counts, not what the documents are called
+    assert _corpus_fingerprint(corpus, [f"other {i // 4}" for i in range(40)]) == _corpus_fingerprint(corpus, by_four)
+    assert _corpus_fingerprint(corpus, [str(i) for i in range(40)]) == _corpus_fingerprint(corpus)
+    # the same texts, as many documents, grouped otherwise: ten of four consecutive texts, or of every tenth text
+    assert _corpus_fingerprint(corpus, [f"doc {i % 10}" for i in range(40)]) != _corpus_fingerprint(corpus, by_four)
+    grouped = audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four)
+    alone = audit_key(KEY, corpus, S=5, vocab_size=400)
+    assert grouped["corpus"]["fingerprint"] != alone["corpus"]["fingerprint"]
+    assert grouped["corpus"]["texts_fingerprint"] == alone["corpus"]["texts_fingerprint"] == alone["corpus"]["fingerprint"]
+    assert grouped["corpus"]["grouping"] == ("texts with the same document name form one document (40 texts, "
+                                             "10 documents)")
+    assert alone["corpus"]["grouping"] == "every text is its own document (no document names were given)"
+    assert audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four,
+                     grouping="four windows per licence")["corpus"]["grouping"] == "four windows per licence"
+    # a recheck with the certified grouping agrees; with any other it fails, saying why
+    cert = _sealed(grouped)
+    assert recheck_certificate(cert, KEY, corpus, documents=by_four, vocab_size=400) == []
+    for other in (None, by_two, [f"doc {i % 10}" for i in range(40)]):
+        problems = recheck_certificate(cert, KEY, corpus, documents=other, vocab_size=400)
+        assert len(problems) == 1 and problems[0].startswith("these are the certified texts, but grouped into "
+                                                             "documents differently"), problems
+        assert "the certificate's 10 (" in problems[0] and "recheck with the certificate's grouping" in problems[0]
+    # a key chosen on these texts cannot be certified on them grouped otherwise
+    with pytest.raises(ValueError, match="choose on one corpus"):
+        audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four, keys_tried=3,
+                  selected_on=alone["corpus"]["fingerprint"])
+
+
+def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp_path):
+    assert CERTIFICATE_FORMAT == "chainmark-key-audit/3"
+    cert = _sealed(audit_key(KEY, repetitive_corpus(30), S=5, vocab_size=400))
+    old = seal({**cert, "format": "chainmark-key-audit/2"})
+    problems = certificate_problems(old)
+    assert len(problems) == 1 and problems[0].startswith("a chainmark-key-audit/2 certificate, an older format")
+    assert "does not cover how the texts are grouped into documents" in problems[0]
+    assert "re-run the audit (chainmark key audit)" in problems[0]
+    path = tmp_path / "old.audit.json"
+    path.write_text(json.dumps(old), "utf-8")
+    with pytest.raises(ValueError, match="re-run the audit"):
+        read_certificate(str(path))
+    # a certificate of this format without the new corpus fields is incomplete
+    lacking = _sealed({**cert, "corpus": {k: v for k, v in cert["corpus"].items() if k != "grouping"}})
+    assert "the certificate's corpus lacks grouping" in certificate_problems(lacking)
+
+
+def test_a_certificate_states_its_bound_at_95_percent_or_more():
+    assert CERTIFICATE_LEVEL == 0.95
+    corpus = repetitive_corpus(30)
+    for level in (0.5, 0.9, 1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="level must be at least 0.95"):
+            audit_key(KEY, corpus, S=5, vocab_size=400, level=level)
+    with pytest.raises(ValueError, match="level must be at least 0.95"):
+        certify(3, 418, 0.01, level=0.5)
+    assert audit_key(KEY, corpus, S=5, vocab_size=400, level=0.99)["level"] == 0.99
+    # 3 of 418 documents flagged: inconclusive at 95%; re-sealed at level 0.5 with every bound recomputed, a pass
+    from chainmark.auditor.keyaudit import _row
+
+    assert certify(3, 418, 0.01) == "inconclusive" and clopper_pearson_upper(3, 418, 0.5) <= 0.01
+    cert = _sealed(audit_key(KEY, corpus, S=5, vocab_size=400))
+    rows = {test: {**row, **_row(np.arange(418) < 3, 418, 0.01, 0.5), "texts_flagged": 3}
+            for test, row in cert["tests"].items()}
+    resealed = seal({**cert, "level": 0.5, "minimum_documents": minimum_documents(0.01, 0.5), "tests": rows,
+                     "corpus": {**cert["corpus"], "texts": 418, "documents": 418}, "verdict": "pass"})
+    assert all(row["certified"] for row in resealed["tests"].values())
+    assert certificate_problems(resealed) == [
+        "the certificate's level is 0.5, but a certificate states its bound at a confidence of at least 0.95: "
+        "at a lower level its verdict passes keys whose rate lies above alpha"]
+    assert recheck_certificate(resealed, KEY, corpus, vocab_size=400)[0].startswith("the certificate's level is 0.5")
+
+
+def test_keys_tried_is_recorded_as_declared_and_the_table_says_how_documents_were_formed():
+    corpus = repetitive_corpus(40)
+    cert = _sealed(audit_key(KEY, corpus, S=5, vocab_size=400, documents=[f"licence {i // 10}" for i in range(40)],
+                             grouping="ten windows of 200 tokens per licence"))
+    assert cert["selection"] == {"keys_tried": 1, "selected_on": None, "note": KEYS_TRIED_NOTE}
+    assert KEYS_TRIED_NOTE.startswith("keys_tried and selected_on are declared by whoever ran the audit, not verified")
+    table = format_audit(cert).splitlines()
+    assert table[1] == "documents: ten windows of 200 tokens per licence"
+    assert table[-1] == f"keys tried: 1; {KEYS_TRIED_NOTE}"
+    # the note is part of what a certificate must say
+    silent = _sealed({**cert, "selection": {"keys_tried": 1, "selected_on": None}})
+    assert certificate_problems(silent) == [
+        "the certificate's selection lacks its note that keys_tried is declared, not verified"]
 
 
 def test_certificate_problems_name_every_mismatch():
@@ -162,6 +258,10 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     assert cert["corpus"]["texts"] > 1200 and "reference null" in cert["corpus"]["name"]
     # every reply a document; the Language Reference's windows grouped by topic
     assert 1200 < cert["corpus"]["documents"] < cert["corpus"]["texts"] and certificate_problems(cert) == []
+    assert cert["corpus"]["unit"] == "document" and cert["corpus"]["grouping"].startswith("each of the ")
+    assert "replies of the embedded model is one document; the windows of 200 tokens cut from one topic of " \
+        in cert["corpus"]["grouping"]
+    assert f"documents: {cert['corpus']['grouping']}\n" in out and KEYS_TRIED_NOTE in out
     assert cert["tokenizer_fingerprint"] and "FPR [95% CI]" in out
     assert key_fingerprint(keys["a"].read_bytes()) == cert["key_fingerprint"]
     assert keys["a"].read_bytes().hex() not in cert_path.read_text("utf-8")  # never the key
@@ -228,6 +328,14 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     cert = json.loads(capsys.readouterr().out)
     assert cert["corpus"]["texts"] == cert["corpus"]["documents"] == 120
     assert cert["corpus"]["name"].startswith("120 text(s)") and cert["verdict"] != "pass"  # 120 < 299
+    assert cert["corpus"]["grouping"] == ("each non-blank line of a .jsonl file is one document (its 'body' "
+                                          "field); no two texts share a document")
+    (tmp_path / "a.txt").write_text("One whole file of text, one document. " * 5, "utf-8")
+    assert cli.main(args[:-1] + ["--corpus", str(corpus), str(tmp_path / "a.txt"), "--text-field", "body"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert ("documents: each non-blank line of a .jsonl file is one document (its 'body' field); each other file "
+            "is one document (its whole text); no two texts share a document\n") in out
+    assert "121 documents" in out and f"keys tried: 1; {KEYS_TRIED_NOTE}" in out
     assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--keys-tried", "3"]) == 2
     assert "choose on one corpus" in capsys.readouterr().err
     assert cli.main(args + ["--corpus", str(corpus)]) == 2  # no field "text"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -257,6 +258,34 @@ def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
     path.write_text(text[:-1] + ', "threshold": -10}', "utf-8")
     with pytest.raises(RegimeError, match="appears twice"):
         Regime.from_file(path)
+
+
+def _certificate(**changes):
+    """A key-audit certificate for KEY, _Vocab, S = 5, clockwork, the exact test at alpha = 1%, re-sealed after
+    ``changes``."""
+    from chainmark.auditor.keyaudit import audit_key, seal
+
+    texts = [np.random.default_rng(i).integers(0, 3, 60) for i in range(30)]
+    cert = audit_key(KEY, texts, S=5, alpha=0.01, vocab_size=3)
+    return seal({**cert, "tokenizer": None, "tokenizer_fingerprint": tokenizer_fingerprint(_Vocab()),
+                 "package_version": "0", **changes})
+
+
+def test_a_regime_refuses_a_certificate_below_95_percent_or_of_an_older_format():
+    good = _certificate()
+    doc = _published(test="exact", key_audit=good)
+    assert doc["key_audit"] == good and Regime.from_document(doc).check_certificate(KEY, _Vocab()) == []
+    low = _certificate(level=0.5)
+    old = _certificate(format="chainmark-key-audit/2")
+    for bad, says in ((low, "the certificate's level is 0.5, but a certificate states its bound at a confidence "
+                            "of at least 0.95"),
+                      (old, "a chainmark-key-audit/2 certificate, an older format than chainmark-key-audit/3")):
+        with pytest.raises(RegimeError, match=re.escape("certificate does not fit this audit: " + says)):
+            _published(test="exact", key_audit=bad)  # publishing it
+        regime = Regime.from_document(doc).replace(key_audit=bad)
+        for strict in (True, False):  # applying it, whatever test the auditor chose
+            with pytest.raises(RegimeError, match=re.escape(says)):
+                regime.check_certificate(KEY, _Vocab(), strict_test=strict)
 
 
 # ---------------------------------------------------------------- k successors among S states: k < S

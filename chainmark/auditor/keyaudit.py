@@ -16,9 +16,12 @@ the document: windows cut from one document share its pairs and are not
 independent, so a document counts as flagged when any of its windows is.
 
 The result is a certificate (:data:`CERTIFICATE_FORMAT`) that names the key
-by its fingerprint only, binds the tokenizer's and the corpus's fingerprints,
-the test and alpha, records how many keys were tried before this one (and on
-which other corpus), and carries a digest of its own content.
+by its fingerprint only, binds the tokenizer's fingerprint and the corpus's
+(its texts *and* which texts form which document, since the counts are over
+documents), the test, alpha and a level of at least :data:`CERTIFICATE_LEVEL`,
+says in words how the texts became documents, records how many keys were
+tried before this one (and on which other corpus) as the auditor declares it,
+unverified, and carries a digest of its own content.
 :func:`certificate_problems` recomputes its verdict from its counts, and
 :func:`recheck_certificate`, given the key and the corpus, its counts.
 """
@@ -40,9 +43,13 @@ from ..keys import key_fingerprint
 from ..partition import Key
 from ..topology import TopologyLike, resolve_topology
 
-CERTIFICATE_FORMAT = "chainmark-key-audit/2"
-#: The confidence of the bound a certificate states (one-sided).
+#: Format 3: the corpus fingerprint covers which texts form which document (format 2's hashed the texts only).
+CERTIFICATE_FORMAT = "chainmark-key-audit/3"
+#: The confidence of the bound a certificate states (one-sided): the least a certificate may use.
 CERTIFICATE_LEVEL = 0.95
+#: What a certificate says of ``keys_tried`` and ``selected_on``: nothing in it can check them.
+KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
+                   "among more keys than declared has a rate biased low")
 #: What a certificate can say: the upper bound is at or below alpha; the lower bound lies above it; neither.
 VERDICTS = ("pass", "fail", "inconclusive")
 #: The fields a certificate must have, and what a regime's use of it must match.
@@ -50,16 +57,36 @@ CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_finge
                       "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
                       "verdict", "package_version", "digest")
 _ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
+_CORPUS_FIELDS = ("texts", "documents", "tokens", "fingerprint", "texts_fingerprint", "unit", "grouping")
 
 
-def _corpus_fingerprint(texts: Sequence[Sequence[int]]) -> str:
-    """A short hash of a corpus of token-id sequences (their lengths and ids, in order)."""
+def _groups(n: int, documents: Sequence[Any] | None) -> list[int]:
+    """Each text's document as the order in which documents first appear: which texts share one, not its name."""
+    if documents is None:
+        return list(range(n))
+    first: dict[str, int] = {}
+    return [first.setdefault(str(name), len(first)) for name in documents]
+
+
+def _corpus_fingerprint(texts: Sequence[Sequence[int]], documents: Sequence[Any] | None = None) -> str:
+    """A short hash of a corpus of token-id sequences and its grouping: each text's length, ids and document
+    (by order of first appearance), in order; ``documents`` None makes every text its own document."""
     h = hashlib.sha256()
-    for ids in texts:
+    for ids, group in zip(texts, _groups(len(texts), documents), strict=True):
         arr = np.asarray(ids, dtype=np.int64).ravel()
         h.update(len(arr).to_bytes(8, "little"))
         h.update(arr.astype("<i8").tobytes())
+        h.update(group.to_bytes(8, "little"))
     return h.hexdigest()[:16]
+
+
+def _check_level(level: Any) -> float:
+    """A certificate's confidence level: at least :data:`CERTIFICATE_LEVEL` and below 1, else a ``ValueError``."""
+    number = not isinstance(level, bool) and isinstance(level, (int, float, np.floating))
+    if not number or not CERTIFICATE_LEVEL <= level < 1:
+        raise ValueError(f"level must be at least {CERTIFICATE_LEVEL:g} (CERTIFICATE_LEVEL) and below 1, got "
+                         f"{level!r}: a bound at lower confidence passes keys whose rate lies above alpha")
+    return float(level)
 
 
 def minimum_documents(alpha: float, level: float = CERTIFICATE_LEVEL) -> int:
@@ -75,8 +102,9 @@ def certify(flagged: int, documents: int, alpha: float, level: float = CERTIFICA
     or below alpha (on at least :func:`minimum_documents` documents, which
     that implies); ``"fail"`` when the one-sided lower bound lies above
     alpha; ``"inconclusive"`` otherwise (the corpus is too small to tell).
+    A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``.
     """
-    alpha = check_alpha(alpha)
+    alpha, level = check_alpha(alpha), _check_level(level)
     if clopper_pearson_upper(flagged, documents, level) <= alpha:
         return "pass"
     if clopper_pearson_lower(flagged, documents, level) > alpha:
@@ -140,12 +168,17 @@ def audit_key(
     keys_tried: int = 1,
     selected_on: str | None = None,
     level: float = CERTIFICATE_LEVEL,
+    grouping: str | None = None,
 ) -> dict[str, Any]:
     """Score unwatermarked ``texts`` (token ids) under ``key`` with every test; the certificate's body.
 
     ``documents`` names the document each text comes from (windows cut from
     one document share a name); by default every text is its own document.
-    For each test: texts and documents scored, documents flagged at alpha
+    ``grouping`` says in words how the texts became documents (recorded in
+    the certificate; by default what ``documents`` gives). The corpus
+    fingerprint covers the texts and which of them share a document, so a
+    recheck with another grouping fails; ``texts_fingerprint`` covers the
+    texts alone. For each test: texts and documents scored, documents flagged at alpha
     (a document is flagged when any of its texts is), the rate with its 95%
     two-sided Clopper-Pearson interval and its one-sided upper bound at
     ``level``, whether that bound certifies alpha, and the threshold that
@@ -153,11 +186,14 @@ def audit_key(
     of the exact test's p-values). The verdict is :func:`certify`'s for
     ``deploy_test``. ``keys_tried`` > 1 says this key was chosen among
     others, which must have been done on another corpus: ``selected_on`` is
-    that corpus's fingerprint. Texts shorter than two tokens are left out.
-    The tokenizer fields, package version and digest are added by the
-    caller (:func:`seal`).
+    that corpus's fingerprint; both are the caller's word, recorded as
+    declared (:data:`KEYS_TRIED_NOTE`). ``level`` must be at least
+    :data:`CERTIFICATE_LEVEL` (a ``ValueError`` otherwise): a lower one would
+    let the certificate pass keys whose rate lies above alpha. Texts shorter
+    than two tokens are left out. The tokenizer fields, package version and
+    digest are added by the caller (:func:`seal`).
     """
-    alpha = check_alpha(alpha)
+    alpha, level = check_alpha(alpha), _check_level(level)
     deploy_test = check_test(deploy_test)
     topo = resolve_topology(topology, S)
     if isinstance(keys_tried, bool) or not isinstance(keys_tried, (int, np.integer)) or keys_tried < 1:
@@ -169,9 +205,9 @@ def audit_key(
     kept_pairs = [(np.asarray(t, dtype=np.int64), name) for t, name in zip(texts, names) if len(t) >= 2]
     if not kept_pairs:
         raise ValueError("the corpus has no text of two tokens or more: nothing to audit the key on")
-    kept = [t for t, _ in kept_pairs]
-    fingerprint = _corpus_fingerprint(kept)
-    if keys_tried > 1 and (selected_on is None or selected_on == fingerprint):
+    kept, kept_names = [t for t, _ in kept_pairs], [n for _, n in kept_pairs]
+    fingerprint, texts_fingerprint = _corpus_fingerprint(kept, kept_names), _corpus_fingerprint(kept)
+    if keys_tried > 1 and (selected_on is None or selected_on in (fingerprint, texts_fingerprint)):
         raise ValueError(f"this key was chosen among {keys_tried}: choose on one corpus and certify on another "
                          "(give the selection corpus's fingerprint; it must differ from this corpus's "
                          f"{fingerprint}), or the chosen key's rate on the same corpus is biased low")
@@ -195,15 +231,23 @@ def audit_key(
         "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "level": level,
         "minimum_documents": minimum_documents(alpha, level),
         "corpus": {"texts": len(kept), "documents": n_docs, "tokens": int(sum(t.size for t in kept)),
-                   "fingerprint": fingerprint, "unit": "document",
+                   "fingerprint": fingerprint, "texts_fingerprint": texts_fingerprint, "unit": "document",
+                   "grouping": grouping or _default_grouping(documents is None, len(kept), n_docs),
                    "windows": ("none: every text is its own document" if n_docs == len(kept) else
                                f"{len(kept)} texts from {n_docs} documents; a document counts as flagged "
                                "when any of its texts is")},
-        "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on},
+        "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on, "note": KEYS_TRIED_NOTE},
         "tests": tests,
         "deploy_test": deploy_test,
         "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
     }
+
+
+def _default_grouping(unnamed: bool, texts: int, documents: int) -> str:
+    """How the texts became documents, in words, when the caller does not say."""
+    if unnamed:
+        return "every text is its own document (no document names were given)"
+    return f"texts with the same document name form one document ({texts} texts, {documents} documents)"
 
 
 def fpr_across_keys(
@@ -246,10 +290,15 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
     (empty: fine). A certificate speaks for the test it was made for (``deploy_test``) at its alpha only.
 
     The certificate is checked against itself: its digest against its
-    content, every row's rate and bounds against its counts, and its
-    verdict against :func:`certify` on the deployed test's counts; a key
-    chosen among several must have been chosen on another corpus.
+    content, its level (at least :data:`CERTIFICATE_LEVEL`), every row's
+    rate and bounds against its counts, and its verdict against
+    :func:`certify` on the deployed test's counts; a key chosen among
+    several must have been chosen on another corpus. An older format is
+    named, with the advice to re-run the audit.
     """
+    old = _older_format(cert)
+    if old:
+        return [old]
     if not isinstance(cert, Mapping) or cert.get("format") != CERTIFICATE_FORMAT:
         return [f"not a {CERTIFICATE_FORMAT} certificate"]
     missing = [f for f in CERTIFICATE_FIELDS if f not in cert]
@@ -269,9 +318,36 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
     return problems
 
 
+def _older_format(cert: Any) -> str | None:
+    """The problem with a certificate of an older format of this package, else None."""
+    fmt = cert.get("format") if isinstance(cert, Mapping) else None
+    if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt == CERTIFICATE_FORMAT:
+        return None
+    return (f"a {fmt} certificate, an older format than {CERTIFICATE_FORMAT}: its corpus fingerprint does not "
+            "cover how the texts are grouped into documents, which its counts depend on; re-run the audit "
+            "(chainmark key audit) to write a new certificate")
+
+
+def _level_problem(level: Any) -> str | None:
+    """The problem with a certificate's level (below :data:`CERTIFICATE_LEVEL`, or not a number), else None."""
+    try:
+        _check_level(level)
+    except ValueError:
+        return (f"the certificate's level is {level!r}, but a certificate states its bound at a confidence of "
+                f"at least {CERTIFICATE_LEVEL:g}: at a lower level its verdict passes keys whose rate lies "
+                "above alpha")
+    return None
+
+
 def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
-    """The certificate's rows, minimum and verdict recomputed from its own counts."""
-    problems = []
+    """The certificate's level, corpus, rows, minimum and verdict recomputed from its own counts."""
+    level_problem = _level_problem(cert["level"])
+    if level_problem:
+        return [level_problem]
+    missing = [f for f in _CORPUS_FIELDS if f not in cert["corpus"]]
+    problems = [f"the certificate's corpus lacks {', '.join(missing)}"] if missing else []
+    if cert["selection"].get("note") != KEYS_TRIED_NOTE:
+        problems.append("the certificate's selection lacks its note that keys_tried is declared, not verified")
     alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
     if cert["minimum_documents"] != minimum_documents(alpha, level):
         problems.append(f"minimum_documents is {cert['minimum_documents']}, but alpha {alpha:g} at level "
@@ -301,7 +377,8 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
         problems.append(f"the certificate's verdict is {cert['verdict']!r}, but {row['flagged']} of "
                         f"{row['documents']} documents flagged by the {cert['deploy_test']} test give {verdict!r}")
     selection = cert["selection"]
-    if selection.get("keys_tried", 1) > 1 and selection.get("selected_on") in (None, cert["corpus"].get("fingerprint")):
+    own = (None, cert["corpus"].get("fingerprint"), cert["corpus"].get("texts_fingerprint"))
+    if selection.get("keys_tried", 1) > 1 and selection.get("selected_on") in own:
         problems.append(f"the key was chosen among {selection['keys_tried']} on the corpus it is certified on: "
                         "its rate there is biased low")
     return problems
@@ -311,7 +388,8 @@ def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Seque
                         documents: Sequence[Any] | None = None, vocab_size: int | None = None) -> list[str]:
     """Recompute a certificate's counts with the key and the corpus it names (empty: they agree).
 
-    The corpus must be the one certified (same fingerprint); every test's
+    The corpus must be the one certified (same fingerprint): the same texts
+    grouped into documents the same way (``documents``); every test's
     documents and flagged counts, and the verdict, must come out the same.
     """
     problems = certificate_problems(cert)
@@ -323,8 +401,7 @@ def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Seque
                       deploy_test=cert["deploy_test"], vocab_size=vocab_size, documents=documents,
                       level=cert["level"])
     if fresh["corpus"]["fingerprint"] != cert["corpus"]["fingerprint"]:
-        return [f"this corpus (fingerprint {fresh['corpus']['fingerprint']}) is not the certified one "
-                f"({cert['corpus']['fingerprint']})"]
+        return [_corpus_mismatch(fresh["corpus"], cert["corpus"])]
     for test, row in cert["tests"].items():
         again = fresh["tests"].get(test)
         if again is None:
@@ -336,6 +413,16 @@ def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Seque
     if fresh["verdict"] != cert["verdict"]:
         problems.append(f"the verdict recomputed is {fresh['verdict']!r}, the certificate's {cert['verdict']!r}")
     return problems
+
+
+def _corpus_mismatch(fresh: Mapping[str, Any], certified: Mapping[str, Any]) -> str:
+    """Why a recheck's corpus is not the certified one: other texts, or the same texts grouped otherwise."""
+    if fresh["texts_fingerprint"] != certified["texts_fingerprint"]:
+        return (f"this corpus (fingerprint {fresh['fingerprint']}) is not the certified one "
+                f"({certified['fingerprint']})")
+    return (f"these are the certified texts, but grouped into documents differently: here {fresh['documents']} "
+            f"documents (fingerprint {fresh['fingerprint']}), the certificate's {certified['documents']} "
+            f"({certified['fingerprint']}; {certified['grouping']}); recheck with the certificate's grouping")
 
 
 def read_certificate(path: str) -> dict[str, Any]:
@@ -355,13 +442,14 @@ def read_certificate(path: str) -> dict[str, Any]:
 
 
 def format_audit(cert: Mapping[str, Any]) -> str:
-    """The certificate as a table: one row per test, the rate with its interval and upper bound, the
-    corpus threshold, then the verdict and what it means."""
+    """The certificate as a table: how the texts became documents, one row per test (the rate with its
+    interval and upper bound, the corpus threshold), then the verdict, what it means, and the keys tried."""
     corpus = cert["corpus"]
     level = f"{100 * cert['level']:g}%"
     lines = [f"key {cert['key_fingerprint']}: S={cert['S']} {cert['topology']}, alpha={cert['alpha']:g}, "
              f"{corpus['documents']} documents ({corpus['texts']} texts, {corpus['tokens']} tokens, "
              f"corpus {corpus['fingerprint']})",
+             f"documents: {corpus['grouping']}",
              f"{'test':9s} {'flagged':>10s} {'FPR [95% CI]':>24s} {'upper ' + level:>10s}  {'certifies':9s} "
              "threshold on this corpus"]
     for test, row in cert["tests"].items():
@@ -380,10 +468,13 @@ def format_audit(cert: Mapping[str, Any]) -> str:
                             if corpus["documents"] < cert["minimum_documents"] else "")),
     }[cert["verdict"]]
     lines.append(f"verdict for the {cert['deploy_test']} test: {cert['verdict'].upper()}: {meaning}")
-    if cert["selection"]["keys_tried"] > 1:
-        lines.append(f"chosen among {cert['selection']['keys_tried']} keys on corpus {cert['selection']['selected_on']}")
+    selection = cert["selection"]
+    lines.append(f"chosen among {selection['keys_tried']} keys on corpus {selection['selected_on']}"
+                 if selection["keys_tried"] > 1 else "keys tried: 1")
+    lines[-1] += f"; {selection.get('note', KEYS_TRIED_NOTE)}"
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "VERDICTS", "audit_key", "certificate_problems", "certify", "format_audit",
-           "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]
+__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "KEYS_TRIED_NOTE", "VERDICTS", "audit_key",
+           "certificate_problems", "certify", "format_audit", "fpr_across_keys", "minimum_documents",
+           "read_certificate", "recheck_certificate", "seal"]

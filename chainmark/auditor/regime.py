@@ -82,6 +82,7 @@ def regime_document(
     ``tokenizer_revision`` records the Hub revision (commit hash) it was
     loaded at, so an auditor loads the same files. ``test`` names the test
     (:data:`chainmark.detection.TESTS`); the exact test publishes no z threshold.
+    ``key_audit``, the key's certificate, must fit the regime (:meth:`Regime.check_certificate`).
     """
     from ..checks import check_alpha, check_states
     from ..significance import check_test
@@ -115,6 +116,7 @@ def regime_document(
         test=None if test is None else check_test(test),
         key_audit=None if key_audit is None else dict(key_audit),
         trades_fpr_for_power=True if trades_fpr_for_power else None)
+    regime.check_certificate(key, tokenizer)
     return regime.to_document()
 
 
@@ -438,8 +440,9 @@ class Regime:
                               f"{self.key_fingerprint}: wrong key file?")
 
     def check_certificate(self, key: bytes | str, tokenizer: Any, *, strict_test: bool = True) -> list[str]:
-        """A ``RegimeError`` when the regime carries a key-audit certificate made for another key,
-        tokenizer, S or topology (:func:`chainmark.auditor.keyaudit.certificate_problems`), or for another test or
+        """A ``RegimeError`` when the regime carries a key-audit certificate with problems of its own (an older
+        format, a level below 0.95, counts that contradict its verdict) or made for another key, tokenizer, S or
+        topology (:func:`chainmark.auditor.keyaudit.certificate_problems`), or for another test or
         alpha. With ``strict_test=False`` (an auditor who chose another test or alpha on the command
         line) those two are returned as notes instead: the audit is valid, its rate is not certified."""
         if self.key_audit is None:

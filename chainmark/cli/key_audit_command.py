@@ -38,8 +38,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                      "INCONCLUSIVE otherwise. The exact test's size is at most alpha for every "
                                      "text over a random key; this audit measures the one key you deploy. "
                                      "The certificate (JSON: key fingerprint, tokenizer fingerprint, S, "
-                                     "topology, corpus fingerprint and size, rates, thresholds, how many keys "
-                                     "were tried, package version, a digest; never the key) goes into the regime "
+                                     "topology, the corpus's size and fingerprint, which covers its texts and "
+                                     "how they are grouped into documents, that grouping in words, rates, "
+                                     "thresholds, how many keys were tried as you declare it (not verified), "
+                                     "package version, a digest; never the key) goes into the regime "
                                      "with `chainmark regime --certificate`, where `chainmark detect --regime` "
                                      "checks it.",
                          epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
@@ -58,13 +60,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     ka.add_argument("--test", choices=("z", "distinct", "exact"), default="exact",
                     help="the test the deployment will use: the verdict is for it (default exact)")
     ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
-                    "default corpus: .txt files (one text each) or .jsonl files (one text per line, in --text-field)")
+                    "default corpus: .txt files (each file one document) or .jsonl files (each non-blank line "
+                    "one document, its text in --text-field)")
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
     ka.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES, metavar="N",
                     help="refuse corpus files larger than N bytes in all")
     ka.add_argument("--keys-tried", type=int_in(1, 10**9), default=1, metavar="N",
                     help="how many keys were tried before choosing this one (default 1); with more than one, "
-                         "--selected-on must name the other corpus they were compared on")
+                         "--selected-on must name the other corpus they were compared on. The certificate "
+                         "records both as declared: nothing verifies them")
     ka.add_argument("--selected-on", metavar="FINGERPRINT", help="the corpus fingerprint (from that corpus's "
                     "audit) on which the key was chosen; it must differ from the certified corpus's")
     ka.add_argument("--check", metavar="CERT.json", help="instead of auditing, recompute this certificate's "
@@ -80,10 +84,11 @@ def _cmd_key_help(args: argparse.Namespace) -> int:
     return EXIT_USAGE
 
 
-def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[list[int]], list[str]]:
-    """The corpus a key is audited on, as token ids with each text's document: the caller's files (each
-    .txt file, and each line of a .jsonl file, a document), or the book's default corpus (each reply of the
-    reference null a document; windows of one Language Reference topic share the topic's)."""
+def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, str, list[list[int]], list[str]]:
+    """The corpus a key is audited on: its name, how its texts became documents (in words), the token ids
+    and each text's document. The caller's files: each .jsonl line, and each other file, is one document;
+    the book's default corpus: each reply of the reference null is one, the windows of one Language
+    Reference topic together are one."""
     if args.corpus:
         texts: list[str] = []
         left = args.max_bytes  # the limit holds for the corpus as a whole
@@ -105,8 +110,8 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[l
             else:
                 texts.append(content)
         name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
-        return name, [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], \
-            [f"text {i}" for i in range(len(texts))]
+        return name, _files_grouping(args.corpus, args.text_field), \
+            [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], [f"text {i}" for i in range(len(texts))]
     from ..harness import reference
     from ..harness.corpora import CORPUS_NAME, python_reference_documents, token_windows
 
@@ -120,7 +125,20 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, list[l
         topics += [f"topic {doc.name}"] * len(windows)
     name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
             f"200 tokens of {CORPUS_NAME}")
-    return name, ids + human, [f"reply {i}" for i in range(len(ids))] + topics
+    grouping = (f"each of the {len(ids)} replies of the embedded model is one document; the windows of 200 tokens "
+                f"cut from one topic of {CORPUS_NAME} together are one document ({len(set(topics))} topics)")
+    return name, grouping, ids + human, [f"reply {i}" for i in range(len(ids))] + topics
+
+
+def _files_grouping(paths: list[str], text_field: str) -> str:
+    """How ``--corpus`` files became documents, in words (what :func:`_audit_corpus` does with them)."""
+    jsonl = sum(Path(p).suffix == ".jsonl" for p in paths)
+    parts = []
+    if jsonl:
+        parts.append(f"each non-blank line of a .jsonl file is one document (its {text_field!r} field)")
+    if jsonl < len(paths):
+        parts.append("each other file is one document (its whole text)" if jsonl else "each file is one document")
+    return "; ".join(parts) + "; no two texts share a document"
 
 
 def _cmd_key_audit(args: argparse.Namespace) -> int:
@@ -133,13 +151,13 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
     out = out_path(args.out, "certificate") if args.out else None
     if out is not None and (out.exists() or out.is_symlink()):
         raise UsageError(f"{out} exists; refusing to overwrite a certificate (choose another --out)")
-    name, texts, documents = _audit_corpus(args, tokenizer)
+    name, grouping, texts, documents = _audit_corpus(args, tokenizer)
     if args.check:
         return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
     try:
         cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha, deploy_test=args.test,
                          vocab_size=len(tokenizer), documents=documents, keys_tried=args.keys_tried,
-                         selected_on=args.selected_on)
+                         selected_on=args.selected_on, grouping=grouping)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     cert = {**cert, "tokenizer": tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
