@@ -26,6 +26,9 @@ _DENSE_LIMIT = 1 << 24
 #: Without a vocabulary size, :func:`states_of` grows a dense table only up to
 #: this size (about a second of hashing); ids above it are hashed one by one.
 _AUTO_DENSE_LIMIT = 1 << 20
+#: ... and only for a text at least 1/_SPARSE_RATIO of the table's size (or a key whose table exists):
+#: a short text under a fresh key hashes its own ids, which costs less than a table it would use once.
+_SPARSE_RATIO = 16
 
 
 def key_bytes(key: Key) -> bytes:
@@ -85,6 +88,11 @@ class _DigestCache:
         self._kb = kb
         self._values = np.zeros(0, dtype=np.uint64)
         self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        """How many ids are hashed already."""
+        return int(self._values.size)
 
     def prefix(self, size: int) -> np.ndarray:
         with self._lock:
@@ -228,7 +236,9 @@ def states_of(token_ids: object, key: Key, S: int, vocab_size: int | None = None
     if top < _AUTO_DENSE_LIMIT:
         # grow the table in powers of two so that nearby sizes share it
         size = min(1 << max(10, top.bit_length()), _AUTO_DENSE_LIMIT)
-        return np.take(_compact_table(kb, size, S), ids)
+        if ids.size * _SPARSE_RATIO >= size or _digest_cache(kb).size >= size:
+            return np.take(_compact_table(kb, size, S), ids)
+    # a short text under a key without a table (one of many keys, say): hash just its distinct ids
     uniq, inverse = np.unique(ids, return_inverse=True)
     states = _digest_values(kb, uniq.tolist()) % np.uint64(S)
     return states.astype(_compact_dtype(S))[inverse.ravel()]

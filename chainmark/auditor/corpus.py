@@ -29,7 +29,7 @@ every number in a row (p-value, flag, q-value) to come from that regime's test, 
 test, absent from the row, would contradict the flag beside them and could not be checked from the output.
 
 With ``segments`` the audit also searches each document for watermarked spans (the window scan of
-:mod:`chainmark.segments`, its family-wise p-value by re-drawn keys seeded from the document id), in two more
+:mod:`chainmark.segments`, its family-wise p-value by re-drawn keys seeded from the key and the document id), in two more
 columns; a document long enough to be scored in pieces is not searched (its columns are null).
 
 On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
@@ -148,9 +148,8 @@ def _columns(segments: int | None) -> tuple[str, ...]:
 def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], key: bytes, topo: Topology,
                   alpha: float, draws: int) -> dict[str, list]:
     """Each document's spans by the window scan (:func:`chainmark.segments.detect_segments`), its re-drawn
-    keys seeded from the document id; a document longer than a piece (scored in pieces) is not searched."""
-    import zlib
-
+    keys seeded from the key and the document id (:func:`chainmark.randomisation.key_seed`); a document longer than a piece (scored in pieces) is not searched."""
+    from ..randomisation import key_seed
     from ..segments import detect_segments
 
     spans: list[str | None] = []
@@ -161,7 +160,7 @@ def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray
             p_values.append(None)
             continue
         res = detect_segments(encoded[i], key, topo.S, topo, alpha=alpha, draws=draws,
-                              seed=zlib.crc32(doc_id.encode("utf-8")))
+                              seed=key_seed(key, doc_id))
         spans.append(json.dumps([[s.start, s.end, s.p_value] for s in res.segments]))
         p_values.append(res.p_value)
     return {"segments": spans, "segments_p_value": p_values}

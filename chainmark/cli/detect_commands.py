@@ -138,7 +138,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "is at most alpha over a random key) instead of testing it whole")
     d.add_argument("--draws", type=int_in(99, 1_000_000), default=999, metavar="B",
                    help="re-drawn keys behind --segments' p-values (default 999; at least 1/alpha - 1)")
-    d.add_argument("--seed", type=int_at_least(0), default=0, help="seed of --segments' re-drawn keys (default 0)")
+    d.add_argument("--seed", type=int_at_least(0), default=None,
+                   help="seed of --segments' re-drawn keys, to reproduce another run's draws (default: a seed "
+                        "derived from the key, which makes the family-wise error at most alpha for every text "
+                        "over a random key; a fixed seed keeps that only on average over seeds)")
     d.set_defaults(func=_cmd_detect)
 
     # calibrate ------------------------------------------------------------
@@ -284,7 +287,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
                               offsets=offsets)
         reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
-                        "seed": args.seed})
+                        "seed": "from the key" if args.seed is None else args.seed})
     return _emit(args, reports, lambda: _segments_table(reports, regime))
 
 

@@ -314,23 +314,35 @@
   }
 
   /* The window scan of chainmark.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
-     transitions at every start, flagged when z > threshold; the best flagged window first, trimmed to its
-     sub-interval of largest z; overlapping flagged windows set aside; spans closer than minWindow joined.
+     transitions at every start, flagged when z > threshold; flagged windows that overlap or touch joined into
+     regions; in each region the span is its sub-interval of largest z, and what is left on either side is
+     searched again when a flagged window lies wholly inside it; spans closer than minWindow joined.
      valid[i] (i >= 1) is the legal step into token i, so transition t is valid[t + 1]. */
+  function argmaxZ(csum, starts, ends, p0, need) {
+    var bz = -Infinity, bi = 0, bj = 0;
+    for (var i = 0; i < starts.length; i++) {
+      for (var j = 0; j < ends.length; j++) {
+        var len = ends[j] - starts[i];
+        if (len < need) { continue; }
+        var z = (csum[ends[j]] - csum[starts[i]] - len * p0) / Math.sqrt(Math.max(len, 1) * p0 * (1 - p0));
+        if (z > bz) { bz = z; bi = i; bj = j; }
+      }
+    }
+    return [starts[bi], ends[bj], bz];
+  }
+
+  function range(from, to) { var out = []; for (var x = from; x <= to; x++) { out.push(x); } return out; }
+
   function bestSubinterval(csum, lo, hi, p0, minLen) {
     var step = Math.max(1, Math.floor((hi - lo) / 400)), pts = [], x;
     for (x = lo; x <= hi; x += step) { pts.push(x); }
     if (pts[pts.length - 1] !== hi) { pts.push(hi); }
-    var need = Math.min(minLen, hi - lo), bz = -Infinity, bi = 0, bj = 0;
-    for (var i = 0; i < pts.length; i++) {
-      for (var j = 0; j < pts.length; j++) {
-        var len = pts[j] - pts[i];
-        if (len < need) { continue; }
-        var z = (csum[pts[j]] - csum[pts[i]] - len * p0) / Math.sqrt(Math.max(len, 1) * p0 * (1 - p0));
-        if (z > bz) { bz = z; bi = i; bj = j; }
-      }
+    var need = Math.min(minLen, hi - lo), best = argmaxZ(csum, pts, pts, p0, need);
+    if (step > 1) {
+      best = argmaxZ(csum, range(Math.max(lo, best[0] - step), Math.min(hi, best[0] + step)),
+                     range(Math.max(lo, best[1] - step), Math.min(hi, best[1] + step)), p0, need);
     }
-    return [pts[bi], pts[bj], bz];
+    return best;
   }
 
   function findSpans(valid, S, threshold, minWindow) {
@@ -347,14 +359,23 @@
       }
     }
     flagged.sort(function (x, y) { return y[0] - x[0] || x[1] - y[1] || x[2] - y[2]; });
-    var taken = [], spans = [];
-    flagged.forEach(function (f) {
-      var lo = f[1], hi = f[1] + f[2];
-      for (var k = 0; k < taken.length; k++) { if (lo < taken[k][1] && taken[k][0] < hi) { return; } }
-      var best = bestSubinterval(csum, lo, hi, p0, minWindow);
-      taken.push([lo, hi]);
-      spans.push([best[0], best[1] + 1, f[0], f[2]]);
+    var byStart = flagged.map(function (f) { return [f[1], f[1] + f[2]]; });
+    byStart.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
+    var todo = [];
+    byStart.forEach(function (iv) {
+      var last = todo[todo.length - 1];
+      if (last && iv[0] <= last[1]) { last[1] = Math.max(last[1], iv[1]); } else { todo.push([iv[0], iv[1]]); }
     });
+    var spans = [];
+    while (todo.length) {
+      var part = todo.shift(), lo = part[0], hi = part[1];
+      var inside = flagged.filter(function (f) { return lo <= f[1] && f[1] + f[2] <= hi; });
+      if (!inside.length) { continue; }
+      var best = bestSubinterval(csum, lo, hi, p0, minWindow);
+      var ev = inside.find(function (f) { return f[1] < best[1] && best[0] < f[1] + f[2]; }) || inside[0];
+      spans.push([best[0], best[1] + 1, ev[0], ev[2]]);
+      todo.push([lo, best[0]], [best[1], hi]);
+    }
     spans.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1] || x[2] - y[2] || x[3] - y[3]; });
     var merged = [];
     spans.forEach(function (sp) {
