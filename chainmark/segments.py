@@ -135,30 +135,34 @@ def scan_maximum(windows: Sequence[int], p0: float):
     return statistic
 
 
-def _argmax_z(csum: np.ndarray, starts: np.ndarray, ends: np.ndarray, p0: float,
-              need: int) -> tuple[int, int, float]:
-    """The (start, end, z) of largest z over every pair of ``starts`` x ``ends`` at least ``need`` apart
-    (the first in row order on ties)."""
-    a, b = np.meshgrid(starts, ends, indexing="ij")
-    length = b - a
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(length >= need,
-                     (csum[b] - csum[a] - length * p0) / np.sqrt(np.maximum(length, 1) * p0 * (1 - p0)), -np.inf)
-    i, j = np.unravel_index(int(np.argmax(z)), z.shape)
-    return int(starts[i]), int(ends[j]), float(z[i, j])
+def _marked_runs(legal: np.ndarray, lo: int, hi: int, p0: float, p1: float, penalty: float) -> list[tuple[int, int]]:
+    """The runs [a, b) of transitions lo..hi-1 that a two-state segmentation calls watermarked.
 
-
-def _best_subinterval(csum: np.ndarray, lo: int, hi: int, p0: float, min_len: int) -> tuple[int, int, float]:
-    """The sub-interval [a, b) of transitions lo..hi with the largest z (lengths >= min_len): a grid of at most
-    about 400 points per side, then every start and end within one grid step of the grid's best."""
-    need = min(min_len, hi - lo)
-    step = max(1, (hi - lo) // 400)
-    points = np.unique(np.append(np.arange(lo, hi + 1, step), hi))
-    a, b, z = _argmax_z(csum, points, points, p0, need)
-    if step > 1:
-        a, b, z = _argmax_z(csum, np.arange(max(lo, a - step), min(hi, a + step) + 1),
-                            np.arange(max(lo, b - step), min(hi, b + step) + 1), p0, need)
-    return a, b, z
+    Each transition is legal with probability p0 (unwatermarked) or p1 (watermarked); the labelling with the
+    largest log-likelihood less ``penalty`` per switch of state wins (Viterbi, free at both ends; ties keep the
+    state and prefer unwatermarked). A stretch near p0 inside a run splits it when it gains more than two
+    switches' penalty, so the ends fall where the legal rate changes.
+    """
+    up, down = math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))  # log-likelihood ratio, legal / illegal
+    plain, marked = 0.0, 0.0
+    came = np.zeros((hi - lo, 2), dtype=bool)  # came[i, s]: state s at i was reached by a switch
+    for i, t in enumerate(range(lo, hi)):
+        stay0, switch0 = plain, marked - penalty
+        stay1, switch1 = marked, plain - penalty
+        came[i, 0], came[i, 1] = switch0 > stay0, switch1 > stay1
+        plain = max(stay0, switch0)
+        marked = max(stay1, switch1) + (up if legal[t] else down)
+    state = 1 if marked > plain else 0
+    runs, end = [], None
+    for i in range(hi - lo - 1, -1, -1):
+        if state == 1 and end is None:
+            end = lo + i + 1
+        switched = came[i, state]
+        if state == 1 and (switched or i == 0):
+            runs.append((lo + i, end))
+            end = None
+        state = 1 - state if switched else state
+    return runs[::-1]
 
 
 def _char_span(offsets: Sequence[tuple[int, int]] | None, start: int, end: int) -> tuple[int | None, int | None]:
@@ -191,34 +195,38 @@ def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
                 min_window: int = 16) -> list[tuple[int, int, float, int]]:
     """Disjoint token spans ``(start, end, z, window)`` where windows with z above ``threshold`` lie.
 
-    The flagged windows are joined into regions (windows that overlap or touch share one). In each region
-    the span is its sub-interval of largest z (at least ``min_window`` transitions), so a span's ends come
-    from the data, not from the window that flagged it; what is left of the region on either side is
-    searched again when a flagged window lies wholly inside it. A span carries the largest z of the flagged
-    windows behind it (those inside the part searched that overlap the span, else all of them) and that
-    window's length; spans fewer than ``min_window`` tokens apart are joined, keeping the larger z.
-    ``legal`` is the legal-transition indicator of the text (n - 1 values); the playground's JavaScript
-    repeats this rule step for step.
+    The flagged windows are joined into regions (windows that overlap or touch share one). Each region, with
+    the length of its longest flagged window added on either side, is segmented in two states
+    (:func:`_marked_runs`: unwatermarked at rate p0, watermarked at the legal rate of the region's strongest
+    window, a switch costing log(n - 1)), so a span's ends come from where the legal rate changes, not from
+    the window that flagged it, and two passages in one region come out as two spans. A run of at least
+    ``min_window`` transitions that overlaps a flagged window becomes a span, carrying the largest z of the
+    flagged windows it overlaps and that window's length; spans fewer than ``min_window`` tokens apart are
+    joined, keeping the larger z. ``legal`` is the legal-transition indicator of the text (n - 1 values); the
+    playground's JavaScript repeats this rule step for step.
     """
     legal = np.asarray(legal, dtype=bool)
+    m = int(legal.size)
     csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
     flagged = []
     for w in windows:
         starts, z = window_z(legal[None, :], w, p0)
         z = z[0]
         flagged += [(float(z[i]), int(starts[i]), int(w)) for i in np.flatnonzero(z > threshold)]
-    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))  # the strongest first: the evidence is the first that fits
+    flagged.sort(key=lambda f: (-f[0], f[1], f[2]))  # the strongest first: a span's evidence is the first it meets
+    penalty = math.log(max(m, 2))
     spans: list[tuple[int, int, float, int]] = []
-    todo = _regions(flagged)
-    while todo:
-        lo, hi = todo.pop(0)
+    for lo, hi in _regions(flagged):
         inside = [f for f in flagged if lo <= f[1] and f[1] + f[2] <= hi]
-        if not inside:
+        _, a, w = inside[0]
+        p1 = min(float(csum[a + w] - csum[a]) / w, 0.99)
+        if p1 <= p0:  # no legal rate above the null's to segment by (only with a threshold below 0)
             continue
-        a, b, _ = _best_subinterval(csum, lo, hi, p0, min_window)
-        z, _, w = next((f for f in inside if f[1] < b and a < f[1] + f[2]), inside[0])
-        spans.append((a, b + 1, z, w))  # transitions a..b-1 touch tokens a..b
-        todo += [(lo, a), (b, hi)]
+        pad = max(f[2] for f in inside)
+        for s, e in _marked_runs(legal, max(0, lo - pad), min(m, hi + pad), p0, p1, penalty):
+            support = [f for f in inside if f[1] < e and s < f[1] + f[2]]
+            if e - s >= min_window and support:
+                spans.append((s, e + 1, support[0][0], support[0][2]))  # transitions s..e-1 touch tokens s..e
     merged: list[tuple[int, int, float, int]] = []
     for span in sorted(spans):
         if merged and span[0] - merged[-1][1] < min_window:

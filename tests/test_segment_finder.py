@@ -160,6 +160,26 @@ def test_summary_of_the_committed_measurements():
     assert (power["segments"] == 50).all() and power.loc["scan", "mean_iou"] > power.loc["whole", "mean_iou"]
 
 
+@pytest.mark.skipif(not MIXED_FILE.with_name("results.jsonl.gz").exists(), reason="no measurements committed")
+def test_the_boundary_summary_by_position_counts_what_the_records_hold():
+    from chainmark.harness.mixed import BOUNDARY_CASES, boundary_summary
+
+    records = read_segment_records()
+    table = boundary_summary(records).set_index(["case", "method"])
+    assert set(table.index) == {(c, m) for c in BOUNDARY_CASES for m in ("scan", "cover")}
+    for (case, method), row in table.iterrows():
+        segs = [s for r in records if r["part"] == "power" and r["method"] == method
+                and r["design"] == BOUNDARY_CASES[case] for s in r["segments"]]
+        assert row["passages"] == len(segs) == 50, (case, method)
+        assert row["found"].hits == sum(s["found"] for s in segs)
+        assert row["below_07"].hits == sum(s["iou"] < 0.7 for s in segs)
+        assert row["found_below_07"].trials == row["found"].hits
+        assert row["iou_q10"] <= row["iou_q25"] <= row["iou_median"] <= 1
+    # the edge designs hold their passage at the first and at the last token
+    assert all(d.segments == ((0, 100),) for d in load_mixed_documents(design="start_100_in_2000"))
+    assert all(d.segments == ((1900, 2000),) for d in load_mixed_documents(design="end_100_in_2000"))
+
+
 @pytest.mark.skipif(not MIXED_FILE.exists(), reason="the mixed documents are not built")
 def test_the_command_line_reports_character_spans_with_the_embedded_tokenizer(tmp_path, capsys):
     import json
@@ -242,3 +262,19 @@ def test_a_fixed_seed_lets_one_window_be_flagged_more_than_alpha_and_the_keys_se
     flagged = sum(detect_segments(worst, hkdf(f"window key {i}".encode(), b"chainmark/tests/segments-seed"),
                                   5).is_watermarked for i in range(keys))
     assert clopper_pearson_upper(flagged, keys) <= 0.01, (flagged, keys)
+
+
+def test_span_ends_come_from_the_data_at_the_edges_and_between_two_close_passages():
+    """A passage that opens or closes its document and two passages 60 tokens apart: each span's ends lie where
+    the legal rate changes (IoU above 0.85 with the truth), not where the window that flagged it ends."""
+    rng = np.random.default_rng(12)
+    for start, lengths in [(0, [120]), (880, [120]), (300, [100, 100])]:
+        doc, truth = background(rng, 1000), []
+        at = start
+        for m in lengths:
+            doc[at:at + m] = walk(rng, m, 3, 0.8, int(doc[at - 1]) if at else 0)
+            truth.append((at, at + m))
+            at += m + 60
+        spans = [(s.start, s.end) for s in detect_segments(doc, KEY, 3, alpha=0.01, draws=199).segments]
+        rows = match_segments(spans, truth)
+        assert len(spans) == len(truth) and all(r["iou"] > 0.85 for r in rows["segments"]), (truth, spans)

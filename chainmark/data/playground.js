@@ -315,34 +315,28 @@
 
   /* The window scan of chainmark.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
      transitions at every start, flagged when z > threshold; flagged windows that overlap or touch joined into
-     regions; in each region the span is its sub-interval of largest z, and what is left on either side is
-     searched again when a flagged window lies wholly inside it; spans closer than minWindow joined.
+     regions; each region, padded by its longest flagged window, segmented in two states (legal at p0, or at
+     the rate of the region's strongest window; a switch costs log(m)); runs of at least minWindow that
+     overlap a flagged window become spans; spans closer than minWindow joined.
      valid[i] (i >= 1) is the legal step into token i, so transition t is valid[t + 1]. */
-  function argmaxZ(csum, starts, ends, p0, need) {
-    var bz = -Infinity, bi = 0, bj = 0;
-    for (var i = 0; i < starts.length; i++) {
-      for (var j = 0; j < ends.length; j++) {
-        var len = ends[j] - starts[i];
-        if (len < need) { continue; }
-        var z = (csum[ends[j]] - csum[starts[i]] - len * p0) / Math.sqrt(Math.max(len, 1) * p0 * (1 - p0));
-        if (z > bz) { bz = z; bi = i; bj = j; }
-      }
+  function markedRuns(valid, lo, hi, p0, p1, penalty) {
+    var up = Math.log(p1 / p0), down = Math.log((1 - p1) / (1 - p0)), plain = 0, marked = 0, i;
+    var came0 = new Uint8Array(Math.max(hi - lo, 0)), came1 = new Uint8Array(Math.max(hi - lo, 0));
+    for (i = 0; i < hi - lo; i++) {
+      var stay0 = plain, switch0 = marked - penalty, stay1 = marked, switch1 = plain - penalty;
+      came0[i] = switch0 > stay0 ? 1 : 0;
+      came1[i] = switch1 > stay1 ? 1 : 0;
+      plain = Math.max(stay0, switch0);
+      marked = Math.max(stay1, switch1) + (valid[lo + i + 1] ? up : down);
     }
-    return [starts[bi], ends[bj], bz];
-  }
-
-  function range(from, to) { var out = []; for (var x = from; x <= to; x++) { out.push(x); } return out; }
-
-  function bestSubinterval(csum, lo, hi, p0, minLen) {
-    var step = Math.max(1, Math.floor((hi - lo) / 400)), pts = [], x;
-    for (x = lo; x <= hi; x += step) { pts.push(x); }
-    if (pts[pts.length - 1] !== hi) { pts.push(hi); }
-    var need = Math.min(minLen, hi - lo), best = argmaxZ(csum, pts, pts, p0, need);
-    if (step > 1) {
-      best = argmaxZ(csum, range(Math.max(lo, best[0] - step), Math.min(hi, best[0] + step)),
-                     range(Math.max(lo, best[1] - step), Math.min(hi, best[1] + step)), p0, need);
+    var state = marked > plain ? 1 : 0, runs = [], end = null;
+    for (i = hi - lo - 1; i >= 0; i--) {
+      if (state === 1 && end === null) { end = lo + i + 1; }
+      var switched = (state === 1 ? came1[i] : came0[i]) === 1;
+      if (state === 1 && (switched || i === 0)) { runs.push([lo + i, end]); end = null; }
+      if (switched) { state = 1 - state; }
     }
-    return best;
+    return runs.reverse();
   }
 
   function findSpans(valid, S, threshold, minWindow) {
@@ -361,21 +355,24 @@
     flagged.sort(function (x, y) { return y[0] - x[0] || x[1] - y[1] || x[2] - y[2]; });
     var byStart = flagged.map(function (f) { return [f[1], f[1] + f[2]]; });
     byStart.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1]; });
-    var todo = [];
+    var regions = [];
     byStart.forEach(function (iv) {
-      var last = todo[todo.length - 1];
-      if (last && iv[0] <= last[1]) { last[1] = Math.max(last[1], iv[1]); } else { todo.push([iv[0], iv[1]]); }
+      var last = regions[regions.length - 1];
+      if (last && iv[0] <= last[1]) { last[1] = Math.max(last[1], iv[1]); } else { regions.push([iv[0], iv[1]]); }
     });
-    var spans = [];
-    while (todo.length) {
-      var part = todo.shift(), lo = part[0], hi = part[1];
+    var penalty = Math.log(Math.max(m, 2)), spans = [];
+    regions.forEach(function (region) {
+      var lo = region[0], hi = region[1];
       var inside = flagged.filter(function (f) { return lo <= f[1] && f[1] + f[2] <= hi; });
-      if (!inside.length) { continue; }
-      var best = bestSubinterval(csum, lo, hi, p0, minWindow);
-      var ev = inside.find(function (f) { return f[1] < best[1] && best[0] < f[1] + f[2]; }) || inside[0];
-      spans.push([best[0], best[1] + 1, ev[0], ev[2]]);
-      todo.push([lo, best[0]], [best[1], hi]);
-    }
+      var top = inside[0], p1 = Math.min((csum[top[1] + top[2]] - csum[top[1]]) / top[2], 0.99);
+      if (p1 <= p0) { return; }
+      var pad = Math.max.apply(null, inside.map(function (f) { return f[2]; }));
+      markedRuns(valid, Math.max(0, lo - pad), Math.min(m, hi + pad), p0, p1, penalty).forEach(function (run) {
+        var s = run[0], e = run[1];
+        var support = inside.filter(function (f) { return f[1] < e && s < f[1] + f[2]; });
+        if (e - s >= minWindow && support.length) { spans.push([s, e + 1, support[0][0], support[0][2]]); }
+      });
+    });
     spans.sort(function (x, y) { return x[0] - y[0] || x[1] - y[1] || x[2] - y[2] || x[3] - y[3]; });
     var merged = [];
     spans.forEach(function (sp) {

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["DOCUMENT_LENGTHS", "MIXED_FILE", "MixedDocument", "SEGMENT_LENGTHS", "build_mixed_documents", "match_segments",
+__all__ = ["BOUNDARY_CASES", "DOCUMENT_LENGTHS", "boundary_summary", "MIXED_FILE", "MixedDocument", "SEGMENT_LENGTHS", "build_mixed_documents", "match_segments",
            "read_segment_records", "segment_summary",
            "load_mixed_documents", "mixed_config", "write_mixed_documents"]
 
@@ -56,12 +56,18 @@ def mixed_config() -> Any:
                            topology=topology_for(PROTOCOL.S))
 
 
-def _designs() -> list[tuple[str, int, tuple[int, ...], int]]:
-    """(design, document length, segment lengths, how many documents) of the data set."""
-    out = [(f"none_{n}", n, (), 25) for n in DOCUMENT_LENGTHS]
-    out += [(f"one_{m}_in_2000", 2000, (m,), 50) for m in SEGMENT_LENGTHS]
-    out += [(f"one_100_in_{n}", n, (100,), 25) for n in DOCUMENT_LENGTHS if n != 2000]
-    out += [("two_100_in_2000", 2000, (100, 100), 25)]
+#: Where a design's passage sits ("random": anywhere; "start"/"end": at the document's first/last token).
+_PLACEMENTS = ("random", "start", "end")
+
+
+def _designs() -> list[tuple[str, int, tuple[int, ...], int, str]]:
+    """(design, document length, segment lengths, how many documents, placement) of the data set."""
+    out = [(f"none_{n}", n, (), 25, "random") for n in DOCUMENT_LENGTHS]
+    out += [(f"one_{m}_in_2000", 2000, (m,), 50, "random") for m in SEGMENT_LENGTHS]
+    out += [(f"one_100_in_{n}", n, (100,), 25, "random") for n in DOCUMENT_LENGTHS if n != 2000]
+    out += [("two_100_in_2000", 2000, (100, 100), 25, "random")]
+    # the edges: a passage that opens or closes its document (appended, so the documents above are unchanged)
+    out += [(f"{where}_100_in_2000", 2000, (100,), 50, where) for where in ("start", "end")]
     return out
 
 
@@ -90,8 +96,14 @@ class _Background:
         return np.concatenate(parts)[:n], names
 
 
-def _place(n_background: int, lengths: Sequence[int], rng: np.random.Generator) -> list[int]:
-    """Insertion points (in background positions) so that segments are apart by at least the longer one."""
+def _place(n_background: int, lengths: Sequence[int], rng: np.random.Generator,
+           placement: str = "random") -> list[int]:
+    """Insertion points (in background positions) so that segments are apart by at least the longer one;
+    one segment at the very start or end for those placements."""
+    if placement != "random":
+        if len(lengths) != 1 or placement not in _PLACEMENTS:
+            raise ValueError(f"placement {placement!r} takes one segment; placements: {_PLACEMENTS}")
+        return [0 if placement == "start" else n_background]
     for _ in range(1000):
         cuts = sorted(int(c) for c in rng.integers(0, n_background + 1, size=len(lengths)))
         if all(b - a >= max(lengths) for a, b in zip(cuts, cuts[1:])):
@@ -116,10 +128,10 @@ def build_mixed_documents(tokenizer: Any = None, seed: int = 2026) -> list[Mixed
                for r in h2h + load_texts("null") if not r["watermarked"]]
     background = _Background(human, replies, rng)
     docs = []
-    for design, n, lengths, count in _designs():
+    for design, n, lengths, count, placement in _designs():
         for i in range(count):
             base, names = background.take(n - sum(lengths))
-            cuts = _place(base.size, lengths, rng)
+            cuts = _place(base.size, lengths, rng, placement)
             pieces, segments, sources, at, pos = [], [], list(names), 0, 0
             for cut, m in zip(cuts, lengths):
                 rid, ids = marked[int(rng.integers(len(marked)))]
@@ -236,6 +248,50 @@ def segment_summary(records: Sequence[dict[str, Any]]) -> Any:
                            boundary_error=float(np.mean(errors)) if errors else float("nan"),
                            false_spans_per_document=float(g["false_spans"].mean()))
             rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: The 100-token passages of 2,000-token documents, by where they sit (the designs that place them there).
+BOUNDARY_CASES: dict[str, str] = {"at the start": "start_100_in_2000", "inside (a random place)": "one_100_in_2000",
+                                  "at the end": "end_100_in_2000", "two passages": "two_100_in_2000"}
+
+
+def boundary_summary(records: Sequence[dict[str, Any]], methods: Sequence[str] = ("scan", "cover")) -> Any:
+    """How well each finder's span ends fit 100-token passages, by where the passage sits.
+
+    One row per (case, method) of :data:`BOUNDARY_CASES`: the passages, the share found, the 10%, 25% and 50%
+    quantiles of the intersection over union (a missed passage counts 0), the share below IoU 0.7 of all
+    passages and of those found, and the mean start and end offsets of the found spans in tokens (negative:
+    the span starts or ends early). Shares are :class:`~chainmark.calibrate.RateEstimate` with 95% intervals
+    (passages as units; the two passages of one document share it, which the interval ignores).
+    """
+    import pandas as pd
+
+    from ..calibrate import rate_estimate
+
+    rows = []
+    for case, design in BOUNDARY_CASES.items():
+        for method in methods:
+            segs, starts, ends = [], [], []
+            for r in records:
+                if r["part"] != "power" or r["design"] != design or r["method"] != method:
+                    continue
+                for seg in r["segments"]:
+                    segs.append(seg)
+                    if seg["found"]:
+                        a, b = max(r["spans"], key=lambda sp: min(sp[1], seg["end"]) - max(sp[0], seg["start"]))
+                        starts.append(a - seg["start"])
+                        ends.append(b - seg["end"])
+            if not segs:
+                continue
+            iou = np.array([seg["iou"] for seg in segs])
+            found = np.array([seg["found"] for seg in segs])
+            rows.append({"case": case, "method": method, "passages": len(segs), "found": rate_estimate(found),
+                         "iou_q10": float(np.quantile(iou, 0.1)), "iou_q25": float(np.quantile(iou, 0.25)),
+                         "iou_median": float(np.median(iou)), "below_07": rate_estimate(iou < 0.7),
+                         "found_below_07": rate_estimate(iou[found] < 0.7),
+                         "start_offset": float(np.mean(starts)) if starts else np.nan,
+                         "end_offset": float(np.mean(ends)) if ends else np.nan})
     return pd.DataFrame(rows)
 
 
