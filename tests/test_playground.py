@@ -7,7 +7,8 @@ to a dead proxy, and check that the JavaScript tokenizer gives the Python
 tokenizer's ids on more than a thousand texts, that the shipped state table is
 ``chainmark.state_table``, and that typing edits into the box shows the n,
 phi, z, p-value, verdict and edit fraction that ``chainmark.detection`` and
-``chainmark.comparison.attacks.edit_fraction`` give for the same text. The last test does
+``chainmark.comparison.attacks.edit_fraction`` give for the same text, and the anytime
+e-value, its crossing token and counts that ``chainmark.auditor.anytime`` gives. The last test does
 the same on the built site (``_build/html``), when it exists.
 """
 from __future__ import annotations
@@ -548,6 +549,132 @@ def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference
     page.caret(len(page.text()))
     page.type(" " + marked["text"])
     assert page.shown()["segments"] != "0" and page.js(f"{page.root}.querySelectorAll('.cm-tokens .cm-seg').length") > 20
+
+
+def _check_anytime(page: Page, tokenizer, key: bytes) -> dict[str, Any]:
+    """The anytime readouts shown for the text now in the box equal chainmark.auditor.anytime.anytime_detect's
+    on the same text (the page's S, alpha and rho), and the token ringed as the crossing is the package's."""
+    from chainmark.auditor.anytime import anytime_detect
+
+    ids = tokenizer.encode(page.text(), add_special_tokens=False)
+    rho = page.js(f"{page.inst}.state.rho")
+    r = anytime_detect(ids, key, PLAYGROUND_S, alpha=0.01, rho=rho)
+    shown = page.shown()
+    assert math.isclose(float(shown["log_e"]), r.log_e_value, rel_tol=1e-9, abs_tol=1e-9), (shown, r)
+    assert math.isclose(float(shown["max_log_e"]), r.max_log_e_value, rel_tol=1e-9, abs_tol=1e-9)
+    assert int(shown["e_crossing"]) == (r.crossing_token if r.crossed else -1)
+    assert int(shown["e_legal"]) == r.n_legal
+    assert int(page.js(f"{page.root}.querySelector('[data-field=e_legal]').getAttribute('data-scored')")) == r.n_scored
+    words = page.js(f"""(() => {{ const out = {{}};
+        {page.root}.querySelectorAll('[data-field]').forEach(e => out[e.getAttribute('data-field')] = e.textContent);
+        return out; }})()""")
+    assert words["e_crossing"] == (f"crossed at token {r.crossing_token}" if r.crossed else "not crossed")
+    assert words["log_e"].startswith("E = ")
+    ringed = page.js(f"""Array.from({page.root}.querySelectorAll('.cm-tokens .cm-tok'))
+        .flatMap((t, i) => t.classList.contains('cm-cross') ? [i] : [])""")
+    assert ringed == ([r.crossing_token] if r.crossed else [])
+    return {"crossed": r.crossed, "log_e": r.log_e_value, "n": len(ids)}
+
+
+@pytest.mark.slow
+def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
+    """The page's anytime e-value (ChainMarkPlayground.math.anytime) is chainmark.auditor.anytime's: the same
+    grid and weights as bet_grid, the same log E as BetGrid.log_e, and on random texts, a pasted forced walk,
+    short texts and texts that repeat themselves the same log E at the end and at its largest, crossing token,
+    scored and legal counts as anytime_detect, and after every token the log E of an AnytimeDetector fed one
+    token at a time."""
+    from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid
+    from chainmark.harness.reference.protocol import PROTOCOL
+    from chainmark.partition import state_table
+
+    browser, _, _ = standalone
+    page = Page(browser)
+    rho = page.js(f"{page.inst}.state.rho")
+    assert rho == PROTOCOL.rho == page.js("ChainMarkPlayground.math.DEFAULT_RHO") == 0.5  # the page says so
+    for p0, r in [(0.2, rho), (0.2, 0.0), (0.2, 1.0), (0.5, 0.3), (1 / 3, 0.97)]:
+        grid = bet_grid(p0, r)
+        got = page.js(f"""(() => {{ const g = ChainMarkPlayground.math.betGrid({p0!r}, {r!r});
+            return [Array.from(g.q), Array.from(g.logWeights), g.prior]; }})()""")
+        assert len(got[0]) == GRID_POINTS and tuple(got[2]) == grid.prior
+        assert np.allclose(got[0], grid.q, rtol=1e-15, atol=0) and np.allclose(got[1], grid.log_weights, rtol=1e-12, atol=0)
+        counts = [(0, 1), (1, 1), (0, 40), (40, 40), (9, 40), (300, 1000), (0, 5000), (5000, 5000), (1900, 6000)]
+        log_e = page.js(f"{json.dumps(counts)}.map(([h, m]) => ChainMarkPlayground.math.logE("
+                        f"ChainMarkPlayground.math.betGrid({p0!r}, {r!r}), h, m))")
+        want = grid.log_e([h for h, _ in counts], [m for _, m in counts])
+        for (h, m), g, w in zip(counts, log_e, want):
+            assert math.isclose(g, w, rel_tol=1e-9, abs_tol=1e-12), (p0, r, h, m, g, w)
+
+    table = state_table(reference_key, 49152, PLAYGROUND_S)
+    rng = np.random.default_rng(53)
+    cases: dict[str, list[int]] = {f"random {n}": rng.integers(0, 49152, size=n).tolist() for n in (0, 1, 2, 3, 17, 400, 3000)}
+    for n, (a, m) in [(600, (200, 200)), (1500, (0, 120)), (800, (700, 99))]:  # a forced walk pasted in
+        ids = rng.integers(0, 49152, size=n)
+        for i in range(a + 1, a + m):
+            if rng.random() < 0.6:
+                ids[i] = int(rng.choice(np.flatnonzero(table == (table[ids[i - 1]] + 1) % PLAYGROUND_S)))
+        cases[f"walk {n} at {a}"] = ids.tolist()
+    of = [int(np.flatnonzero(table == s)[0]) for s in range(PLAYGROUND_S)]
+    cases["periodic walk"] = [of[i % PLAYGROUND_S] for i in range(300)]  # five distinct tokens: four steps scored
+    cases["fresh walk"] = [int(np.flatnonzero(table == i % PLAYGROUND_S)[i]) for i in range(120)]  # crosses early
+    cases["all broken"] = [int(np.flatnonzero(table == (3 * i) % PLAYGROUND_S)[i]) for i in range(400)]  # E falls
+    cases["repeats"] = rng.integers(0, 40, size=500).tolist()
+    cases["repeated walk"] = (cases["fresh walk"][:40] + rng.integers(0, 49152, size=20).tolist()) * 5
+    got = page.b.js_json(f"""{json.dumps(list(cases.values()))}.map(ids => {{
+        const M = ChainMarkPlayground.math, r = M.score(ids, {page.inst}.table, 5, 0.01);
+        const a = M.anytime(ids, r.valid, 5, 0.01, {rho!r});
+        return [a.logE, a.maxLogE, a.crossing, a.m, a.h, Array.from(a.track)]; }})""")
+    crossed = 0
+    for (name, ids), (log_e, max_log_e, crossing, m, h, track) in zip(cases.items(), got):
+        r = anytime_detect(ids, reference_key, PLAYGROUND_S, alpha=0.01, rho=rho)
+        assert (m, h, crossing) == (r.n_scored, r.n_legal, r.crossing_token), name
+        assert math.isclose(log_e, r.log_e_value, rel_tol=1e-9, abs_tol=1e-12), (name, log_e, r.log_e_value)
+        assert math.isclose(max_log_e, r.max_log_e_value, rel_tol=1e-9, abs_tol=1e-12), name
+        det = AnytimeDetector(reference_key, PLAYGROUND_S, alpha=0.01, rho=rho)
+        running = []
+        for token in ids:
+            det.update(int(token))
+            running.append(det.log_e_value)
+        assert len(track) == len(ids)
+        assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(track, running)), name
+        crossed += r.crossed
+    assert crossed >= 4 and got[list(cases).index("all broken")][0] < -10  # both ways are covered
+    assert got[list(cases).index("periodic walk")][3] == PLAYGROUND_S - 1
+
+
+@pytest.mark.slow
+def test_typed_edits_show_the_anytime_evidence(standalone, tokenizer, reference_key) -> None:
+    """After every edit typed into the box the page shows the package's anytime e-value, largest E, counts and
+    crossing token for the text now in the box, and rings that token: on a ChainMark sample (crossed), on the
+    unwatermarked one, and on a text cut to a few words."""
+    browser, _, _ = standalone
+    page = Page(browser)
+    samples = page.samples()
+    seen = set()
+    for k in sorted({next((i for i, s in enumerate(samples) if s["kind"] == "chainmark"), 0), len(samples) - 1}):
+        page.choose(k)
+        seen.add(_check_anytime(page, tokenizer, reference_key)["crossed"])
+        rng = random.Random(53 + k)
+        for i in range(8):
+            text = page.text()
+            spans = _word_spans(text)
+            if i % 3 == 0 and spans:
+                a, b = rng.choice(spans)
+                page.caret(a, b)
+                page.type(rng.choice(["river", "the", "🙂", "it's"]))
+            elif i % 3 == 1 and spans:
+                page.caret(rng.choice(spans)[1])
+                page.key("Backspace", rng.randint(1, 3))
+            else:
+                page.caret(rng.randint(0, len(text.encode("utf-16-le")) // 2))
+                page.press_chars(rng.choice([" yes", "ok ", " then"]))
+            assert page.text() != text
+            seen.add(_check_anytime(page, tokenizer, reference_key)["crossed"])
+    page.set_text("")
+    page.caret(0)
+    page.press_chars("Short text, short text.")
+    short = _check_anytime(page, tokenizer, reference_key)
+    assert not short["crossed"] and short["n"] < 10
+    assert True in seen  # the ChainMark sample's evidence crosses 1/alpha, so the ringed tile was checked too
 
 
 @pytest.mark.slow

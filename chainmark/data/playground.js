@@ -4,13 +4,14 @@
  * (the packed byte-level BPE tokenizer, the state of every token id under the reference key,
  * the sample texts), followed by an inline script: mount.js (the glue shared with the
  * explorers), this file, then ChainMarkPlayground.mountFrom(document.currentScript, id).
- * Everything runs here: tokenizer, state lookup, phi, z, p-value, token-level Levenshtein.
- * No external script, font or request. The tests check the tokenizer against the Python one
- * and the scores against chainmark.detect.
+ * Everything runs here: tokenizer, state lookup, phi, z, p-value, token-level Levenshtein,
+ * the window scan and the anytime e-value. No external script, font or request. The tests check
+ * the tokenizer against the Python one, the scores against chainmark.detect and the e-value
+ * against chainmark.auditor.anytime.
  */
 (function () {
   "use strict";
-  var VERSION = "2";
+  var VERSION = "3";
   if (window.ChainMarkPlayground && window.ChainMarkPlayground.version === VERSION) {
     return;
   }
@@ -393,9 +394,126 @@
     return seg.thresholds[seg.thresholds.length - 1];
   }
 
+  /* The anytime e-process of chainmark.auditor.anytime, step for step: a transition is scored only when it
+     reaches a token's first occurrence in the text; after h legal among m scored transitions
+       log E = logsumexp_i [log w_i + h log(q_i/p0) + (m - h) log((1 - q_i)/(1 - p0))]
+     over GRID_POINTS rates q_i = p0 + (1 - p0) u_i, u_i = (i + 0.5)/GRID_POINTS, weighted by the Beta(a, b)
+     density in u (default_prior: mean rho clipped into [0.05, 0.95], a + b = PRIOR_STRENGTH). Sums are numpy's
+     pairwise sums and logsumexp is scipy's (maximum split out, log1p of the rest), so the numbers agree with
+     the package to rounding. */
+  var GRID_POINTS = 100, PRIOR_STRENGTH = 4.0, DEFAULT_RHO = 0.5;
+
+  /* numpy's pairwise summation (pairwise_sum in loops_utils.h): below 8 terms in order, up to 128 in eight
+     running sums, above that halves split at a multiple of 8. */
+  function pairwiseSum(a, lo, n) {
+    var res, i;
+    if (n < 8) {
+      res = -0.0;
+      for (i = 0; i < n; i++) { res += a[lo + i]; }
+      return res;
+    }
+    if (n <= 128) {
+      var r0 = a[lo], r1 = a[lo + 1], r2 = a[lo + 2], r3 = a[lo + 3], r4 = a[lo + 4], r5 = a[lo + 5],
+        r6 = a[lo + 6], r7 = a[lo + 7];
+      for (i = 8; i < n - (n % 8); i += 8) {
+        r0 += a[lo + i]; r1 += a[lo + i + 1]; r2 += a[lo + i + 2]; r3 += a[lo + i + 3];
+        r4 += a[lo + i + 4]; r5 += a[lo + i + 5]; r6 += a[lo + i + 6]; r7 += a[lo + i + 7];
+      }
+      res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7));
+      for (; i < n; i++) { res += a[lo + i]; }
+      return res;
+    }
+    var n2 = Math.floor(n / 2);
+    n2 -= n2 % 8;
+    return pairwiseSum(a, lo, n2) + pairwiseSum(a, lo + n2, n - n2);
+  }
+
+  /* scipy.special.logsumexp of a finite array: the largest terms split out (k of them), the rest summed
+     as exp(x - max), then log1p(s / k) + log(k) + max. `scratch` (same length) is overwritten. */
+  function logSumExp(x, scratch) {
+    var n = x.length, top = -Infinity, ties = 0, i;
+    for (i = 0; i < n; i++) { if (x[i] > top) { top = x[i]; } }
+    for (i = 0; i < n; i++) {
+      if (x[i] === top) { ties += 1; scratch[i] = 0; } else { scratch[i] = Math.exp(x[i] - top); }
+    }
+    var s = pairwiseSum(scratch, 0, n);
+    if (s !== 0) { s = s / ties; }
+    return Math.log1p(s) + Math.log(ties) + top;
+  }
+
+  /* chainmark.auditor.anytime.default_prior. */
+  function defaultPrior(rho) {
+    var mean = Math.min(Math.max(rho, 0.05), 0.95);
+    return [PRIOR_STRENGTH * mean, PRIOR_STRENGTH * (1.0 - mean)];
+  }
+
+  var grids = {};
+  /* chainmark.auditor.anytime.bet_grid(p0, rho): the rates q, their log weights (summing to 1) and each
+     rate's log-likelihood ratio for a legal (up) and an illegal (down) transition. */
+  function betGrid(p0, rho) {
+    var name = p0 + "|" + rho;
+    if (grids[name]) { return grids[name]; }
+    var ab = defaultPrior(rho), a = ab[0], b = ab[1], n = GRID_POINTS, i;
+    var u = new Float64Array(n), dens = new Float64Array(n), scratch = new Float64Array(n);
+    for (i = 0; i < n; i++) {
+      u[i] = (i + 0.5) / n;
+      dens[i] = (a - 1.0) * Math.log(u[i]) + (b - 1.0) * Math.log1p(-u[i]);
+    }
+    var norm = logSumExp(dens, scratch), base = Math.log1p(-p0);
+    var g = { p0: p0, prior: ab, u: u, q: new Float64Array(n), logWeights: new Float64Array(n),
+      up: new Float64Array(n), down: new Float64Array(n), terms: new Float64Array(n), scratch: scratch,
+      cache: new Map() };
+    for (i = 0; i < n; i++) {
+      g.logWeights[i] = dens[i] - norm;
+      g.q[i] = p0 + (1.0 - p0) * u[i];
+      g.up[i] = Math.log(g.q[i] / p0);
+      g.down[i] = Math.log1p(-g.q[i]) - base;
+    }
+    grids[name] = g;
+    return g;
+  }
+
+  /* BetGrid.log_e: log E after h legal among m scored transitions. Remembered per (h, m): an edit leaves
+     the counts before it as they were, so after a keystroke only the steps past the caret may need computing. */
+  function logE(grid, h, m) {
+    var name = m * 67108864 + h, got = grid.cache.get(name);
+    if (got !== undefined) { return got; }
+    var t = grid.terms, w = grid.logWeights, up = grid.up, down = grid.down;
+    for (var i = 0; i < t.length; i++) { t[i] = (w[i] + h * up[i]) + (m - h) * down[i]; }
+    got = logSumExp(t, grid.scratch);
+    if (grid.cache.size >= 200000) { grid.cache.clear(); }
+    grid.cache.set(name, got);
+    return got;
+  }
+
+  /* chainmark.auditor.anytime.anytime_detect on the clockwork (p0 = 1/S): valid[i] is the legal step into
+     token i (score's array). Returns log E at the end and at its largest (E_0 = 1 included), the first token
+     whose step took E to 1/alpha or above (null if none), m scored and h legal transitions, and log E after
+     each token (track[i], 0 before the first scored one). */
+  function anytime(ids, valid, S, alpha, rho) {
+    var n = ids.length, grid = betGrid(1 / S, rho === undefined ? DEFAULT_RHO : rho);
+    var bound = Math.log(1.0 / alpha), seen = new Set(), track = new Float64Array(n);
+    var m = 0, h = 0, now = 0, top = 0, crossing = null;
+    for (var i = 0; i < n; i++) {
+      var fresh = !seen.has(ids[i]);
+      if (fresh) { seen.add(ids[i]); }
+      if (i > 0 && fresh) {
+        m += 1;
+        if (valid[i]) { h += 1; }
+        now = logE(grid, h, m);
+        if (now > top) { top = now; }
+        if (crossing === null && now >= bound) { crossing = i; }
+      }
+      track[i] = now;
+    }
+    return { logE: now, maxLogE: top, crossing: crossing, crossed: crossing !== null, m: m, h: h, n: n,
+      bound: bound, track: track, prior: grid.prior };
+  }
+
   PG.math = { normSf: normSf, zAlpha: zAlpha, score: score, levenshtein: levenshtein,
     editFraction: editFraction, perfectAttackEdits: perfectAttackEdits, perfectForgeEdits: perfectForgeEdits,
-    findSpans: findSpans, segmentThreshold: segmentThreshold };
+    findSpans: findSpans, segmentThreshold: segmentThreshold, pairwiseSum: pairwiseSum, logSumExp: logSumExp,
+    defaultPrior: defaultPrior, betGrid: betGrid, logE: logE, anytime: anytime, DEFAULT_RHO: DEFAULT_RHO };
 
   // ------------------------------------------------------------------ formatting and DOM
 
@@ -410,6 +528,16 @@
     if (p >= 0.001) { return p.toFixed(p >= 0.1 ? 2 : 4); }
     var parts = p.toExponential(1).split("e");
     return parts[0] + " × " + power(parseInt(parts[1], 10));
+  }
+
+  /* E from its natural log: three digits between 10⁻³ and 10³, else m.m × 10ᵏ (from the log, so values past a
+     double's range are shown too). */
+  function fmtE(logE) {
+    var log10 = logE / Math.LN10;
+    if (log10 > -3 && log10 < 3) { return Math.exp(logE).toPrecision(3); }
+    var k = Math.floor(log10), mant = Math.pow(10, log10 - k).toFixed(1);
+    if (mant === "10.0") { mant = "1.0"; k += 1; }
+    return mant + " × " + power(k);
   }
 
   function pct(x) { return (100 * x).toFixed(1) + "%"; }
@@ -511,6 +639,32 @@
       el("span", { "class": "cm-key cm-key-you", text: "■ your text now, ● earlier versions" })]));
   }
 
+  /* log10 E after each token, with 1/alpha dashed and the crossing marked by a tick and a flag. */
+  function sparkline(box, any) {
+    while (box.firstChild) { box.removeChild(box.firstChild); }
+    var W = 220, H = 46, P = 3, n = any.track.length, bound = any.bound / Math.LN10, i;
+    var lo = 0, hi = Math.max(bound, any.maxLogE / Math.LN10);
+    for (i = 0; i < n; i++) { lo = Math.min(lo, any.track[i] / Math.LN10); }
+    hi += 0.08 * (hi - lo);
+    var X = function (t) { return P + (n > 1 ? t / (n - 1) : 0) * (W - 2 * P); };
+    var Y = function (v) { return P + (hi - v) / (hi - lo) * (H - 2 * P); };
+    var s = svg("svg", { "class": "cm-spark", viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
+      "aria-label": "log10 E after each token: " + (any.crossed ? "reaches 1/α at token " + any.crossing :
+        "stays below 1/α") + ", largest E = " + fmtE(any.maxLogE) });
+    s.appendChild(svg("line", { x1: P, x2: W - P, y1: Y(bound), y2: Y(bound), stroke: "#D55E00", "stroke-dasharray": "4 2" }));
+    s.appendChild(svg("line", { x1: P, x2: W - P, y1: Y(0), y2: Y(0), stroke: "#c9ced8" }));
+    var step = Math.max(1, Math.ceil(n / 400)), pts = [];
+    for (i = 0; i < n; i += step) { pts.push(X(i).toFixed(1) + "," + Y(any.track[i] / Math.LN10).toFixed(1)); }
+    if (n && (n - 1) % step) { pts.push(X(n - 1).toFixed(1) + "," + Y(any.track[n - 1] / Math.LN10).toFixed(1)); }
+    if (pts.length) { s.appendChild(svg("polyline", { points: pts.join(" "), fill: "none", stroke: "#0072B2", "stroke-width": 1.5 })); }
+    if (any.crossed) {
+      var x = X(any.crossing);
+      s.appendChild(svg("line", { x1: x, x2: x, y1: P, y2: H - P, stroke: "#1d1f24", "stroke-dasharray": "2 2" }));
+      s.appendChild(svg("text", { x: Math.min(x + 2, W - 12), y: 11, "class": "cm-tick" }, "⚑"));
+    }
+    box.appendChild(s);
+  }
+
   // ------------------------------------------------------------------ the playground
 
   function randomGenerator(seed) { // mulberry32
@@ -524,11 +678,11 @@
   }
 
   function mountPlayground(root, body, data) {
-    var S = data.S, alpha = data.alpha, tok = new Tokenizer(data.tokenizer);
+    var S = data.S, alpha = data.alpha, tok = new Tokenizer(data.tokenizer), rho = DEFAULT_RHO;
     var table = new Uint8Array(data.states.length);
     for (var i = 0; i < table.length; i++) { table[i] = data.states.charCodeAt(i) - 48; }
     var za = zAlpha(alpha);
-    var st = { alpha: alpha, za: za, history: [], z0: 0, delta: 0, res: null, perfectSlope: 0 };
+    var st = { alpha: alpha, za: za, history: [], z0: 0, delta: 0, res: null, perfectSlope: 0, rho: rho, anytime: null };
     var solved = {}; // "challenge|sample" -> best delta
     var randomPool = null, randomRuns = 0;
 
@@ -568,6 +722,24 @@
       ms: readout(outputs, "ms", "re-score time", "tokenize, look up states, score, compare with the original, redraw")
     };
     var verdictBox = outputs.querySelector("[data-field=verdict]").parentNode;
+    var anyRow = el("div", { "class": "cm-outputs cm-anytime" });
+    body.appendChild(anyRow);
+    var threshold = fmtE(Math.log(1 / alpha));
+    show.logE = readout(anyRow, "log_e", "anytime evidence", "E: a mixture of bets that a step into a token's first " +
+      "occurrence is legal more often than p₀ = 1/" + S + " (weights centred at ρ = " + rho + "); steps into a " +
+      "repeated token are skipped");
+    show.maxLogE = readout(anyRow, "max_log_e", "largest E along the text", "E after the token where it was highest (1 before any step)");
+    show.crossing = readout(anyRow, "e_crossing", "anytime flag: E ≥ 1/α = " + threshold,
+      "the first token (counted from 0) whose step took E to 1/α or above: flagged there, with false-positive " +
+      "rate at most α however often E is read");
+    show.scored = readout(anyRow, "e_legal", "steps E counts", "legal steps among the steps into a token's first occurrence");
+    var crossingBox = anyRow.querySelector("[data-field=e_crossing]").parentNode;
+    var scoredValue = anyRow.querySelector("[data-field=e_legal]");
+    var spark = el("div", { "class": "cm-readout cm-sparkbox", title: "log₁₀ E after each token; dashed: 1/α; ⚑: where E first reached it" },
+      [el("span", { "class": "cm-label", text: "log₁₀ E along the text (dashed: 1/α)" })]);
+    var sparkPlot = el("div", {});
+    spark.appendChild(sparkPlot);
+    anyRow.appendChild(spark);
     var legend = el("div", { "class": "cm-legend" });
     for (var s = 0; s < S; s++) {
       legend.appendChild(el("span", { "class": "cm-tok cm-s" + s }, [el("span", { "class": "cm-d", text: String(s) }),
@@ -575,6 +747,12 @@
     }
     legend.appendChild(el("span", { "class": "cm-tok cm-ok", text: "underlined: legal step from the token before (s → s+1 mod " + S + ")" }));
     legend.appendChild(el("span", { "class": "cm-tok cm-seg", text: "ringed in orange: inside a watermarked span the window scan finds (approximate threshold)" }));
+    legend.appendChild(el("span", { "class": "cm-tok cm-cross", text: "dashed outline and ⚑: the token whose step first took E to 1/α" }));
+    legend.appendChild(el("div", { "class": "cm-help", text: "Anytime evidence E bets that steps into a token's " +
+      "first occurrence are legal more often than chance (p₀ = 1/" + S + "), with weights centred at ρ = " + rho +
+      ", the package's default budget (also the reference run's); steps into a repeated token are skipped. " +
+      "Unlike re-checking the p-value after each edit, E may be read after every keystroke without raising the " +
+      "false-positive rate: by Ville's inequality an unwatermarked text ever reaches E ≥ 1/α with probability at most α." }));
     body.appendChild(legend);
     var tiles = el("div", { "class": "cm-tokens", "aria-live": "off" });
     body.appendChild(tiles);
@@ -609,14 +787,15 @@
       update();
     }
 
-    function renderTiles(ids, res, spans) {
+    function renderTiles(ids, res, spans, crossing) {
       var html = [], inSpan = new Uint8Array(ids.length);
       spans.forEach(function (sp) { for (var t = sp[0]; t < sp[1]; t++) { inSpan[t] = 1; } });
       for (var i = 0; i < ids.length; i++) {
-        var sv = res.states[i];
+        var sv = res.states[i], cross = i === crossing;
         html.push('<span class="cm-tok cm-s' + sv + (res.valid[i] ? " cm-ok" : "") + (inSpan[i] ? " cm-seg" : "") +
-          '" title="id ' + ids[i] +
-          ", state " + sv + (i ? (res.valid[i] ? ", legal step" : ", broken step") : "") + '"><span class="cm-d">' + sv +
+          (cross ? " cm-cross" : "") + '" title="token ' + i + ", id " + ids[i] +
+          ", state " + sv + (i ? (res.valid[i] ? ", legal step" : ", broken step") : "") +
+          (cross ? ", E reached 1/α here" : "") + '"><span class="cm-d">' + sv +
           "</span>" + shownToken(tok.label(ids[i])) + "</span>");
       }
       tiles.innerHTML = html.join("");
@@ -691,7 +870,16 @@
       var spans = data.segments ? findSpans(res.valid, S, segmentThreshold(res.n, data.segments), data.segments.min_window) : [];
       st.spans = spans;
       show.segs(spans.length, spans.length ? spans.map(function (sp) { return sp[0] + "–" + sp[1]; }).join(", ") : "none");
-      renderTiles(ids, res, spans);
+      var any = anytime(ids, res.valid, S, alpha, rho);
+      st.anytime = any;
+      show.logE(any.logE, "E = " + fmtE(any.logE));
+      show.maxLogE(any.maxLogE, fmtE(any.maxLogE));
+      show.crossing(any.crossed ? any.crossing : -1, any.crossed ? "crossed at token " + any.crossing : "not crossed");
+      crossingBox.className = "cm-readout " + (any.crossed ? "cm-flagged" : "cm-clear");
+      show.scored(any.h, any.h + " legal of " + any.m);
+      scoredValue.setAttribute("data-scored", String(any.m));
+      sparkline(sparkPlot, any);
+      renderTiles(ids, res, spans, any.crossing);
       if (text !== lastText) {
         if (lastText !== null) { st.history.push([delta, res.z]); }
         if (st.history.length > 400) { st.history.shift(); }
