@@ -129,6 +129,13 @@ def _text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE
         yield buffer
 
 
+def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
+                max_piece_chars: int | None = None) -> Iterator[str]:
+    """The text of ``chunks`` re-cut at checked cuts into pieces of about ``piece_chars`` characters: tokenizing
+    the pieces one by one gives the whole text's tokens (what the anytime detector reads a pipe with)."""
+    return _text_pieces(chunks, tokenizer, piece_chars, max_piece_chars)
+
+
 def _first_candidate(text: str, start: int) -> int:
     """Where the first few candidate cuts after ``start`` have been passed (the end of the search window)."""
     ends = [m.end() for pattern in _CUT_PATTERNS for m, _ in zip(pattern.finditer(text, start), range(8))]
@@ -408,4 +415,4 @@ def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -
         scorer.update(np.asarray(ids, dtype=np.int64))
 
 
-__all__ = [ "PAIR_COUNT_MAX", "PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "ids_batch", "detect_text_stream", "stream_text",]
+__all__ = [ "PAIR_COUNT_MAX", "PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "ids_batch", "detect_text_stream", "stream_text", "text_pieces",]

@@ -25,6 +25,7 @@ examples:
   echo "some text" | chainmark detect --key-file acme.key -
   chainmark detect --key-file acme.key --test exact forum_posts/*.txt
   chainmark detect --key-file acme.key --segments essay.txt
+  python chat.py --stream | chainmark detect --key-file acme.key --anytime --json -
 
 The tests (--test): exact (the default), a binomial test on the transitions
 that reach a token for the first time (a spanning forest of the text's
@@ -59,6 +60,32 @@ so that on a text without the watermark the chance of reporting any span is
 at most alpha, whatever the text repeats. Each span is printed with its token
 and character positions, z and family-wise p-value (--json: one object per
 input with a "segments" list). --fail-on-detect then means "holds a span".
+
+--anytime follows each input as it arrives and says whether and where the
+evidence crossed: an e-process E over the transitions that reach a token for
+the first time (each legal with probability exactly p0 = k/S given all before
+it, under a random key, whatever the text repeats), a mixture of bets on
+legal rates above p0 weighted by a Beta density centred by the regime's rho
+(0.5 when it names none). P(E ever reaches 1/alpha) <= alpha for every text
+over a random key (Ville's inequality), so it may be checked after every
+token. Files are checked first, as above; standard input is read in the
+chunks the pipe delivers. Both are tokenized in pieces cut where the
+tokenizer cuts anyway, and reading stops once E reaches 1/alpha;
+--keep-reading reads on to the end and reports the crossing and the final E.
+It replaces the fixed-length tests, so --test, --threshold, --distinct-pairs,
+--segments, --certificate and --min-tokens are refused with it. An input
+with fewer than two tokens scores nothing (E = 1, a warning says so).
+--json fields: file, crossed and is_watermarked (E reached 1/alpha),
+crossing_token (index of the token at which it first did, else null),
+crossing_char (character offset just past that token, null when the
+tokenizer gives no offsets), e_value and max_e_value (E after the last token
+read and its largest value; null beyond a double's range), log10_e_value and
+max_log10_e_value (the same as base-10 logarithms), threshold (1/alpha),
+n_tokens (tokens read), n_scored (transitions into a new token), n_legal
+(legal among them), read_to_end (false when reading stopped at the
+crossing), p0, prior ([a, b], the Beta weights over u = (q - p0)/(1 - p0)
+for a legal rate q), alpha, S, k, topology, tokenizer, key_fingerprint.
+--fail-on-detect: exit 1 when any input crossed.
 
 Every input is read before anything is scored: if one cannot be read, is not
 text in the given encoding, is empty or larger than --max-bytes, nothing is
@@ -137,6 +164,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="find the watermarked spans inside each input instead of testing it whole: a window scan "
                         "whose family-wise error is at most alpha for every text over a random key (with the "
                         "default, key-derived seed); passages from 17 tokens (the shortest window) on")
+    d.add_argument("--anytime", action="store_true",
+                   help="follow each input as it arrives and report whether and where the evidence E crossed "
+                        "1/alpha (an e-process: valid however often it is checked); standard input is read as "
+                        "it arrives and reading stops at the crossing")
+    d.add_argument("--keep-reading", action="store_true",
+                   help="with --anytime: read each input to its end, reporting the crossing and the final E")
     d.add_argument("--draws", type=int_in(99, 1_000_000), default=999, metavar="B",
                    help="re-drawn keys behind --segments' p-values (default 999; at least 1/alpha - 1)")
     d.add_argument("--seed", type=int_at_least(0), default=None,
@@ -225,6 +258,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     key = load_key(args.key_file)
     regime.check_key(key)  # when the regime names a key fingerprint, the key must have it
     topo = regime_topology(regime)
+    if args.anytime or args.keep_reading:  # before any input is read: standard input is read as it arrives
+        return _report_anytime(args, key, regime, topo)
     texts = read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
     tokenizer = load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
     regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
@@ -290,6 +325,14 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
                         "seed": "from the key" if args.seed is None else args.seed})
     return _emit(args, reports, lambda: _segments_table(reports, regime))
+
+
+def _report_anytime(args: argparse.Namespace, key: bytes, regime: Regime, topo: Any) -> int:
+    """``detect --anytime``: each input's anytime evidence (:mod:`chainmark.cli.anytime_command`)."""
+    from .anytime_command import anytime_reports, anytime_table
+
+    rows = anytime_reports(args, key, regime, topo)
+    return _emit(args, rows, lambda: anytime_table(rows, regime))
 
 
 def _emit(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> int:
