@@ -85,15 +85,14 @@ def script() -> str:
 # ---------------------------------------------------------------------------
 # 1. S is bounded before anything is allocated; no dense S x S where offsets do
 # ---------------------------------------------------------------------------
-def test_1_detect_with_S_50000_exits_2_at_once_under_a_4_gb_memory_limit(tmp_path, key_file):
+def test_1_detect_with_S_50000_exits_2_under_a_4_gb_memory_limit(tmp_path, key_file):
+    """Refused before anything is allocated: the usage error, not a MemoryError, under a 4 GB address space."""
     text = write(tmp_path, "a.txt", "some text to audit")
     command = f"ulimit -v 4000000; exec {script()} detect --key-file {key_file} --S 50000 {text}"
-    start = time.perf_counter()
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
-    seconds = time.perf_counter() - start
     assert proc.returncode == EXIT_USAGE, proc.stderr
     assert "--S" in proc.stderr and str(MAX_STATES) in proc.stderr
-    assert seconds < 10, f"took {seconds:.1f} s"  # about 0.1 s idle; generous for a loaded machine
+    assert "MemoryError" not in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_1_every_entry_point_refuses_S_above_the_bound(capsys, tmp_path, key_file):

@@ -1,4 +1,3 @@
-import time
 from pathlib import Path
 
 import pytest
@@ -63,11 +62,18 @@ def test_default_model_generates_english(model_and_tokenizer):
 
 
 @pytest.mark.slow
-def test_cached_load_is_fast(model_and_tokenizer):
-    # the fixture has loaded (and if needed converted) once; a second load reads the cache
-    start = time.perf_counter()
-    load_model()
-    assert time.perf_counter() - start < 5.0
+def test_a_second_load_reads_the_cache(model_and_tokenizer, monkeypatch):
+    """The fixture has loaded (and if needed converted) once; a second load reads the converted checkpoint and
+    never de-quantises the GGUF again (benchmarks/bench_model_load.py measures what that saves)."""
+    from chainmark.harness import models
+
+    def must_not_convert(*args, **kwargs):
+        raise AssertionError("the GGUF was converted again instead of read from the cache")
+
+    monkeypatch.setattr(models, "_convert_gguf", must_not_convert)
+    model, _ = load_model()
+    first = model_and_tokenizer[0].state_dict()
+    assert all(torch.equal(tensor, first[name]) for name, tensor in model.state_dict().items())
 
 
 def test_unknown_model_offline_is_a_clear_error(monkeypatch):

@@ -244,7 +244,6 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
 def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
     """Without vocab_size the counters keep the ids seen (sorted), never a table indexed by id: ids near 2**40
     (a tebibyte of first-seen flags, pair codes past 2**63) score in a few megabytes, as detect scores them."""
-    import time
     import tracemalloc
 
     rng = np.random.default_rng(40)
@@ -254,7 +253,6 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
     ids[::97] += 2**41  # a few ids further out still
     parts = np.split(ids, np.sort(rng.integers(0, ids.size, 12)))
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         scorer = StreamingDetector(KEY, S=5, test=test)
         for part in parts:
@@ -262,7 +260,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert time.perf_counter() - start < 30 and peak < 64 << 20, peak
+    assert peak < 64 << 20, peak
     assert same(scorer.result(), detect(ids, KEY, S=5, test=test))
     pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
     assert scorer.distinct_pairs == len(pairs)

@@ -25,7 +25,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         epilog="examples:\n  chainmark reference status\n"
                "  nohup chainmark reference run > reference.log 2>&1 &   # hours on a CPU; resumes\n"
                "  chainmark reference run --experiments head_to_head null\n"
-               "  chainmark reference verify --samples 3",
+               "  chainmark reference verify --samples 3\n"
+               "  chainmark reference verify --samples 1 --max-tokens 5000   # a batch of at most 5,000 tokens",
         formatter_class=fmt)
     rsub = ref.add_subparsers(dest="reference_command", metavar="ACTION")
     from ..harness.reference.protocol import EXPERIMENTS
@@ -51,6 +52,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                      "match, 1 on a mismatch (with the command that regenerates the reference).")
     rv.add_argument("--samples", type=int_at_least(1), default=3, metavar="N", help="batches to check (default 3)")
     rv.add_argument("--seed", help="seed of the draw (default: the current git commit)")
+    rv.add_argument("--max-tokens", type=int_at_least(1), metavar="N",
+                    help="draw only among batches whose regeneration generates at most N tokens (texts x new "
+                         "tokens, paraphrases included), to bound the check's time (default: every stored batch)")
     rv.add_argument("--dir", metavar="FOLDER", help="reference folder (default: the model's)")
     rv.set_defaults(func=_cmd_reference_verify)
     ref.set_defaults(func=_cmd_reference_help, reference_parser=ref)
@@ -115,8 +119,9 @@ def _cmd_reference_verify(args: argparse.Namespace) -> int:
 
     root = _reference_folder(args.dir)
     try:
-        checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL)
-    except FileNotFoundError as exc:  # no reference run, or no stored batch, in the folder
+        checks = reference.verify(args.samples, root=root, seed=args.seed, protocol=reference.PROTOCOL,
+                                  max_tokens=args.max_tokens)
+    except (FileNotFoundError, reference.NoBatchWithinBound) as exc:  # no run, no batch, none within --max-tokens
         raise UsageError(str(exc)) from None
     bad = [c for c in checks if not c.matched]
     for c in bad:

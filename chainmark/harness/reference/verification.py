@@ -40,16 +40,35 @@ def _cell_tau(ctx: RunContext, cell: Cell) -> float | None:
     return None if gate is None else float(gate.tau)
 
 
-def _choose_shards(root: Path, samples: int, seed: str,
-                  protocol: Protocol = PROTOCOL) -> list[tuple[Cell, PromptBatch]]:
-    """``samples`` stored batches drawn at random, the draw seeded by ``seed`` (the current commit)."""
+class NoBatchWithinBound(ValueError):
+    """No stored batch regenerates within the ``max_tokens`` a check was given."""
+
+
+def _regeneration_tokens(cell: Cell, batch: PromptBatch, protocol: Protocol = PROTOCOL) -> int:
+    """Tokens the model generates to regenerate a batch: each text's new tokens, plus its paraphrase's if attacked."""
+    paraphrase = protocol.paraphrase_tokens if "paraphrase" in cell.attacks else 0
+    return len(batch.items) * (cell.max_new_tokens + paraphrase)
+
+
+def _choose_shards(root: Path, samples: int, seed: str, protocol: Protocol = PROTOCOL,
+                   max_tokens: int | None = None) -> list[tuple[Cell, PromptBatch]]:
+    """``samples`` stored batches drawn at random, the draw seeded by ``seed`` (the current commit).
+
+    With ``max_tokens``, only among the batches whose regeneration generates at most that many tokens
+    (:class:`NoBatchWithinBound` if there is none); without it, among all of them.
+    """
     stored = [(c, b) for c in cells(protocol) for b in c.batches if shard_path(root, c, b).exists()]
+    admissible = [(c, b) for c, b in stored if max_tokens is None or _regeneration_tokens(c, b, protocol) <= max_tokens]
+    if stored and not admissible:
+        cheapest = min(_regeneration_tokens(c, b, protocol) for c, b in stored)
+        raise NoBatchWithinBound(f"no stored batch in {root} regenerates at most {max_tokens} tokens "
+                                 f"(the cheapest generates {cheapest}): raise the bound or leave it out")
     rng = random.Random(hashlib.sha256(seed.encode("utf-8")).hexdigest())
-    return rng.sample(stored, min(samples, len(stored)))
+    return rng.sample(admissible, min(samples, len(admissible)))
 
 
 def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str | os.PathLike | None = None,
-           protocol: Protocol = PROTOCOL, seed: str | None = None,
+           protocol: Protocol = PROTOCOL, seed: str | None = None, max_tokens: int | None = None,
            log: Callable[[str], None] = print) -> list[ShardCheck]:
     """Regenerate ``samples`` stored batches with the current code and compare them with the stored ones.
 
@@ -64,8 +83,11 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     the gate's margin there.
 
     The draw is seeded by the current git commit (``seed`` overrides it), so
-    every commit checks different batches. The whole batch a record was
-    generated in is regenerated (batch composition changes low-order bits),
+    every commit checks different batches; ``max_tokens`` draws only among
+    the batches whose regeneration generates at most that many tokens (texts
+    x new tokens, paraphrases included), which bounds the check's time
+    (:class:`NoBatchWithinBound` if no stored batch is that cheap). The whole
+    batch a record was generated in is regenerated (batch composition changes low-order bits),
     with the thread count the run used. Returns one :class:`ShardCheck` per batch.
     """
     import torch
@@ -73,6 +95,8 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     root = Path(root) if root is not None else reference_dir()
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be an integer >= 1, got {samples!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}")
     if not (root / MANIFEST).exists():
         raise FileNotFoundError(f"no reference run in {root}: run `chainmark reference run` first")
     manifest = json.loads((root / MANIFEST).read_text("utf-8"))
@@ -87,9 +111,11 @@ def verify(samples: int = 3, model: Any = None, tokenizer: Any = None, root: str
     log(f"verify: floats from the model's logits within their tolerance, {kernel}; every other float exactly"
         + (" (the manifest's single tolerance, format 1, is read as the one of these floats)" if old_format else ""))
     seed = seed if seed is not None else git_commit().replace("+dirty", "")
-    chosen = _choose_shards(root, samples, seed, protocol)
+    chosen = _choose_shards(root, samples, seed, protocol, max_tokens)
     if not chosen:
         raise FileNotFoundError(f"{root} holds no stored batch to verify")
+    if max_tokens is not None:
+        log(f"verify: drawn among the stored batches that regenerate at most {max_tokens} tokens")
     if model is None:
         from ..models import load_model
 
@@ -121,4 +147,4 @@ def _roundtrip(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.decompress(encode_shard(records)).decode("utf-8").splitlines()]
 
 
-__all__ = ["ShardCheck", "verify"]
+__all__ = ["NoBatchWithinBound", "ShardCheck", "verify"]
