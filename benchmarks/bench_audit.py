@@ -70,7 +70,7 @@ print(json.dumps({"seconds": seconds, "peak_kb": resource.getrusage(resource.RUS
 
 
 def shipped_documents() -> list[str]:
-    from chainmark.harness.corpora import shipped_texts
+    from cmlab.harness.corpora import shipped_texts
 
     return shipped_texts()
 

@@ -30,9 +30,9 @@ import torch  # noqa: E402
 
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.embed import calibrate_gate, generate  # noqa: E402
-from chainmark.harness.models import load_model  # noqa: E402
-from chainmark.harness.prompts import load_prompts  # noqa: E402
-from chainmark.harness.reference.protocol import PROTOCOL, reference_key  # noqa: E402
+from cmlab.harness.models import load_model  # noqa: E402
+from cmlab.harness.prompts import load_prompts  # noqa: E402
+from cmlab.harness.reference.protocol import PROTOCOL, reference_key  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

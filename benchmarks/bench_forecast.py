@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_forecast.py [--steps 4x32 8x64] [--batch-size 4] [--max-factor 3]
 
-``chainmark.teaching.forecast.expect_generation`` times two short greedy
+``cmlab.teaching.forecast.expect_generation`` times two short greedy
 generations of the loaded model (its probes) and forecasts each step from
 them; the chapters print that forecast before their long steps. Here, on the
 embedded model, each step (``TEXTSxTOKENS``: that many wiki prompts, exactly
@@ -31,8 +31,8 @@ def _step(text: str) -> tuple[int, int]:
 def measure(model: Any, tokenizer: Any, texts: int, tokens: int, batch_size: int) -> dict[str, Any]:
     """Forecast one step, then time the generation it forecasts."""
     from chainmark.embed import generate
-    from chainmark.harness.prompts import load_prompts
-    from chainmark.teaching.forecast import expect_generation
+    from cmlab.harness.prompts import load_prompts
+    from cmlab.teaching.forecast import expect_generation
 
     prompts = load_prompts("wiki", texts)
     forecast = expect_generation(model, tokenizer, [("step", texts, tokens)], batch_size=batch_size)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="largest allowed factor between the measured time and the forecast, either way")
     parser.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = parser.parse_args(argv)
-    from chainmark.harness.models import load_model
+    from cmlab.harness.models import load_model
 
     model, tokenizer = load_model()
     rows = [measure(model, tokenizer, texts, tokens, args.batch_size) for texts, tokens in args.steps]

@@ -3,7 +3,7 @@ first load, which de-quantises the GGUF file and writes that checkpoint (the bas
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_model_load.py [--repeats 3] [--min-ratio 10]
 
-Each repeat gives ``chainmark.harness.models.load_model`` an empty cache
+Each repeat gives ``cmlab.harness.models.load_model`` an empty cache
 folder (``CHAINMARK_CACHE``) and loads twice: the first load converts, the
 second reads what the first wrote, as every chapter after the first does.
 Both run in this process after a warm-up load, so neither pays for importing
@@ -23,7 +23,7 @@ from typing import Any
 
 
 def _timed_load() -> float:
-    from chainmark.harness.models import load_model
+    from cmlab.harness.models import load_model
 
     start = time.perf_counter()
     load_model()
@@ -32,7 +32,7 @@ def _timed_load() -> float:
 
 def measure(repeats: int) -> dict[str, Any]:
     """Median seconds of a first (converting) and a cached load, each repeat with a fresh cache folder."""
-    from chainmark.harness.models import CACHE_ENV
+    from cmlab.harness.models import CACHE_ENV
 
     first, cached = [], []
     before = os.environ.get(CACHE_ENV)

@@ -3,7 +3,7 @@ loop over the same tokens in the same page, in one run.
 
     .venv/bin/python benchmarks/bench_playground.py [--tokens 400] [--keystrokes 40] [--max-ratio 10000]
 
-The book's playground (``chainmark.teaching.playground.attack_playground``) is
+The book's playground (``cmlab.teaching.playground.attack_playground``) is
 opened as a standalone page in headless Chromium, driven by Playwright as the
 browser tests drive it (``tests/browser_support.py``: served on 127.0.0.1,
 nothing leaves the machine). A text of ``--tokens`` tokens (the page's own
@@ -111,7 +111,7 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
 
 def measure(browser: Any, tokenizer: Any, tokens: int, keystrokes: int, loop_reps: int, S: int) -> dict[str, Any]:
     """The book's playground as a standalone page on 127.0.0.1: ``keystrokes`` re-scores and bare loops, summarised."""
-    from chainmark.teaching.playground import attack_playground
+    from cmlab.teaching.playground import attack_playground
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "playground.html").write_text(attack_playground(tokenizer).page(), encoding="utf-8")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     from chainmark.auditor.tokenizer import DEFAULT_MODEL, load_tokenizer
-    from chainmark.teaching.playground import PLAYGROUND_S
+    from cmlab.teaching.playground import PLAYGROUND_S
 
     tokenizer = load_tokenizer(DEFAULT_MODEL)
     with sync_playwright() as playwright:

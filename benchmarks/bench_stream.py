@@ -5,8 +5,8 @@ scoring the text whole (the baseline, what detect did before), in one run.
 
 The corpus is built from what ships, so anyone can rebuild it: the book's
 reference run (every stored reply, watermarked and not, of the embedded
-model: ``chainmark.harness.reference.load_texts``) and the prose of the Python
-Language Reference (``chainmark.harness.corpora.python_reference_documents``), one
+model: ``cmlab.harness.reference.load_texts``) and the prose of the Python
+Language Reference (``cmlab.harness.corpora.python_reference_documents``), one
 document per paragraph, blank lines between them. That base (a few MB) is
 repeated, each copy in a freshly shuffled document order (seeded), until the
 size is reached. Each measurement is a separate process running
@@ -62,7 +62,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "peak_kb": resource.ge
 
 
 def base_documents() -> list[str]:
-    from chainmark.harness.corpora import shipped_texts
+    from cmlab.harness.corpora import shipped_texts
 
     return shipped_texts()
 

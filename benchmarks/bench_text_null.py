@@ -4,7 +4,7 @@ text as ``chainmark detect`` does, from its characters (tokenize, then the z-tes
     .venv/bin/python benchmarks/bench_text_null.py [--sizes 1000 10000 100000 700000] [--repeats 5]
 
 The texts are prefixes of the shipped corpus as one token stream (every stored reply of the reference run
-and the Python Language Reference's prose, ``chainmark.harness.corpora.shipped_texts``), tokenized by the embedded
+and the Python Language Reference's prose, ``cmlab.harness.corpora.shipped_texts``), tokenized by the embedded
 tokenizer: the longer the prefix, the more pairs repeat. For each size: the median seconds of scoring the
 decoded prefix (tokenizing it and ``detect``, z-test, clockwork, S = 5), of ``detect`` alone, and of
 ``text_null`` followed by ``null_fpr`` (the pair multiplicities, the exact moments and the distribution),
@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chainmark.harness.corpora import shipped_texts  # noqa: E402
+from cmlab.harness.corpora import shipped_texts  # noqa: E402
 from chainmark.detection import detect  # noqa: E402
 from chainmark.repetition import null_fpr, text_null  # noqa: E402
 from chainmark.auditor.tokenizer import load_tokenizer  # noqa: E402

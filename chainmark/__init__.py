@@ -8,11 +8,10 @@ counts the legal transitions.
 ``import chainmark as cm`` gives the method the book builds: keys, the keyed
 partition, topologies, gates and their signals, the configuration, generation
 with the watermark, detection and its tests' statistics, the verdict and
-calibration. Everything else lives in subpackages named for whom it serves:
-``chainmark.auditor`` (checking text without a model), ``chainmark.comparison``
-(KGW, SWEET, attacks, the likelihood-ratio detector), ``chainmark.harness``
-(settings, models, runs, the reference run), ``chainmark.teaching`` (the
-book's own machinery) and ``chainmark.cli`` (the command line).
+calibration. Beside it: ``chainmark.auditor`` (checking text without a model)
+and ``chainmark.cli`` (the command line). The book's lab (experiments,
+baselines, the reference run, the book's machinery) is a separate package,
+``cmlab``, kept with the book and never imported from here.
 """
 from __future__ import annotations
 
@@ -24,6 +23,6 @@ __version__ = "0.1.0"
 #: so ``import chainmark`` and the auditor's command line pay for torch only when a model-based name is touched.
 METHOD_MODULES = ("keys", "partition", "topology", "gates", "gate_signals", "config", "embed", "detection",
                   "significance", "verdict", "calibrate", "repetition", "randomisation", "segments")
-SUBPACKAGES = ("auditor", "comparison", "harness", "teaching", "cli")
+SUBPACKAGES = ("auditor", "cli")
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__, METHOD_MODULES, SUBPACKAGES)

@@ -238,7 +238,7 @@ def calibration_table(
         import pandas as pd
     except ImportError:
         raise ImportError("calibration_table returns a pandas DataFrame: pip install pandas "
-                          "(or chainmark[book]); s_star(n, rho, alpha) gives any cell without it") from None
+                          "(or the book's lab, cmlab); s_star(n, rho, alpha) gives any cell without it") from None
 
     ns, rhos, alphas = list(ns), list(rhos), list(alphas)
     for name, values in (("ns", ns), ("rhos", rhos), ("alphas", alphas)):

@@ -22,7 +22,7 @@ from .topology import Topology, TopologyLike, resolve_topology
 __all__ = ["GENERATION_SEED", "ChainMarkConfig"]
 
 #: The generation seed of the paper's protocol (the substitution attack's is
-#: :data:`chainmark.comparison.attacks.ATTACK_SEED`, 43).
+#: :data:`cmlab.comparison.attacks.ATTACK_SEED`, 43).
 GENERATION_SEED = 42
 
 

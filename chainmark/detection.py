@@ -15,7 +15,7 @@ listing for comparison. The result is a :class:`DetectionResult`, the
 package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
 The LM-aware likelihood-ratio detector, for a verifier who also has the
-model, is :mod:`chainmark.comparison.lrdetect`; this module needs neither torch nor a model.
+model, is :mod:`cmlab.comparison.lrdetect`; this module needs neither torch nor a model.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Every detector of the package counts, among the ``n_scored`` positions it
 scores, the ``n_hits`` that follow the watermark: legal transitions for
-ChainMark (:mod:`chainmark.detection`, :mod:`chainmark.comparison.lrdetect`), green tokens
-for KGW and SWEET (:mod:`chainmark.comparison.baselines`). ``phi = n_hits / n_scored``
+ChainMark (:mod:`chainmark.detection`, :mod:`cmlab.comparison.lrdetect`), green tokens
+for KGW and SWEET (:mod:`cmlab.comparison.baselines`). ``phi = n_hits / n_scored``
 is compared with its rate ``p0`` under the null (k/S, or the green share
 gamma) through a z-score and a one-sided p-value, and :func:`decide` turns
 them into a flag. :class:`Verdict` holds these fields under one set of names;
@@ -42,7 +42,7 @@ def decide(*, z: Any, p_value: Any = None, alpha: Any = None, threshold: Any = N
 
     Every detector flags with it at its own alpha (no threshold); a
     published regime (:class:`chainmark.auditor.regime.Regime`) and the calibrated
-    rates of :func:`chainmark.harness.runner.tpr` apply an operating threshold on
+    rates of :func:`cmlab.harness.runner.tpr` apply an operating threshold on
     z. It works element by element on numpy arrays and pandas Series as on
     numbers (a NaN never flags).
     """

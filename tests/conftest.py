@@ -62,7 +62,7 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def model_and_tokenizer():
-    from chainmark.harness.models import load_model
+    from cmlab.harness.models import load_model
 
     return load_model()
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chainmark.calibrate import clopper_pearson_lower, clopper_pearson_upper
-from chainmark.comparison import (PEER_CAP, PEER_COMPONENTS, PEER_ENDPOINT_WEIGHT, peer_bets, peer_crossing,
+from cmlab.comparison import (PEER_CAP, PEER_COMPONENTS, PEER_ENDPOINT_WEIGHT, peer_bets, peer_crossing,
                                   peer_log_e)
 
 ALPHA = 0.01

@@ -19,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "chainmark"
+#: The book's lab, beside the wheel: same house rules (layers, no cycles, modules a reader can hold).
+LAB = ROOT / "book" / "cmlab"
 #: What ``pip install chainmark`` (no extras) must be able to import and run: the method's detection side,
 #: the auditor's toolkit and the command line's dispatcher.
 CORE = ("detection", "significance", "calibrate", "config", "verdict", "keys", "gates", "topology", "partition",
@@ -28,26 +30,27 @@ MAX_LINES = 600
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(p for package in (PACKAGE, LAB) for p in package.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def _dotted(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(LAB.parent if LAB in path.parents else ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
                            "lint_imports_command()"], cwd=root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+                          env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{root / 'book'}"})
 
 
 def test_import_linter_contracts_hold():
-    """One layers contract over the folders (cli > teaching > harness > comparison, auditor > the method),
-    exhaustive; the model-free side free of torch, transformers and plotting; no cycles (pyproject.toml)."""
+    """One layers contract over the wheel's folders (cli > auditor > the method), exhaustive; the wheel never
+    imports the lab; the lab's own layers (cli > teaching > harness > comparison); the model-free side free of
+    torch, transformers and plotting; no cycles (pyproject.toml)."""
     out = _lint(ROOT)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "3 kept, 0 broken" in out.stdout
+    assert "5 kept, 0 broken" in out.stdout
 
 
 def test_a_module_outside_the_layers_contract_fails_it(tmp_path):
@@ -73,7 +76,7 @@ def _package_imports() -> dict[str, set[str]]:
                 base = package.split(".")[:len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
                 deps |= {target} if node.module else {f"{target}.{a.name}" for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chainmark"):
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("chainmark", "cmlab")):
                 deps.add(node.module)
         graph[name] = {d for d in deps if d != name}
     return graph
@@ -116,7 +119,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_between_modules():
     graph = _package_imports()
-    assert "chainmark.harness.adapters" in graph["chainmark.harness.runner"]  # the scan sees imports
+    assert "cmlab.harness.adapters" in graph["cmlab.harness.runner"]  # the scan sees imports
     modules = {n: {d for d in deps if d in graph and not n.startswith(d + ".")} for n, deps in graph.items()
                if not n.endswith("__init__")}
     assert _cycles({n: d for n, d in modules.items()}) == []
@@ -127,7 +130,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_no_module_is_longer_than_600_lines():
-    long = {str(p.relative_to(PACKAGE)): p.read_text("utf-8").count("\n") for p in _modules()}
+    long = {_dotted(p): p.read_text("utf-8").count("\n") for p in _modules()}
     assert {name: n for name, n in long.items() if n > MAX_LINES} == {}
 
 
@@ -146,10 +149,11 @@ def test_every_module_declares_all_and_imports_names_where_they_live():
             assert "__all__" in top, f"{path.relative_to(ROOT)} declares no __all__"
     problems = []
     for name, tree in trees.items():
-        is_package = (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file()
+        root = PACKAGE if name.split(".")[0] == "chainmark" else LAB
+        is_package = (root / Path(*name.split(".")[1:]) / "__init__.py").is_file()
         package = name if is_package else name.rpartition(".")[0]
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith("chainmark")):
+            if not isinstance(node, ast.ImportFrom) or not (node.level or (node.module or "").startswith(("chainmark", "cmlab"))):
                 continue
             base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
             source = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
@@ -192,6 +196,8 @@ def test_the_package_is_the_method_and_a_few_subpackages_as_the_readme_lists_the
     layout = layout[:layout.index("\n## ", 4)]
     listed = set(re.findall(r"^\| `chainmark/([a-z_]+)(?:\.py|/)`", layout, flags=re.M))
     assert listed == entries | folders, (listed ^ (entries | folders))
+    lab = {p.name for p in LAB.iterdir() if (p / "__init__.py").is_file()}
+    assert set(re.findall(r"^\| `book/cmlab/([a-z_]+)/`", layout, flags=re.M)) == lab == {"harness", "comparison", "teaching"}
 
 
 def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
@@ -204,9 +210,9 @@ def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
             source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
                                else line for line in "".join(cell["source"]).splitlines())
             for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chainmark"):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("chainmark", "cmlab")):
                     statements.append(node)
-                elif isinstance(node, ast.Import) and any(a.name.startswith("chainmark") for a in node.names):
+                elif isinstance(node, ast.Import) and any(a.name.startswith(("chainmark", "cmlab")) for a in node.names):
                     statements.append(node)
         found[nb.stem] = statements
     return found
@@ -322,7 +328,8 @@ def test_every_package_exports_its_modules_names_without_a_clash():
     import chainmark
     from chainmark._exports import _exported_names
 
-    packages = ["chainmark", *(f"chainmark.{s}" for s in chainmark.SUBPACKAGES if s != "cli"), "chainmark.harness.reference"]
+    packages = ["chainmark", *(f"chainmark.{s}" for s in chainmark.SUBPACKAGES if s != "cli"),
+                *(f"cmlab.{s}" for s in ("harness", "comparison", "teaching")), "cmlab.harness.reference"]
     for name in packages:
         package = importlib.import_module(name)
         assert len(package.__all__) > 3, name
@@ -341,11 +348,12 @@ def test_two_modules_exporting_one_name_are_refused(tmp_path):
 
 
 def test_every_chainmark_name_a_chapter_uses_exists():
-    """Each name a chapter imports from chainmark, and each ``cm.<...>`` it reaches through the package, resolves
-    (caught here in a second, before an executed chapter stops on it)."""
+    """Each name a chapter imports from chainmark or the lab, and each ``cm.<...>`` and ``lab.<...>`` it reaches
+    through the packages, resolves (caught here in a second, before an executed chapter stops on it)."""
     import importlib
 
     import chainmark as cm
+    import cmlab as lab
 
     missing = []
     for chapter, statements in _chapter_imports().items():
@@ -355,13 +363,14 @@ def test_every_chainmark_name_a_chapter_uses_exists():
                 missing += [f"{chapter}: {st.module}.{a.name}" for a in st.names if not hasattr(module, a.name)
                             and importlib.util.find_spec(f"{st.module}.{a.name}") is None]
         text = (ROOT / "book" / f"{chapter}.ipynb").read_text("utf-8")
-        for chain in set(re.findall(r"(?<![\w.])cm((?:\.[A-Za-z_]\w*)+)", text)):
-            obj = cm
-            for part in chain.strip(".").split("."):
-                if not isinstance(obj, type(cm)):
-                    break
-                if not hasattr(obj, part):
-                    missing.append(f"{chapter}: cm{chain}")
-                    break
-                obj = getattr(obj, part)
+        for alias, package in (("cm", cm), ("lab", lab)):
+            for chain in set(re.findall(rf"(?<![\w.]){alias}((?:\.[A-Za-z_]\w*)+)", text)):
+                obj = package
+                for part in chain.strip(".").split("."):
+                    if not isinstance(obj, type(cm)):
+                        break
+                    if not hasattr(obj, part):
+                        missing.append(f"{chapter}: {alias}{chain}")
+                        break
+                    obj = getattr(obj, part)
     assert missing == []

@@ -1,4 +1,4 @@
-"""Tests for chainmark.comparison.attacks, .rewrites and .adversary: the edit counts, determinism, delta_eff,
+"""Tests for cmlab.comparison.attacks, .rewrites and .adversary: the edit counts, determinism, delta_eff,
 the (1-delta)^2 law, the Monte Carlo."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from chainmark.comparison import adversary as D
-from chainmark.comparison import attacks as A
-from chainmark.comparison import rewrites as R
+from cmlab.comparison import adversary as D
+from cmlab.comparison import attacks as A
+from cmlab.comparison import rewrites as R
 from chainmark.detection import detect
-from chainmark.harness.grids import simulate_watermarked_ids
+from cmlab.harness.grids import simulate_watermarked_ids
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -508,7 +508,7 @@ def test_keyed_scrub_and_forge_need_few_edits():
 
 @pytest.mark.slow
 def test_paraphrase_and_lm_back_translation_with_the_embedded_model():
-    from chainmark.harness.models import load_model
+    from cmlab.harness.models import load_model
 
     model, tok = load_model()
     text = "The cat sat on the warm mat and watched the rain fall outside."

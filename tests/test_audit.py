@@ -18,7 +18,7 @@ import pytest
 from scipy.stats import false_discovery_control
 
 from chainmark import cli
-from chainmark.harness import reference
+from cmlab.harness import reference
 from chainmark.auditor.corpus_input import AuditError, corpus_batches
 from chainmark.auditor.corpus import parts_folder, read_audit, run_audit
 from chainmark.detection import detect_text

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import norm
 from transformers.generation.logits_process import WatermarkLogitsProcessor
 
-from chainmark.comparison import baselines as B
+from cmlab.comparison import baselines as B
 from chainmark.gates import Gate
 from chainmark.keys import key_fingerprint
 
@@ -176,7 +176,7 @@ def test_sweet_scores_only_high_entropy_positions():
 
 
 def test_a_baseline_result_is_a_verdict_with_its_own_names_and_record_form():
-    from chainmark.harness.adapters import KGWMethod
+    from cmlab.harness.adapters import KGWMethod
     from chainmark.verdict import Verdict
 
     cfg = B.KGWConfig(KEY)
@@ -242,7 +242,7 @@ SWEET_RATE_SLACK = 0.05
 @pytest.mark.slow
 def test_sweet_gate_rate_tracks_rho_and_detection_recovers_the_gate(model_and_tokenizer):
     from chainmark.embed import generate, logits_width, pilot_signal
-    from chainmark.harness.prompts import load_prompts
+    from cmlab.harness.prompts import load_prompts
 
     model, tok = model_and_tokenizer
     width = logits_width(model)

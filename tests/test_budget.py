@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chainmark.harness import models  # noqa: E402
-from chainmark.teaching.forecast import duration, expect_generation  # noqa: E402
-from chainmark.harness.models import (DEVICE_MEMORY_ENV, EMBEDDED_PARAMS, ModelLoadError, ModelTooLargeError,  # noqa: E402
+from cmlab.harness import models  # noqa: E402
+from cmlab.teaching.forecast import duration, expect_generation  # noqa: E402
+from cmlab.harness.models import (DEVICE_MEMORY_ENV, EMBEDDED_PARAMS, ModelLoadError, ModelTooLargeError,  # noqa: E402
                               check_fits, device_memory, memory_needed, model_size)
 from chainmark.auditor.tokenizer import DEFAULT_MODEL  # noqa: E402
 
@@ -46,7 +46,7 @@ def test_a_local_model_is_sized_from_its_file_headers_without_loading(small_mode
 
 
 def test_the_embedded_models_size_is_its_checkpoints():
-    from chainmark.harness.models import _converted_dir, _safetensors_params, embedded_gguf_path, load_model
+    from cmlab.harness.models import _converted_dir, _safetensors_params, embedded_gguf_path, load_model
 
     load_model()  # converts the GGUF once, if this machine has not yet
     converted = _converted_dir(embedded_gguf_path()) / "model.safetensors"
@@ -182,7 +182,7 @@ def test_the_forecast_is_the_probes_cost_per_pass_times_the_work(small_model, mo
     How close it comes to a real generation is measured by benchmarks/bench_forecast.py."""
     import math
 
-    from chainmark.teaching import forecast as F
+    from cmlab.teaching import forecast as F
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""Tests for chainmark.calibrate (closed form, exact size, recalibration) and chainmark.harness.corpora.
+"""Tests for chainmark.calibrate (closed form, exact size, recalibration) and cmlab.harness.corpora.
 
 Statistical tests use fixed seeds; every tolerance is four standard errors of
 the quantity's sampling distribution, derived in the test from the model
@@ -372,7 +372,7 @@ def test_bad_corpora():
 
 # ---------------------------------------------------------------- corpus
 def test_python_reference_corpus_is_prose():
-    from chainmark.harness.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
+    from cmlab.harness.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
 
     docs = python_reference_documents()
     summary = corpus_summary(docs)
@@ -386,7 +386,7 @@ def test_python_reference_corpus_is_prose():
 
 
 def test_token_windows_do_not_straddle_sequences():
-    from chainmark.harness.corpora import token_windows
+    from cmlab.harness.corpora import token_windows
 
     windows = token_windows([list(range(10)), list(range(100, 107))], n=3)
     assert [w.tolist() for w in windows] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [100, 101, 102], [103, 104, 105]]
@@ -396,7 +396,7 @@ def test_token_windows_do_not_straddle_sequences():
 
 
 def test_human_windows_through_a_tokenizer():
-    from chainmark.harness.corpora import Document, human_windows
+    from cmlab.harness.corpora import Document, human_windows
 
     def char_tokenizer(text, add_special_tokens=False):
         assert add_special_tokens is False

@@ -220,7 +220,7 @@ def _build_section(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 def test_core_chapter_builds_its_component_before_importing_it(chapter):
     """A '## Build it' section where the reader's own code (a def or a class, shown, not hidden, in a cell
     tagged build-it) is checked against the package in a visible cell tagged build-check that calls
-    chainmark.teaching.workshop.check_build (strict in the book, explanatory in the participant edition)."""
+    cmlab.teaching.workshop.check_build (strict in the book, explanatory in the participant edition)."""
     nb = nbformat.read(ROOT / chapter, as_version=4)
     section = _build_section(nb)
     assert section, f"{chapter} has no '## Build it' section"
@@ -318,7 +318,7 @@ def test_the_bare_rate_check_can_fail():
 # chapters call the package's helpers instead of keeping local copies of them
 # ---------------------------------------------------------------------------
 #: Names of local copies the chapters once kept of package helpers (issue 26, item 5), and what replaced them:
-#: chainmark.harness.runner.generate_resumable; chainmark.comparison.quality.repeated_ngram_share (n=4, and n=2 for pairs);
+#: cmlab.harness.runner.generate_resumable; cmlab.comparison.quality.repeated_ngram_share (n=4, and n=2 for pairs);
 #: chainmark.detection.first_occurrences; chainmark.calibrate.rate_estimate and RateEstimate.format.
 RETIRED_COPIES = frozenset({"generate_with_progress", "repeated_share", "repeated_pair_share", "distinct_pair_share",
                             "rate_row", "with_ci", "share_ci", "simulate_walks", "blind_substitution"})

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from chainmark.teaching import claims
-from chainmark.teaching.claims import ClaimFailed, book_configuration, claim, _claim_outcomes, claims_mode, claims_report
+from cmlab.teaching import claims
+from cmlab.teaching.claims import ClaimFailed, book_configuration, claim, _claim_outcomes, claims_mode, claims_report
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,7 @@ def fresh(monkeypatch):
 
 
 def _book_config_on_cpu(monkeypatch):
-    monkeypatch.setattr("chainmark.harness.settings._cuda_available", lambda: False)
+    monkeypatch.setattr("cmlab.harness.settings._cuda_available", lambda: False)
 
 
 def test_strict_exactly_in_the_books_configuration(monkeypatch):
@@ -30,7 +30,7 @@ def test_strict_exactly_in_the_books_configuration(monkeypatch):
         monkeypatch.setenv(var, value)
         assert claims_mode() == "soft", var
         monkeypatch.delenv(var)
-    monkeypatch.setattr("chainmark.harness.settings._cuda_available", lambda: True)
+    monkeypatch.setattr("cmlab.harness.settings._cuda_available", lambda: True)
     monkeypatch.setenv("CHAINMARK_SCALE", "smoke")
     assert not book_configuration()["CPU"] and claims_mode() == "soft"
 
@@ -164,7 +164,7 @@ def test_a_merge_replaces_only_the_chapters_run_and_stamps_each(monkeypatch):
 
 
 def test_the_report_is_one_line_when_every_claim_held(monkeypatch, capsys):
-    import chainmark.teaching.claims as claims_module
+    import cmlab.teaching.claims as claims_module
 
     monkeypatch.setattr(claims_module, "_outcomes", [])
     monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")

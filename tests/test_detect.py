@@ -19,7 +19,7 @@ from chainmark.detection import (DetectionResult, detect, detect_batch, detect_t
                               valid_transitions)
 from chainmark.checks import check_alpha
 from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
-from chainmark.comparison.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
+from cmlab.comparison.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
 from chainmark.gates import Gate
 from chainmark.partition import state_table
 from chainmark.auditor.regime import Regime

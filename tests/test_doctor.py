@@ -1,4 +1,4 @@
-"""`chainmark doctor`: each check finds what it should, says what to do, and the verdict and exit code follow."""
+"""`cmlab doctor`: each check finds what it should, says what to do, and the verdict and exit code follow."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from chainmark import cli
-from chainmark.teaching import doctor
+from cmlab import cli
+from cmlab.teaching import doctor
 
 
 def test_python_floor():

@@ -367,7 +367,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from chainmark.harness.models import load_model
+    from cmlab.harness.models import load_model
 
     return load_model(device="cpu")
 

@@ -24,11 +24,11 @@ from chainmark import cli
 from chainmark.auditor.regime import regime_document, regime_problems
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
-from chainmark.harness import runner as R
-from chainmark.harness import adapters as A
-from chainmark.harness import runs as RS
+from cmlab.harness import runner as R
+from cmlab.harness import adapters as A
+from cmlab.harness import runs as RS
 from chainmark.detection import _circulant_offsets, detect, detect_batch
-from chainmark.comparison.lrdetect import lr_detect
+from cmlab.comparison.lrdetect import lr_detect
 from chainmark.keys import KEY_ENV, KEY_FILE_ENV, key_fingerprint, read_key_file, write_key_file
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
@@ -222,7 +222,7 @@ class _Tok:
 
 def _hold_lock(folder: Path) -> subprocess.Popen:
     """Another process holding the run folder's lock until its standard input closes."""
-    code = ("import sys\nfrom chainmark.harness.runner import lock_run_folder\n"
+    code = ("import sys\nfrom cmlab.harness.runner import lock_run_folder\n"
             "with lock_run_folder(sys.argv[1]):\n    print('held', flush=True)\n    sys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from chainmark.embed import chat_prompt
-from chainmark.harness.models import ModelLoadError, embedded_gguf_path, load_model
+from cmlab.harness.models import ModelLoadError, embedded_gguf_path, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def test_default_model_generates_english(model_and_tokenizer):
 def test_a_second_load_reads_the_cache(model_and_tokenizer, monkeypatch):
     """The fixture has loaded (and if needed converted) once; a second load reads the converted checkpoint and
     never de-quantises the GGUF again (benchmarks/bench_model_load.py measures what that saves)."""
-    from chainmark.harness import models
+    from cmlab.harness import models
 
     def must_not_convert(*args, **kwargs):
         raise AssertionError("the GGUF was converted again instead of read from the cache")
@@ -147,7 +147,7 @@ def test_cpu_load_keeps_host_path(fake_from_pretrained):
 
 
 def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained):
-    from chainmark.teaching.plots import banner
+    from cmlab.teaching.plots import banner
 
     model, _ = load_model("some-org/some-model", device="cpu", dtype=torch.bfloat16)
     text = banner().data
@@ -163,7 +163,7 @@ def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):
     """load_model hides transformers' "Loading weights" bar, and leaves the caller's setting as it was."""
     from transformers.utils import logging as hf_logging
 
-    from chainmark.harness import models
+    from cmlab.harness import models
 
     seen = []
     for before in (True, False):

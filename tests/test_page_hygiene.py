@@ -74,7 +74,7 @@ def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
         _figure_cell([_image()]),
         _cell('glue("a", 1)\nwith claim("x"):\n    assert True', [_result("3")], tags=("remove-cell",)),
         _cell('glue("a", 1)', [], tags=("remove-input",)),
-        _cell("from chainmark.teaching.plots import glue, set_theme", []),
+        _cell("from cmlab.teaching.plots import glue, set_theme", []),
     ]
     found = problems(nb)
     assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(11)], found

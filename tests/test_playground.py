@@ -1,4 +1,4 @@
-"""The attack playground (chainmark.teaching.playground + chainmark/data/playground.js).
+"""The attack playground (cmlab.teaching.playground + book/cmlab/data/playground.js).
 
 Fast tests check what Python packs (tokenizer, state table, samples, the
 block). The browser tests (``slow``) open a standalone playground page in
@@ -7,7 +7,7 @@ to a dead proxy, and check that the JavaScript tokenizer gives the Python
 tokenizer's ids on more than a thousand texts, that the shipped state table is
 ``chainmark.state_table``, and that typing edits into the box shows the n,
 phi, z, p-value, verdict and edit fraction that ``chainmark.detection`` and
-``chainmark.comparison.attacks.edit_fraction`` give for the same text, and the anytime
+``cmlab.comparison.attacks.edit_fraction`` give for the same text, and the anytime
 e-value, its crossing token and counts that ``chainmark.auditor.anytime`` gives. The last test does
 the same on the built site (``_build/html``), when it exists.
 """
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from browser_support import GuardedPage, non_local, serve
-from chainmark.teaching.playground import (
+from cmlab.teaching.playground import (
     CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, _bytes_to_unicode,
     _distinct_share, _pick_samples, _state_payload, _tokenizer_payload,
 )
@@ -51,7 +51,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def reference_key() -> bytes:
-    from chainmark.harness.reference.protocol import reference_key
+    from cmlab.harness.reference.protocol import reference_key
 
     return reference_key()
 
@@ -274,7 +274,7 @@ class Page:
 
 def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> dict[str, float]:
     """The numbers shown for the text now in the box equal the package's on the same text."""
-    from chainmark.comparison.attacks import edit_fraction
+    from cmlab.comparison.attacks import edit_fraction
     from chainmark.detection import detect
 
     text = page.text()
@@ -336,8 +336,8 @@ def _edit_session(page: Page, tokenizer, key: bytes, sample: int, n_edits: int, 
 
 
 def _reference_texts() -> list[str]:
-    from chainmark.harness.reference.read import load_texts
-    from chainmark.harness.reference.store import reference_dir
+    from cmlab.harness.reference.read import load_texts
+    from cmlab.harness.reference.store import reference_dir
     from chainmark.auditor.tokenizer import DEFAULT_MODEL
 
     try:
@@ -385,8 +385,8 @@ SPECIAL = ["<|im_start|>user\nhi<|im_end|>", "x<|endoftext|>y", "<reponame><repo
 
 
 def _code_texts() -> list[str]:
-    files = sorted((ROOT / "chainmark").glob("*.py")) + [ROOT / "chainmark" / "data" / "playground.js",
-                                                        ROOT / "chainmark" / "data" / "playground.css"]
+    files = sorted((ROOT / "chainmark").glob("*.py")) + [ROOT / "book" / "cmlab" / "data" / "playground.js",
+                                                        ROOT / "book" / "cmlab" / "data" / "playground.css"]
     texts = []
     for path in files:
         source = path.read_text(encoding="utf-8")
@@ -436,7 +436,7 @@ def tokenizer_corpus() -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory, tokenizer, chromium) -> Iterator[tuple[GuardedPage, str, Path]]:
     """The book's playground as a standalone page in a temp folder, served on 127.0.0.1, and a browser."""
-    from chainmark.teaching.playground import attack_playground
+    from cmlab.teaching.playground import attack_playground
 
     folder = tmp_path_factory.mktemp("playground")
     path = folder / "playground.html"
@@ -472,10 +472,10 @@ def test_browser_tokenizer_equals_python(standalone, tokenizer) -> None:
 @pytest.mark.slow
 def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
     """The table the page uses is chainmark.state_table; its normal tail, detector and Levenshtein
-    are scipy's ndtr, chainmark.detection and chainmark.comparison.attacks.edit_fraction."""
+    are scipy's ndtr, chainmark.detection and cmlab.comparison.attacks.edit_fraction."""
     from scipy.special import ndtr
 
-    from chainmark.comparison.attacks import edit_fraction
+    from cmlab.comparison.attacks import edit_fraction
     from chainmark.detection import detect
     from chainmark.partition import state_table
 
@@ -513,7 +513,7 @@ def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference
     from chainmark.detection import valid_transitions
     from chainmark.partition import state_table, states_of
     from chainmark.segments import spans_above, window_lengths
-    from chainmark.teaching.playground import segment_thresholds
+    from cmlab.teaching.playground import segment_thresholds
     from chainmark.topology import resolve_topology
 
     browser, _, _ = standalone
@@ -584,7 +584,7 @@ def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
     scored and legal counts as anytime_detect, and after every token the log E of an AnytimeDetector fed one
     token at a time."""
     from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid
-    from chainmark.harness.reference.protocol import PROTOCOL
+    from cmlab.harness.reference.protocol import PROTOCOL
     from chainmark.partition import state_table
 
     browser, _, _ = standalone

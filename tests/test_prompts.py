@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from chainmark.harness import prompts as P
+from cmlab.harness import prompts as P
 
 
 @pytest.mark.parametrize("domain", P.DOMAINS)

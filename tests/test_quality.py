@@ -1,4 +1,4 @@
-"""Tests for chainmark.comparison.quality: teacher-forced self-perplexity and the KL cost."""
+"""Tests for cmlab.comparison.quality: teacher-forced self-perplexity and the KL cost."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch
 
 from chainmark.config import ChainMarkConfig
 from chainmark.partition import state_table
-from chainmark.comparison.quality import KLCost, TokenScores, kl_bound, kl_cost, repeated_ngram_share, score_tokens
+from cmlab.comparison.quality import KLCost, TokenScores, kl_bound, kl_cost, repeated_ngram_share, score_tokens
 
 KEY = b"test-key-for-quality-0123456789"
 V = 96
@@ -128,8 +128,8 @@ def test_kl_on_unwatermarked_text_respects_the_jensen_bound():
     mean over ~200 positions may sit below it only by sampling noise: allow
     three standard errors."""
     from chainmark.embed import generate
-    from chainmark.harness.models import load_model
-    from chainmark.comparison.quality import score_generations
+    from cmlab.harness.models import load_model
+    from cmlab.comparison.quality import score_generations
 
     model, tok = load_model(device="cpu")
     prompts = ["Explain photosynthesis in a comprehensive way.", "Why is the sky blue?",

@@ -1,11 +1,11 @@
-"""The FPR recipes (chainmark.comparison.fpr_recipes): each statistic on sequences whose answer is known."""
+"""The FPR recipes (cmlab.comparison.fpr_recipes): each statistic on sequences whose answer is known."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from chainmark.partition import state_table
-from chainmark.comparison.fpr_recipes import PAPER_FPR_RECIPES, RECIPES, fpr_recipes, hac_z, iid_z, k_skip_z, weighted_z
+from cmlab.comparison.fpr_recipes import PAPER_FPR_RECIPES, RECIPES, fpr_recipes, hac_z, iid_z, k_skip_z, weighted_z
 from chainmark.topology import Topology
 
 KEY = b"recipes-test-key-0123456789abcdef"

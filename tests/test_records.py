@@ -8,12 +8,12 @@ import zlib
 import numpy as np
 import pytest
 
-from chainmark.harness import runner as R
-from chainmark.harness import adapters as A
-from chainmark.harness import runs as RS
-from chainmark.harness import settings as ST
-from chainmark.comparison.attacks import Substitution
-from chainmark.comparison.baselines import KGWConfig
+from cmlab.harness import runner as R
+from cmlab.harness import adapters as A
+from cmlab.harness import runs as RS
+from cmlab.harness import settings as ST
+from cmlab.comparison.attacks import Substitution
+from cmlab.comparison.baselines import KGWConfig
 from chainmark.config import ChainMarkConfig
 from chainmark.keys import key_fingerprint
 
@@ -160,7 +160,7 @@ def test_changed_settings_are_refused(tmp_path):
 
 def test_token_attacks_are_seeded_per_record_id_not_per_batch_position():
     """Text k of every batch used to get the same edit positions; now the record id picks them."""
-    from chainmark.comparison.attacks import Deletion
+    from cmlab.comparison.attacks import Deletion
 
     ids = list(range(100, 140))  # equal length and distinct tokens: the deleted positions are exact
 
@@ -181,7 +181,7 @@ def test_token_attacks_are_seeded_per_record_id_not_per_batch_position():
 
 
 def test_run_json_stores_the_attack_seeding_and_refuses_older_runs(tmp_path):
-    from chainmark.comparison.attacks import RECORD_SEEDING
+    from cmlab.comparison.attacks import RECORD_SEEDING
 
     _run(tmp_path / "s", stop_after=2)
     meta_file = tmp_path / "s" / RS.META_FILE
@@ -265,7 +265,7 @@ def test_default_runs_dir(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
     """All four methods through the runner on the real model (tiny), resumed once."""
-    from chainmark.comparison.baselines import SweetConfig
+    from cmlab.comparison.baselines import SweetConfig
     from chainmark.gates import Gate
 
     model, tok = model_and_tokenizer

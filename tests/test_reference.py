@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from chainmark.harness import reference as ref
-from chainmark.harness.reference import compare as rcmp
-from chainmark.harness.reference import store, verification
-from chainmark.harness.reference.protocol import PROTOCOL, Protocol, cells
+from cmlab.harness import reference as ref
+from cmlab.harness.reference import compare as rcmp
+from cmlab.harness.reference import store, verification
+from cmlab.harness.reference.protocol import PROTOCOL, Protocol, cells
 
 #: The suite verifies one committed batch drawn among those that regenerate at most this many tokens: 102 of the
 #: 150 (explorer 16 x 128, and 25 x 200 without a paraphrase), about 25 to 55 s each on the 2-core machine by
@@ -175,13 +175,13 @@ def test_verify_regenerates_identically_and_catches_changes(tiny_run, model_and_
 
 @pytest.mark.slow
 def test_cli_verify_names_the_regeneration_command_on_a_mismatch(tiny_run, monkeypatch, capsys):
-    from chainmark import cli
+    from cmlab import cli
 
     root = tiny_run[0]
     monkeypatch.setattr(ref, "PROTOCOL", replace(TINY, temperature=0.9))
     assert cli.main(["reference", "verify", "--dir", str(root), "--samples", "1"]) == 1
     out = capsys.readouterr().out
-    assert "MISMATCH" in out and "chainmark reference run --fresh" in out
+    assert "MISMATCH" in out and "cmlab reference run --fresh" in out
 
 
 @pytest.mark.slow
@@ -191,7 +191,7 @@ def test_the_committed_reference_verifies():
     kernels. (One batch, not two, since issue 41; a bounded draw since issue 51.)"""
     root = ref.reference_dir("smollm2-135m-instruct-gguf")
     assert (root / ref.MANIFEST).exists(), "the reference run is not committed"
-    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "1",
+    out = subprocess.run([sys.executable, "-m", "cmlab", "reference", "verify", "--samples", "1",
                           "--max-tokens", str(SUITE_MAX_TOKENS)], capture_output=True, text=True, timeout=1800)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -233,7 +233,7 @@ def tiny_layout(tmp_path):
 
 
 def test_a_bound_below_every_batch_is_a_clear_error(tiny_layout, monkeypatch, capsys):
-    from chainmark import cli
+    from cmlab import cli
 
     # TINY's cheapest batches are the calibration's (1 text x 12 tokens), then the explorer's (2 x 10)
     cheap = verification._choose_shards(tiny_layout, 100, "x", TINY, 20)
@@ -261,8 +261,8 @@ def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenize
 
 def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):
     """`--experiments null head_to_head` fills the null first; within an experiment, batch-major."""
-    from chainmark.harness.reference.protocol import PROTOCOL
-    from chainmark.harness.reference.generation import pending
+    from cmlab.harness.reference.protocol import PROTOCOL
+    from cmlab.harness.reference.generation import pending
 
     todo = pending(tmp_path, PROTOCOL, ["null", "head_to_head"])
     kinds = [c.experiment for c, _ in todo]
@@ -412,7 +412,7 @@ def test_a_kernel_p_value_is_compared_on_a_log_scale():
 def test_the_committed_reference_verifies_with_other_cpu_kernels():
     """Another CPU, simulated: PyTorch's AVX2 kernels instead of this machine's best (README: other CPUs)."""
     env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
-    out = subprocess.run([sys.executable, "-m", "chainmark.cli", "reference", "verify", "--samples", "1",
+    out = subprocess.run([sys.executable, "-m", "cmlab", "reference", "verify", "--samples", "1",
                           "--max-tokens", str(SUITE_MAX_TOKENS)], capture_output=True, text=True, timeout=1800, env=env)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -421,13 +421,13 @@ def test_the_committed_reference_verifies_with_other_cpu_kernels():
 
 def test_reading_the_reference_ignores_the_live_model(monkeypatch):
     """Reference sections read the embedded model's committed run whatever CHAINMARK_MODEL is."""
-    from chainmark.harness.settings import get_settings
+    from cmlab.harness.settings import get_settings
 
     monkeypatch.setenv("CHAINMARK_MODEL", "/some/other/model")
     assert get_settings().model == "/some/other/model"  # read when asked: nothing cached
     assert ref.read_dir() == ref.reference_dir("smollm2-135m-instruct-gguf")
     assert ref.reference_dir() != ref.read_dir()  # a reader's own run still goes to its own folder
-    from chainmark.harness.reference.read import load_reference
+    from cmlab.harness.reference.read import load_reference
 
     assert len(load_reference("kregular")) > 0
 
@@ -437,7 +437,7 @@ def test_scores_by_test_rebuilds_every_attack_of_the_head_to_head():
     re-tokenized; the z-test on the rebuilt clean texts gives the stored decisions."""
     import collections
 
-    from chainmark.harness.reference.read import load_texts, scores_by_test
+    from cmlab.harness.reference.read import load_texts, scores_by_test
 
     rows = scores_by_test()
     counts = collections.Counter((r["condition"], r["test"]) for r in rows)

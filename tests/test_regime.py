@@ -198,7 +198,7 @@ def test_a_regime_checks_the_key_and_the_tokenizer():
 
 
 def test_named_topologies_and_the_reference_resolve_through_one_function():
-    from chainmark.harness.reference.protocol import topology_for
+    from cmlab.harness.reference.protocol import topology_for
 
     for name, k in TOPOLOGY_K.items():
         assert resolve_topology(name, 7) == cycle_topology(7, k) == topology_for(7, k)
@@ -328,8 +328,8 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
 
 def test_every_entry_point_taking_k_and_S_apart_says_k_must_be_below_S():
     from chainmark.calibrate import null_p0, predicted_z
-    from chainmark.comparison.quality import kl_bound
-    from chainmark.harness.reference.protocol import topology_for
+    from cmlab.comparison.quality import kl_bound
+    from cmlab.harness.reference.protocol import topology_for
 
     for call in (lambda: cycle_topology(3, 3), lambda: cycle_topology(4, 7), lambda: topology_for(5, 5),
                  lambda: cycle_topology(5, 0)):

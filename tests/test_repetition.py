@@ -130,7 +130,7 @@ def test_a_long_texts_null_keeps_its_largest_groups_exact_and_the_rest_normal():
 
 
 def test_the_predicted_rate_matches_simulation_on_the_most_repetitive_reference_replies():
-    from chainmark.harness import reference
+    from cmlab.harness import reference
     from chainmark.auditor.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()

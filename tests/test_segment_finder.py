@@ -6,7 +6,7 @@ import pytest
 
 from chainmark.calibrate import rate_estimate
 from chainmark.config import ChainMarkConfig
-from chainmark.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segments, mixed_config,
+from cmlab.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segments, mixed_config,
                                      read_segment_records, segment_summary)
 from chainmark.keys import hkdf
 from chainmark.partition import state_table
@@ -162,7 +162,7 @@ def test_summary_of_the_committed_measurements():
 
 @pytest.mark.skipif(not MIXED_FILE.with_name("results.jsonl.gz").exists(), reason="no measurements committed")
 def test_the_boundary_summary_by_position_counts_what_the_records_hold():
-    from chainmark.harness.mixed import BOUNDARY_CASES, boundary_summary
+    from cmlab.harness.mixed import BOUNDARY_CASES, boundary_summary
 
     records = read_segment_records()
     table = boundary_summary(records).set_index(["case", "method"])

@@ -4,10 +4,10 @@ import stat
 
 import pytest
 
-from chainmark.harness import settings as settings_mod
+from cmlab.harness import settings as settings_mod
 from chainmark.keys import key_fingerprint, read_key_file, teaching_key
 from chainmark.auditor.tokenizer import DEFAULT_MODEL
-from chainmark.harness.settings import SETTING_ENV, default_dtype, get_settings, use_settings
+from cmlab.harness.settings import SETTING_ENV, default_dtype, get_settings, use_settings
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,7 @@ def test_the_settings_cell_sets_every_value_and_none_returns_to_the_start(tmp_pa
     key = read_key_file(key_file)
     # what the chapters then read
     from chainmark.keys import book_key, book_key_source
-    from chainmark.harness.settings import default_runs_dir
+    from cmlab.harness.settings import default_runs_dir
 
     assert book_key_source() == "key file" and book_key() == key and default_runs_dir() == runs
     assert key_fingerprint(key) in str(s) and key.hex() not in str(s) and key.hex() not in s._repr_html_()
@@ -136,7 +136,7 @@ def test_settings_show_the_model_the_key_source_and_never_the_key():
 
 
 def test_the_runs_folder_is_shown_relative_never_as_the_builders_path(monkeypatch, tmp_path):
-    from chainmark.harness.settings import RUNS_ENV, get_settings
+    from cmlab.harness.settings import RUNS_ENV, get_settings
 
     (tmp_path / "_toc.yml").write_text("root: x\n")
     (tmp_path / "book").mkdir()

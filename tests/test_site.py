@@ -169,12 +169,12 @@ def test_calibration_explorer(browser: GuardedPage, site_url: str) -> None:
 def test_embedding_explorer(browser: GuardedPage, site_url: str) -> None:
     from chainmark.calibrate import predicted_z
     from chainmark.detection import detect
-    from chainmark.harness.reference.protocol import reference_key
+    from cmlab.harness.reference.protocol import reference_key
 
     _open(browser, site_url, EXPLORER_PAGES[0])
     sel = _explorer(browser, "embedding")
     data = _data(browser, sel)
-    key = reference_key()  # the explorer shows the reference run's grid (chainmark.harness.reference.explorer_grid)
+    key = reference_key()  # the explorer shows the reference run's grid (cmlab.harness.reference.explorer_grid)
 
     def check() -> dict:
         S = data["S_values"][_slider_value(browser, sel, "S")["index"]]
@@ -280,7 +280,7 @@ def test_javascript_closed_forms_equal_python(browser: GuardedPage, tmp_path_fac
     import itertools
 
     from chainmark import calibrate as cal
-    from chainmark.teaching.widgets import calibration_explorer
+    from cmlab.teaching.widgets import calibration_explorer
 
     folder = tmp_path_factory.mktemp("explorer")
     (folder / "calibration.html").write_text(calibration_explorer().page(), encoding="utf-8")

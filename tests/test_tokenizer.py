@@ -21,7 +21,7 @@ def transformers_tokenizer():
 
 
 def test_the_embedded_tokenizer_agrees_with_transformers_on_every_reference_text():
-    from chainmark.harness.reference.read import load_texts
+    from cmlab.harness.reference.read import load_texts
 
     core, full = load_tokenizer(), transformers_tokenizer()
     assert isinstance(core, AuditTokenizer)

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from chainmark.comparison import adversary, attacks
-from chainmark.comparison import baselines
+from cmlab.comparison import adversary, attacks
+from cmlab.comparison import baselines
 from chainmark.checks import check_alpha
 from chainmark.detection import detect, detect_batch, detect_text, score_states
 from chainmark.significance import log_p_value, p_value, z_score
-from chainmark.comparison.lrdetect import lr_detect
+from cmlab.comparison.lrdetect import lr_detect
 from chainmark.config import ChainMarkConfig
 from chainmark.embed import ChainMarkLogitsProcessor, generate
 from chainmark.gates import Gate

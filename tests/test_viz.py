@@ -1,7 +1,7 @@
 import pytest
 
 from chainmark.detection import detect
-from chainmark.teaching.plots import source_html, state_colour, tokens_html
+from cmlab.teaching.plots import source_html, state_colour, tokens_html
 
 
 def test_source_html_shows_the_real_source():
@@ -56,7 +56,7 @@ def test_the_state_palette_survives_simulated_colour_blindness():
 
     import numpy as np
 
-    from chainmark.teaching.plots import LEGAL_STEP_COLOUR, STATE_COLOURS
+    from cmlab.teaching.plots import LEGAL_STEP_COLOUR, STATE_COLOURS
 
     colours = [*STATE_COLOURS[:5], LEGAL_STEP_COLOUR]
     assert LEGAL_STEP_COLOUR not in STATE_COLOURS
@@ -73,7 +73,7 @@ def test_every_tile_prints_its_state_digit():
 
 
 def test_every_attack_has_its_own_colour_and_marker_across_the_book():
-    from chainmark.teaching.plots import ATTACK_STYLE, STATE_COLOURS, attack_style
+    from cmlab.teaching.plots import ATTACK_STYLE, STATE_COLOURS, attack_style
 
     colours = [c for c, _ in ATTACK_STYLE.values()]
     markers = [m for _, m in ATTACK_STYLE.values()]
@@ -86,7 +86,7 @@ def test_every_attack_has_its_own_colour_and_marker_across_the_book():
 def test_a_series_shows_as_a_table_without_a_dtype_footer():
     import pandas as pd
 
-    from chainmark.teaching.plots import _series_html
+    from cmlab.teaching.plots import _series_html
 
     shown = _series_html(pd.Series({"S": 5, "key": "teaching"}, dtype=object, name="value"))
     assert "<table" in shown and "teaching" in shown and "value" in shown and "dtype" not in shown

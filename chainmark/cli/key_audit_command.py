@@ -27,7 +27,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     ksub = key_cmd.add_subparsers(dest="key_command", metavar="ACTION")
     ka = ksub.add_parser("audit", help="the key's false-positive rate on a corpus, per test; a certificate",
                          description="Audit a key before deploying it: score a corpus of text that was not "
-                                     "written with the key (by default the book's reference null, 1,200 texts "
+                                     "written with the key (by default the corpus the book's lab offers when it is installed: "
+                                     "its reference null, 1,200 texts "
                                      "of the embedded model, and windows of the Python Language Reference's "
                                      "prose) under this key with the z-test, distinct pairs and the exact test, "
                                      "and report each test's false-positive rate over documents with its 95% "
@@ -112,22 +113,23 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, str, l
         name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
         return name, _files_grouping(args.corpus, args.text_field), \
             [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], [f"text {i}" for i in range(len(texts))]
-    from ..harness import reference
-    from ..harness.corpora import CORPUS_NAME, python_reference_documents, token_windows
+    return _default_corpus(tokenizer)
 
-    model_texts = ([r["output"] for r in reference.load_texts("null")]
-                   + [r["output"] for r in reference.load_texts("head_to_head") if r["method"] == "none"])
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in model_texts]
-    human, topics = [], []
-    for doc in python_reference_documents():
-        windows = token_windows([tokenizer(doc.text, add_special_tokens=False)["input_ids"]], 200)
-        human += [w.tolist() for w in windows]
-        topics += [f"topic {doc.name}"] * len(windows)
-    name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
-            f"200 tokens of {CORPUS_NAME}")
-    grouping = (f"each of the {len(ids)} replies of the embedded model is one document; the windows of 200 tokens "
-                f"cut from one topic of {CORPUS_NAME} together are one document ({len(set(topics))} topics)")
-    return name, grouping, ids + human, [f"reply {i}" for i in range(len(ids))] + topics
+
+#: The entry-point group where an installed package offers a default corpus for ``key audit`` (the book's lab
+#: offers the reference null and the Python Language Reference); the command line never imports it by name.
+DEFAULT_CORPUS_GROUP = "chainmark.key_audit_corpus"
+
+
+def _default_corpus(tokenizer: Any) -> tuple[str, str, list[list[int]], list[str]]:
+    """The corpus an installed package registers under :data:`DEFAULT_CORPUS_GROUP`; without one, a usage error."""
+    from importlib.metadata import entry_points
+
+    found = sorted(entry_points(group=DEFAULT_CORPUS_GROUP), key=lambda ep: ep.name)
+    if not found:
+        raise UsageError("no default corpus is installed: give your own unwatermarked text with --corpus FILE ... "
+                         "(the book's lab, cmlab, provides the default corpus)")
+    return found[0].load()(tokenizer)
 
 
 def _files_grouping(paths: list[str], text_field: str) -> str:

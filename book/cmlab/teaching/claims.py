@@ -1,0 +1,194 @@
+"""Claims: the book's sentences about a run, checked beside the sentence.
+
+A chapter states in prose what its run shows and guards the sentence with a
+claim, whose body is ordinary ``assert`` statements::
+
+    with claim("with distinct pairs the SD of z on the wrong key is close to 1"):
+        assert abs(sd - 1) < 0.1, sd
+
+In the book's own configuration (the public teaching key, the embedded model,
+the default scale, a CPU) a failed claim raises :class:`ClaimFailed`, so the
+published site never prints a false sentence. Anywhere else (a reader's key,
+another model, a GPU, the full scale) the chapter goes on: a visible note
+says what the text says and what this run shows, and :func:`claims_report`
+at the end of the chapter lists every claim that differed. ``CHAINMARK_CLAIMS``
+forces either mode (``strict`` or ``soft``).
+
+Claims are for statements about runs. What must hold on any configuration
+(the reader's implementation equals the package's) stays a plain ``assert``.
+A claim's ``tier`` says what it is about: ``"live"`` for the chapter's own
+run (it must hold under any key, see ``tools/claims_robustness.py``),
+``"reference"`` for the committed reference run (fixed data, holds anywhere).
+"""
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+CLAIMS_ENV = "CHAINMARK_CLAIMS"          # "strict", "soft", or unset (strict only in the book's configuration)
+CLAIMS_LOG_ENV = "CHAINMARK_CLAIMS_LOG"  # a JSON Lines file; every claim checked is appended to it
+CHAPTER_ENV = "CHAINMARK_CHAPTER"        # the chapter's name in the log (set by the tools that execute chapters)
+MODES = ("strict", "soft")
+TIERS = ("live", "reference")
+
+
+class ClaimFailed(AssertionError):
+    """A sentence of the book does not hold for this run (raised in strict mode only)."""
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """One claim as this run checked it: the sentence, its tier, whether it held, and what failed."""
+
+    says: str
+    tier: str
+    held: bool
+    shows: str = ""
+
+
+_outcomes: list[ClaimOutcome] = []
+
+
+def book_configuration() -> dict[str, bool]:
+    """Which parts of the book's own configuration this run has: key, model, scale, device.
+
+    The book's configuration is the public teaching key, the embedded model,
+    the default scale for the device and a CPU; the published site is built
+    in it, and a reader's run with the defaults on a CPU is in it too.
+    """
+    from chainmark.keys import book_key_source
+    from chainmark.auditor.tokenizer import DEFAULT_MODEL
+    from cmlab.harness.settings import get_settings
+
+    s = get_settings()
+    return {"teaching key": book_key_source() == "teaching", "embedded model": s.model == DEFAULT_MODEL,
+            "default scale": s.scale == "smoke", "CPU": s.device == "cpu"}
+
+
+def claims_mode() -> str:
+    """``strict`` (a failed claim raises) or ``soft`` (a failed claim is reported), read at each call.
+
+    ``$CHAINMARK_CLAIMS`` decides when set; otherwise strict exactly in the
+    book's configuration (:func:`book_configuration`).
+    """
+    forced = os.environ.get(CLAIMS_ENV, "").strip().lower()
+    if forced:
+        if forced not in MODES:
+            raise ValueError(f"{CLAIMS_ENV} must be one of {MODES} (or unset), got {forced!r}")
+        return forced
+    return "strict" if all(book_configuration().values()) else "soft"
+
+
+def _what_failed(exc: AssertionError) -> str:
+    """The failing assert's source line and its message, as this run shows them."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    line = (frames[-1].line or "").strip() if frames else ""
+    message = str(exc).strip()
+    parts = [f"`{line}` is false" if line else "a check is false"]
+    if message:
+        parts.append(f"({message[:300]})")
+    return " ".join(parts)
+
+
+def _log(outcome: ClaimOutcome, mode: str) -> None:
+    path = os.environ.get(CLAIMS_LOG_ENV, "").strip()
+    if not path:
+        return
+    from chainmark.keys import book_key, key_fingerprint
+
+    row = {**asdict(outcome), "mode": mode, "chapter": os.environ.get(CHAPTER_ENV, ""),
+           "key_fingerprint": key_fingerprint(book_key())}
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _show(obj_html: str, text: str) -> None:
+    """Display ``obj_html`` in a notebook; print ``text`` anywhere else (a script, a test)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(text)
+        return
+    display(HTML(obj_html))
+
+
+def _note(outcome: ClaimOutcome) -> None:
+    _show('<div style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B;margin:4px 0">'
+          "<b>This run differs from the text.</b> "
+          f"The text says: <i>{html.escape(outcome.says)}</i><br>This run shows: {html.escape(outcome.shows)}"
+          "</div>",
+          f"NOTE: this run differs from the text.\n  The text says: {outcome.says}\n  This run shows: {outcome.shows}")
+
+
+@contextlib.contextmanager
+def claim(says: str, tier: str = "live") -> Iterator[None]:
+    """Check the sentence ``says`` with the ``assert`` statements in the block.
+
+    Strict mode: a failed assert raises :class:`ClaimFailed` naming the
+    sentence. Soft mode: the rest of the block is skipped, a note is shown,
+    and the chapter goes on (so a claim's block holds checks only, never
+    code that later cells need). Other exceptions pass through unchanged.
+    """
+    if not isinstance(says, str) or not says.strip():
+        raise ValueError("a claim needs the sentence it checks (a non-empty string)")
+    if tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    mode = claims_mode()
+    try:
+        yield
+    except AssertionError as exc:
+        outcome = ClaimOutcome(says.strip(), tier, False, _what_failed(exc))
+        _outcomes.append(outcome)
+        _log(outcome, mode)
+        if mode == "strict":
+            raise ClaimFailed(f"the text says: {outcome.says}\nthis run shows: {outcome.shows}") from exc
+        _note(outcome)
+    else:
+        outcome = ClaimOutcome(says.strip(), tier, True)
+        _outcomes.append(outcome)
+        _log(outcome, mode)
+
+
+def _claim_outcomes() -> list[ClaimOutcome]:
+    """Every claim checked so far in this process (a chapter's kernel), in order."""
+    return list(_outcomes)
+
+
+def claims_report() -> None:
+    """Close a chapter: one line when every claim held, a table of the claims that differed otherwise.
+
+    Displays only (a chapter's last cell calls it); :func:`_claim_outcomes` gives the claims themselves.
+    """
+    outcomes = _claim_outcomes()
+    differed = [o for o in outcomes if not o.held]
+    config = book_configuration()
+    where = ("the book's own configuration (teaching key, embedded model, default scale, CPU)"
+             if all(config.values()) else
+             "your configuration (" + ", ".join(f"not the {k}" for k, v in config.items() if not v) + ")")
+    if not differed:
+        what = "The one statement" if len(outcomes) == 1 else f"All {len(outcomes)} statements"
+        line = (f"{what} on this page about a run held in this run, in {where}." if outcomes else
+                f"This page states nothing about a run of its own, so there was nothing to check, in {where}.")
+        _show(f'<p style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1">{html.escape(line)}</p>',
+              line)
+        return
+    line = (f"{len(differed)} of {len(outcomes)} statements on this page differ in this run, in {where}; "
+            "each is listed below and marked beside its sentence.")
+    rows = "".join(f"<tr><td>{html.escape(o.says)}</td><td>{o.tier}</td><td>{html.escape(o.shows)}</td></tr>"
+                   for o in differed)
+    _show(f'<p style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B">{html.escape(line)}</p>'
+          f"<table><thead><tr><th>the text says</th><th>about</th><th>this run shows</th></tr></thead>"
+          f"<tbody>{rows}</tbody></table>",
+          line + "\n" + "\n".join(f"  - {o.says} ({o.tier}): {o.shows}" for o in differed))
+
+
+__all__ = ["CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "ClaimFailed", "ClaimOutcome", "MODES", "TIERS",
+           "book_configuration", "claim", "claims_mode", "claims_report"]
