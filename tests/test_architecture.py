@@ -318,6 +318,47 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert core.returncode == full.returncode == 0, core.stderr[-2000:] + full.stderr[-2000:]
     assert json.loads(core.stdout.splitlines()[0]) == json.loads(full.stdout.splitlines()[0])
+    # the auditor's other commands run in the torch-free install too
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": f"Document {i}. " + "A plain sentence. " * 30}) + "\n"
+                              for i in range(4)), "utf-8")
+    for extra in (["detect", "--key-file", str(key), "--S", "5", "--segments", "--json", str(text)],
+                  ["regime", "--key-file", str(key), "--S", "5", "--alpha", "0.01", "--out", str(tmp_path / "r.json")],
+                  ["key", "audit", "--key-file", str(key), "--S", "5", "--corpus", str(corpus), "--json"],
+                  ["audit", str(corpus), "--id-field", "id", "--key-file", str(key), "--S", "5", "--scheduler", "none",
+                   "--out", str(tmp_path / "audit")]):
+        done = subprocess.run([core_cli, *extra], capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode in (0, 1), (extra[:2], done.stderr[-2000:])  # 1: detected, or the key not certified
+    # without the book's lab, key audit has no default corpus and says what to give
+    done = subprocess.run([core_cli, "key", "audit", "--key-file", str(key), "--S", "5"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "--corpus" in done.stderr
+
+
+def test_the_wheel_is_the_method_the_auditor_and_the_command_line(tmp_path):
+    """``pip wheel .`` holds chainmark alone: none of the lab's modules or data, and its size in lines is printed
+    (issue 49 asks for at most 6,000; the method's modules are counted apart)."""
+    import zipfile
+
+    source = tmp_path / "source"  # a copy: building in the working tree would leave build/ there
+    import shutil
+
+    shutil.copytree(PACKAGE, source / "chainmark", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    wheel = zipfile.ZipFile(next((tmp_path / "dist").glob("chainmark-*.whl")))
+    names = wheel.namelist()
+    assert "chainmark/detection.py" in names and "chainmark/data/tokenizer/tokenizer.json" in names
+    lab = [n for n in names if re.search(r"(^|/)(cmlab|harness|comparison|teaching)/|/reference/|/mixed/|/prompts/"
+                                         r"|playground\.|explorers\.", n)]
+    assert lab == []
+    lines = {n: wheel.read(n).count(b"\n") for n in names if n.endswith(".py")}
+    method = {n: c for n, c in lines.items() if n.count("/") == 1}
+    print(f"wheel: {sum(lines.values())} lines of Python in {len(lines)} files; top-level modules "
+          f"{sum(method.values())} lines in {len(method)} files")
 
 
 def test_every_package_exports_its_modules_names_without_a_clash():
@@ -374,3 +415,33 @@ def test_every_chainmark_name_a_chapter_uses_exists():
                         break
                     obj = getattr(obj, part)
     assert missing == []
+
+
+def test_no_page_uses_a_private_name():
+    """``tools/page_names.py`` lists each chapter's names of both packages; none is private (a name starting
+    with one underscore, reached by import, by ``cm.``/``lab.`` or through an imported name)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from page_names import page_names
+    finally:
+        sys.path.pop(0)
+    private = {nb.stem: sorted(page_names(nb)[1]) for nb in sorted((ROOT / "book").glob("*.ipynb"))}
+    assert {page: names for page, names in private.items() if names} == {}
+    names, found = page_names(ROOT / "book" / "04_embedding.ipynb")
+    assert "chainmark.ChainMarkLogitsProcessor" in names and "cmlab.teaching.show_source" in names  # it sees names
+
+
+def test_the_page_name_counter_sees_private_names(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from page_names import page_names
+    finally:
+        sys.path.pop(0)
+    cells = [{"cell_type": "code", "source": ["import chainmark as cm\n", "from chainmark import cli\n",
+                                              "cm.partition._table(1)\n", "cli.detect_commands._cmd(2)\n",
+                                              "cm.Thing._step(3); cm.detect(4)\n"]}]
+    nb = tmp_path / "x.ipynb"
+    nb.write_text(json.dumps({"cells": cells}), "utf-8")
+    names, private = page_names(nb)
+    assert private == {"chainmark.partition._table", "chainmark.cli.detect_commands._cmd", "chainmark.Thing._step"}
+    assert "chainmark.detect" in names
