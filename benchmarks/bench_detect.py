@@ -4,7 +4,7 @@
 
 Both detectors see the same 1,000,000 random token ids (vocabulary 49,152,
 the embedded model's). The reference is the paper's listing restated in
-``chainmark.detection.reference_detect``: one SHA-256 per token in a Python
+``tests/paper_listing.py`` (``reference_detect``): one SHA-256 per token in a Python
 loop, on a Python list (its natural input). The vectorised detector is
 timed warm (state table already cached, the steady state of an auditor
 checking many texts with one key) on the numpy array a tokenizer returns
@@ -28,9 +28,14 @@ import statistics
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
 
-from chainmark.detection import detect, detect_batch, reference_detect
+from chainmark.detection import detect, detect_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from paper_listing import reference_detect  # noqa: E402  (the paper's listing lives with the tests)
 
 VOCAB = 49152
 

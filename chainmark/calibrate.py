@@ -1,6 +1,4 @@
-"""Calibration: from a regulator's targets (alpha, n, rho) to a configuration, and back.
-
-Two halves live here.
+"""Calibration, the paper's: from a regulator's targets (alpha, n, rho) to a configuration, and back.
 
 *Closed form.* Under the i.i.d. null the validity indicators of a k-regular
 topology are Bernoulli(p0 = k/S) with zero covariance, and a watermark with
@@ -15,37 +13,33 @@ Binomial(n - 1, p0), the true size of the Gaussian z-test is computable too
 
 *Empirical.* Natural text is not i.i.d., so the analytic threshold drifts.
 :func:`recalibrate` sets a new threshold from null z-scores of a corpus
-(the SD recipe mu + z_alpha sigma, or an order-statistic quantile) and
-:func:`lifted_threshold` puts it above every null score.
-:func:`rate_estimate` and :func:`clopper_pearson` report measured rates with
-exact binomial intervals.
+(the SD recipe mu + z_alpha sigma, or an order-statistic quantile), on a
+corpus of at least :func:`min_null_samples` texts. Measured rates and their
+exact intervals are :mod:`chainmark.rates`; the experiments' statistics
+(bootstrap intervals, split halves, the lifted threshold) are the book's lab.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
-from scipy.stats import beta, binom, binomtest, norm
+from scipy.stats import binom, norm
 
 from .checks import check_alpha, check_int, check_length, check_rho_positive
-from .checks import is_number as _is_number
 from .verdict import decide
 
-__all__ = ["HEAVY_TAIL_KURTOSIS", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "RECALIBRATION_METHODS", "RateEstimate",
-           "calibration_table", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper",
-           "cluster_bootstrap_rate", "critical_count", "exact_fpr", "exceedance_rate", "excess_kurtosis",
-           "hoeffding_fpr_bound", "judge_against", "lifted_threshold", "midpoint_exact_fpr", "midpoint_threshold",
-           "midpoint_z", "min_null_samples", "null_p0", "predicted_z", "rate_estimate", "recalibrate", "s_star",
-           "s_star_exact", "split_halves", "threshold_interval", "trials_to_bound", "z_alpha"]
+__all__ = ["HEAVY_TAIL_KURTOSIS", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "calibration_table", "critical_count",
+           "exact_fpr", "excess_kurtosis", "hoeffding_fpr_bound", "midpoint_exact_fpr", "midpoint_threshold",
+           "midpoint_z", "min_null_samples", "null_p0", "predicted_z", "recalibrate", "s_star", "s_star_exact",
+           "z_alpha"]
 
 #: The paper's lookup-table grid (section "Reference tables").
 PAPER_NS = (100, 200, 500, 1000)
 PAPER_RHOS = (0.3, 0.5)
 PAPER_ALPHAS = (1e-3, 1e-6)
 
-RECALIBRATION_METHODS = ("sd", "quantile")
+_RECALIBRATION_METHODS = ("sd", "quantile")
 
 # Guards ceilings against floating-point noise such as 0.9 / 0.1 = 9.000000000000002.
 _EPS = 1e-9
@@ -250,149 +244,6 @@ def calibration_table(
 
 
 # ---------------------------------------------------------------------------
-# measured rates
-# ---------------------------------------------------------------------------
-def _check_binomial(hits: object, trials: object, level: object) -> tuple[int, int, float]:
-    """Checked (hits, trials, level) of a binomial rate's confidence bound."""
-    trials = check_int(trials, "trials", 1)
-    hits = check_int(hits, "hits", 0)
-    if hits > trials:
-        raise ValueError(f"hits must be <= trials, got {hits} > {trials}")
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    return hits, trials, float(level)
-
-
-def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) two-sided confidence interval for a binomial rate."""
-    hits, trials, level = _check_binomial(hits, trials, level)
-    ci = binomtest(hits, trials).proportion_ci(confidence_level=float(level), method="exact")
-    return float(ci.low), float(ci.high)
-
-
-def clopper_pearson_upper(hits: int, trials: int, level: float = 0.95) -> float:
-    """Exact one-sided upper confidence bound for a binomial rate (Clopper-Pearson).
-
-    The rate lies at or below it with confidence ``level``: the bound a
-    certificate needs ("at most alpha"), where the two-sided interval's upper
-    end would spend half of 1 - level on the other side.
-    """
-    hits, trials, level = _check_binomial(hits, trials, level)
-    if hits == trials:
-        return 1.0
-    return float(beta.ppf(level, hits + 1, trials - hits))
-
-
-def clopper_pearson_lower(hits: int, trials: int, level: float = 0.95) -> float:
-    """Exact one-sided lower confidence bound for a binomial rate (0 when nothing was hit)."""
-    hits, trials, level = _check_binomial(hits, trials, level)
-    if hits == 0:
-        return 0.0
-    return float(beta.ppf(1.0 - level, hits, trials - hits + 1))
-
-
-def trials_to_bound(rate: float, level: float = 0.95) -> int:
-    """Fewest trials whose one-sided upper bound can reach ``rate``: zero hits in n trials bound the
-    rate by 1 - (1 - level)^(1/n), at most ``rate`` from n = ln(1 - level) / ln(1 - rate) on
-    (299 at rate 1% and 95%: the "rule of three", 3 / n, in exact form)."""
-    rate = check_alpha(rate)
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    n = math.ceil(math.log1p(-float(level)) / math.log1p(-rate) - _EPS)
-    while n > 1 and clopper_pearson_upper(0, n - 1, level) <= rate:
-        n -= 1
-    while clopper_pearson_upper(0, n, level) > rate:
-        n += 1
-    return n
-
-
-@dataclass(frozen=True)
-class RateEstimate:
-    """A measured rate (FPR or TPR) with its exact binomial interval."""
-
-    hits: int
-    trials: int
-    rate: float
-    low: float
-    high: float
-    level: float = 0.95
-
-    def __str__(self) -> str:
-        return self.format()
-
-    def format(self, digits: int = 1, counts: bool = True) -> str:
-        """The rate and its interval in percent, as a table cell: ``"12.5% [1.6, 38.3] (2/16)"``.
-
-        ``digits`` is the number of decimals of the three percentages (``0``
-        gives ``"12% [2, 38] (2/16)"``); ``counts=False`` leaves out the
-        ``(hits/trials)`` count. ``str()`` is ``format()`` with the defaults.
-        """
-        if isinstance(digits, bool) or not isinstance(digits, (int, np.integer)) or digits < 0:
-            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
-        d = int(digits)
-        text = f"{100 * self.rate:.{d}f}% [{100 * self.low:.{d}f}, {100 * self.high:.{d}f}]"
-        return f"{text} ({self.hits}/{self.trials})" if counts else text
-
-    def to_dict(self) -> dict[str, float]:
-        return {"hits": self.hits, "trials": self.trials, "rate": self.rate,
-                "low": self.low, "high": self.high, "level": self.level}
-
-
-def rate_estimate(flags: Any, level: float = 0.95) -> RateEstimate:
-    """Share of True flags with its Clopper-Pearson interval."""
-    values = np.asarray(flags, dtype=bool).ravel()
-    if values.size == 0:
-        raise ValueError("flags is empty: a rate needs at least one trial")
-    hits, trials = int(values.sum()), int(values.size)
-    low, high = clopper_pearson(hits, trials, level)
-    return RateEstimate(hits, trials, hits / trials, low, high, float(level))
-
-
-def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boot: int = 2000,
-                           seed: int = 0) -> RateEstimate:
-    """Share of True flags with a percentile interval from resampling whole clusters.
-
-    Use it when several units share a text (many keys on one text, windows of
-    one text, pairs): they are not independent, so the binomial interval would
-    be too narrow. Clusters (e.g. text ids) are drawn with replacement
-    ``n_boot`` times and the rate recomputed each time. When no flag (or
-    every flag) is set, every resample gives the same rate and the
-    percentile interval would have zero width: the Clopper-Pearson interval
-    over the clusters is returned instead (0 or all of C clusters).
-    """
-    values = np.asarray(flags, dtype=bool).ravel()
-    groups = np.asarray(clusters).ravel()
-    if values.size == 0:
-        raise ValueError("flags is empty: a rate needs at least one trial")
-    if groups.size != values.size:
-        raise ValueError(f"clusters must give one cluster per flag: {groups.size} clusters for {values.size} flags")
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    n_boot = check_int(n_boot, "n_boot", 100)
-    _, index = np.unique(groups, return_inverse=True)
-    hits = np.bincount(index, weights=values.astype(float))
-    sizes = np.bincount(index).astype(float)
-    if values.all() or not values.any():
-        n_clusters = len(sizes)
-        low, high = clopper_pearson(n_clusters if values.all() else 0, n_clusters, level)
-        return RateEstimate(int(values.sum()), int(values.size), float(values.mean()), low, high, float(level))
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(sizes), size=(n_boot, len(sizes)))
-    rates = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
-    tail = (1.0 - float(level)) / 2.0
-    low, high = np.quantile(rates, [tail, 1.0 - tail])
-    return RateEstimate(int(values.sum()), int(values.size), float(values.mean()), float(low), float(high),
-                        float(level))
-
-
-def exceedance_rate(z: Any, threshold: float, level: float = 0.95) -> RateEstimate:
-    """Share of scores strictly above a threshold (the detector's 'watermarked' side)."""
-    if not _is_number(threshold) or math.isnan(float(threshold)):
-        raise TypeError(f"threshold must be a real number, got {threshold!r}")
-    return rate_estimate(_as_scores(z, "z") > float(threshold), level)
-
-
-# ---------------------------------------------------------------------------
 # empirical recalibration
 # ---------------------------------------------------------------------------
 def _as_scores(values: Any, name: str) -> np.ndarray:
@@ -456,8 +307,8 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     how many are needed) or, for the SD recipe, scores that are all equal.
     """
     alpha = check_alpha(alpha)
-    if method not in RECALIBRATION_METHODS:
-        raise ValueError(f"method must be one of {RECALIBRATION_METHODS}, got {method!r}")
+    if method not in _RECALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {_RECALIBRATION_METHODS}, got {method!r}")
     z = _as_scores(null_z, "null_z")
     need = min_null_samples(alpha)
     if z.size < need:
@@ -472,83 +323,3 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
         return float(np.mean(z)) + z_alpha(alpha) * sd
     j = math.ceil((z.size + 1) * (1.0 - alpha) - _EPS)
     return float(np.sort(z)[j - 1])
-
-
-def threshold_interval(null_z: Any, clusters: Any, alpha: float, method: str = "quantile", level: float = 0.95,
-                       n_boot: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """An empirical threshold (:func:`recalibrate`) and a percentile bootstrap interval for it.
-
-    The null texts are resampled by cluster (e.g. prompt: texts of one prompt share their
-    topic), ``n_boot`` times, as many clusters as there are, and the threshold recomputed on
-    each resample; a resample with fewer than :func:`min_null_samples` texts draws more clusters
-    rather than fail. Returns
-    (threshold, low, high). A wide interval says the corpus is too small for this alpha.
-    """
-    z = _as_scores(null_z, "null_z")
-    groups = np.asarray(clusters).ravel()
-    if groups.size != z.size:
-        raise ValueError(f"clusters must give one cluster per score: {groups.size} clusters for {z.size} scores")
-    if not _is_number(level) or not 0.0 < float(level) < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    n_boot = check_int(n_boot, "n_boot", 100)
-    point = recalibrate(z, alpha, method)
-    _, index = np.unique(groups, return_inverse=True)
-    members = [np.flatnonzero(index == g) for g in range(index.max() + 1)]
-    need = min_null_samples(alpha)
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_boot)
-    for b in range(n_boot):
-        chosen: list[np.ndarray] = []
-        size = 0
-        while len(chosen) < len(members) or size < need:  # as many clusters as there are, more if too few texts
-            pick = members[int(rng.integers(len(members)))]
-            chosen.append(pick)
-            size += pick.size
-        values[b] = recalibrate(z[np.concatenate(chosen)], alpha, method)
-    tail = (1.0 - float(level)) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return point, float(low), float(high)
-
-
-def judge_against(estimate: RateEstimate, reported: float) -> str:
-    """Where a reported rate (a share in [0, 1], e.g. the paper's) falls against our interval:
-    'consistent' (inside it), or our rate is 'above' / 'below' it (the whole interval is)."""
-    if not _is_number(reported) or not 0.0 <= float(reported) <= 1.0:
-        raise ValueError(f"reported must be a share in [0, 1], got {reported!r}")
-    if estimate.low > float(reported):
-        return "above"
-    if estimate.high < float(reported):
-        return "below"
-    return "consistent"
-
-
-def lifted_threshold(null_z: Any, margin: float = 0.5) -> float:
-    """Threshold above every null score: max z + margin (the paper uses 0.5).
-
-    No text of the calibration corpus is flagged (FPR = 0 there); on fresh
-    text the FPR is small but not zero, at most about 1 / (M + 1).
-    """
-    if not _is_number(margin) or not math.isfinite(float(margin)) or float(margin) < 0:
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-    return float(np.max(_as_scores(null_z, "null_z"))) + float(margin)
-
-
-def split_halves(n_items: int, seed: int = 0, strata: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Random split of item indices into a fitting half and an evaluation half.
-
-    With ``strata`` (one label per item) every stratum is split on its own,
-    so both halves hold the same mix of sources.
-    """
-    n_items = check_int(n_items, "n_items", 2)
-    rng = np.random.default_rng(seed)
-    labels = np.zeros(n_items, dtype=int) if strata is None else np.asarray(strata)
-    if labels.shape != (n_items,):
-        raise ValueError(f"strata must hold one label per item ({n_items}), got shape {labels.shape}")
-    fit: list[np.ndarray] = []
-    held: list[np.ndarray] = []
-    for label in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == label))
-        half = (idx.size + 1) // 2
-        fit.append(idx[:half])
-        held.append(idx[half:])
-    return np.sort(np.concatenate(fit)), np.sort(np.concatenate(held))

@@ -9,9 +9,9 @@ p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
 
 and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
 package's one decision rule). Only the key and the tokenizer are needed. The
-implementation is vectorised through the cached state table;
-:func:`reference_detect` keeps the per-token ``hashlib`` loop of the paper's
-listing for comparison. The result is a :class:`DetectionResult`, the
+implementation is vectorised through the cached state table (the per-token
+``hashlib`` loop of the paper's listing, kept for comparison, is
+``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
 package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
 The LM-aware likelihood-ratio detector, for a verifier who also has the
@@ -20,9 +20,8 @@ model, is :mod:`cmlab.comparison.lrdetect`; this module needs neither torch nor 
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from .significance import check_test, first_occurrences, forest_mask, log_p_valu
 from .topology import Topology, TopologyLike, resolve_topology
 from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
-__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "reference_detect", "unpack_config",
+__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "unpack_config",
            "score_states", "valid_transitions", "verdict_of"]
 
 # --------------------------------------------------------------------------
@@ -428,37 +427,3 @@ def detect_text(
     if vocab_size is None:
         vocab_size = len(tokenizer)
     return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size, test=test)
-
-
-def reference_detect(token_ids: Sequence[int], key: bytes, S: int, alpha: float = 0.01,
-                     T: Sequence[Sequence[int]] | None = None) -> dict:
-    """A plain per-token re-statement of the paper's reference detector listing.
-
-    Written independently of the vectorised path above, for tests, the
-    benchmark and the chapter's comparison: it hashes every token with
-    ``hashlib`` in a Python loop. Without ``T`` it is the clockwork listing
-    itself (including its ``1 - norm.cdf(z)`` p-value, which loses all
-    precision beyond z of about 8); with a 0/1 matrix ``T`` it applies the
-    listing's stated extension to k-regular topologies
-    (``T[s_i][s_{i+1}] > 0`` and ``p0 = (T > 0).mean()``).
-    """
-    import hashlib
-
-    from scipy.stats import norm
-
-    n = len(token_ids)
-    if n < 2:
-        return {"phi": 0.0, "z": 0.0, "p_value": 1.0, "is_watermarked": False}
-    st = [int.from_bytes(hashlib.sha256(key + int(t).to_bytes(8, "big")).digest()[:8], "big") % S
-          for t in token_ids]
-    if T is None:
-        valid = sum(1 for i in range(n - 1) if st[i + 1] == (st[i] + 1) % S)
-        p0 = 1.0 / S
-    else:
-        valid = sum(1 for i in range(n - 1) if T[st[i]][st[i + 1]] > 0)
-        p0 = float((np.asarray(T) > 0).mean())
-    phi = valid / (n - 1)
-    se = math.sqrt(p0 * (1.0 - p0) / (n - 1))
-    z = (phi - p0) / se
-    p = 1.0 - norm.cdf(z)
-    return {"phi": phi, "z": z, "p_value": p, "is_watermarked": p < alpha}

@@ -113,7 +113,7 @@ def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import claims_robustness
 
-    from chainmark.keys import write_key_file
+    from chainmark.keyfiles import write_key_file
 
     work = tmp_path_factory.mktemp("foreign-runs")
 

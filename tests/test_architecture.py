@@ -23,9 +23,9 @@ PACKAGE = ROOT / "chainmark"
 LAB = ROOT / "book" / "cmlab"
 #: What ``pip install chainmark`` (no extras) must be able to import and run: the method's detection side,
 #: the auditor's toolkit and the command line's dispatcher.
-CORE = ("detection", "significance", "calibrate", "config", "verdict", "keys", "gates", "topology", "partition",
-        "repetition", "jsonio", "checks", "limits", "auditor.stream", "auditor.corpus", "auditor.corpus_input",
-        "auditor.regime", "auditor.keyaudit", "auditor.tokenizer", "cli")
+CORE = ("detection", "significance", "calibrate", "rates", "config", "verdict", "keys", "keyfiles", "gates",
+        "topology", "partition", "repetition", "jsonio", "checks", "limits", "auditor.stream", "auditor.corpus",
+        "auditor.corpus_input", "auditor.regime", "auditor.keyaudit", "auditor.tokenizer", "cli")
 MAX_LINES = 600
 
 
@@ -275,7 +275,7 @@ def test_the_auditors_cli_runs_without_torch_and_agrees_with_the_full_install(tm
     assert out.returncode in (0, 1), out.stderr[-3000:]
     row = json.loads(out.stdout.splitlines()[0])
     from chainmark.detection import detect_text
-    from chainmark.keys import load_key
+    from chainmark.keyfiles import load_key
     from chainmark.auditor.tokenizer import load_tokenizer
     full = detect_text(text.read_text("utf-8"), load_tokenizer(), load_key(key), S=5, test="exact")  # the default
     assert row["z"] == pytest.approx(full.z) and row["n_tokens"] == full.n_tokens

@@ -22,7 +22,8 @@ from cmlab.harness import reference
 from chainmark.auditor.corpus_input import AuditError, corpus_batches
 from chainmark.auditor.corpus import parts_folder, read_audit, run_audit
 from chainmark.detection import detect_text
-from chainmark.keys import key_fingerprint, write_key_file
+from chainmark.keyfiles import write_key_file
+from chainmark.keys import key_fingerprint
 from chainmark.auditor.regime import Regime
 from chainmark.auditor.tokenizer import load_tokenizer
 from chainmark.cli.common import EXIT_USAGE

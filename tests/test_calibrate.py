@@ -14,28 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from chainmark.calibrate import (
-    PAPER_ALPHAS,
-    PAPER_NS,
-    PAPER_RHOS,
-    calibration_table,
-    clopper_pearson,
-    critical_count,
-    exact_fpr,
-    exceedance_rate,
-    hoeffding_fpr_bound,
-    lifted_threshold,
-    midpoint_threshold,
-    midpoint_z,
-    min_null_samples,
-    null_p0,
-    predicted_z,
-    rate_estimate,
-    recalibrate,
-    s_star,
-    split_halves,
-    z_alpha,
-)
+from chainmark.calibrate import (PAPER_ALPHAS, PAPER_NS, PAPER_RHOS, calibration_table, critical_count, exact_fpr,
+                                 hoeffding_fpr_bound, midpoint_threshold, midpoint_z, min_null_samples, null_p0,
+                                 predicted_z, recalibrate, s_star, z_alpha)
+from chainmark.rates import clopper_pearson, rate_estimate
+from cmlab.stats import exceedance_rate, lifted_threshold, split_halves
 from chainmark.significance import p_value, z_score
 from chainmark.detection import score_states
 from chainmark.topology import Topology
@@ -416,7 +399,7 @@ def test_clopper_pearson_is_scipy_s_exact_interval():
 
 
 def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
-    from chainmark.calibrate import cluster_bootstrap_rate
+    from cmlab.stats import cluster_bootstrap_rate
 
     rng = np.random.default_rng(1)
     # 40 texts, 25 units each; a text's units are all flagged or none: 40 independent trials, not 1000
@@ -439,7 +422,7 @@ def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
 
 
 def test_threshold_interval_brackets_the_threshold_and_narrows_with_more_null_texts() -> None:
-    from chainmark.calibrate import threshold_interval
+    from cmlab.stats import threshold_interval
 
     rng = np.random.default_rng(5)
     small = rng.standard_normal(200)
@@ -456,7 +439,8 @@ def test_threshold_interval_brackets_the_threshold_and_narrows_with_more_null_te
 
 
 def test_judge_against_reads_the_interval_not_the_point() -> None:
-    from chainmark.calibrate import judge_against, rate_estimate
+    from chainmark.rates import rate_estimate
+    from cmlab.stats import judge_against
 
     est = rate_estimate([True] * 95 + [False] * 5)      # 95% [88.7, 98.4]
     assert judge_against(est, 0.90) == "consistent"
@@ -467,7 +451,8 @@ def test_judge_against_reads_the_interval_not_the_point() -> None:
 
 
 def test_cluster_bootstrap_gives_a_real_interval_when_no_or_every_unit_is_flagged() -> None:
-    from chainmark.calibrate import cluster_bootstrap_rate, clopper_pearson
+    from chainmark.rates import clopper_pearson
+    from cmlab.stats import cluster_bootstrap_rate
 
     clusters = np.repeat(np.arange(16), 6)                 # 16 texts, 6 windows each
     none = cluster_bootstrap_rate(np.zeros(96, dtype=bool), clusters)

@@ -27,7 +27,8 @@ from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from chainmark.partition import state_table
-from chainmark.keys import KEY_ENV, KEY_FILE_ENV, derive_key, key_fingerprint, write_key_file
+from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
+from chainmark.keys import derive_key, key_fingerprint
 from cli_support import KEY, ByteTokenizer, watermarked_text
 
 ROOT = Path(__file__).resolve().parents[1]

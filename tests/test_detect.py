@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from chainmark.detection import (DetectionResult, detect, detect_batch, detect_text, reference_detect, score_states,
+from chainmark.detection import (DetectionResult, detect, detect_batch, detect_text, score_states,
                               valid_transitions)
 from chainmark.checks import check_alpha
 from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
@@ -25,6 +25,7 @@ from chainmark.partition import state_table
 from chainmark.auditor.regime import Regime
 from chainmark.topology import Topology
 from chainmark.verdict import Verdict, decide
+from paper_listing import reference_detect
 
 KEYS = [b"\x00" * 32, b"another key", "a str key, UTF-8 encoded"]
 VOCAB = 49152

@@ -8,21 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from chainmark.keys import (
-    KEY_ENV,
-    KEY_FILE_ENV,
-    book_key,
-    derive_key,
-    generate_key,
-    hkdf,
-    hkdf_expand,
-    _hkdf_extract,
-    key_file_is_private,
-    key_fingerprint,
-    load_key,
-    read_key_file,
-    write_key_file,
-)
+from chainmark.keyfiles import (KEY_ENV, KEY_FILE_ENV, book_key, key_file_is_private, load_key, read_key_file,
+                                write_key_file)
+from chainmark.keys import _hkdf_extract, derive_key, generate_key, hkdf, hkdf_expand, key_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +195,8 @@ def test_load_key_bad_hex_does_not_echo_the_value(monkeypatch):
 
 
 def test_book_key_is_the_public_teaching_key_unless_the_reader_names_one(tmp_path, monkeypatch):
-    from chainmark.keys import book_key_source, teaching_key, TEACHING_LABEL, hkdf
+    from chainmark.keyfiles import TEACHING_LABEL, book_key_source, teaching_key
+    from chainmark.keys import hkdf
 
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     monkeypatch.delenv(KEY_ENV, raising=False)

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from chainmark.detection import DetectionResult, detect, detect_batch, detect_text, reference_detect
+from chainmark.detection import DetectionResult, detect, detect_batch, detect_text
 from chainmark.partition import state_of, states_of
+from paper_listing import reference_detect
 
 VOCAB = 49152
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,7 @@ import pytest
 from chainmark import cli
 from chainmark.significance import TESTS
 from chainmark.detection import detect, detect_text
-from chainmark.keys import write_key_file
+from chainmark.keyfiles import write_key_file
 from chainmark.repetition import repetition_warning
 from chainmark.auditor.stream import (StreamingDetector, UncuttableText, _cut_keeps_tokens, decoded_chunks,
                               detect_text_stream, stream_text, _text_pieces)

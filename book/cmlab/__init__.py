@@ -1,11 +1,13 @@
 """The book's lab: everything the chapters run around the method, kept with the book and out of the wheel.
 
-``import cmlab as lab`` gives three subpackages, each loaded on first use:
+``import cmlab as lab`` gives three subpackages and a module, each loaded on first use:
 ``lab.harness`` (settings, models, prompts and corpora, the runner, run folders,
 grids, the mixed documents and the committed reference run), ``lab.comparison``
-(KGW, SWEET, the attacks, the likelihood-ratio detector, text quality) and
+(KGW, SWEET, the attacks, the likelihood-ratio detector, text quality),
 ``lab.teaching`` (claims, plots, widgets, the playground, forecasts, the
-workshop's checks). The method itself is :mod:`chainmark`; it never imports this.
+workshop's checks) and, beneath them all, ``lab.stats``, the experiments'
+statistics (bootstrap intervals, split halves, thresholds with their
+uncertainty). The method itself is :mod:`chainmark`; it never imports this.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from types import ModuleType
 
 __version__ = "0.1.0"
 
-SUBPACKAGES = ("harness", "comparison", "teaching")
+SUBPACKAGES = ("harness", "comparison", "teaching", "stats")
 __all__ = list(SUBPACKAGES)
 
 

@@ -329,7 +329,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
                          f"(1/alpha - 1), got {segments!r}")
     if tokenizer is not None:
         _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
-    from ..calibrate import clopper_pearson
+    from ..rates import clopper_pearson
 
     start = time.perf_counter()
     out = Path(out)

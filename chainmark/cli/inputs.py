@@ -21,19 +21,20 @@ __all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokeni
 # ---------------------------------------------------------------------------
 def load_key(path: str | None) -> bytes:
     """The key of ``--key-file`` (else the environment's), with a warning when it is weak or readable by others."""
-    from .. import keys
+    from .. import keyfiles
+    from ..keys import weak_key_reason
 
     try:
-        key = keys.load_key(path)
+        key = keyfiles.load_key(path)
     except LookupError:
         raise UsageError("no key: pass --key-file KEY, or set CHAINMARK_KEY_FILE (a key file) "
                          "or CHAINMARK_KEY (hex)") from None
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    source = path if path is not None else os.environ.get(keys.KEY_FILE_ENV) or None
+    source = path if path is not None else os.environ.get(keyfiles.KEY_FILE_ENV) or None
     if source is not None:
         warn_if_not_private(source)
-    weak = keys.weak_key_reason(key)
+    weak = weak_key_reason(key)
     if weak:  # the auditor cannot choose the deployer's key, but should know
         warn(f"the key is weak: {weak}; a key this easy to guess lets anyone forge or remove the watermark "
              "(chainmark keygen writes 32 random bytes)")
@@ -42,7 +43,7 @@ def load_key(path: str | None) -> bytes:
 
 def warn_if_not_private(path: str) -> None:
     """Warn (never fail) when a key file may be read by users other than its owner."""
-    from ..keys import key_file_is_private
+    from ..keyfiles import key_file_is_private
 
     try:
         private = key_file_is_private(path)

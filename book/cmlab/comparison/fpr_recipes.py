@@ -21,8 +21,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from chainmark.calibrate import (RateEstimate, lifted_threshold, min_null_samples, rate_estimate, recalibrate,
-                        split_halves, z_alpha)
+from chainmark.calibrate import min_null_samples, recalibrate, z_alpha
+from chainmark.rates import RateEstimate, rate_estimate
+from cmlab.stats import lifted_threshold, split_halves
 from chainmark.detection import valid_transitions
 from chainmark.significance import z_score
 from chainmark.partition import states_of

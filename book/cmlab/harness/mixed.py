@@ -226,7 +226,8 @@ def segment_summary(records: Sequence[dict[str, Any]]) -> Any:
     """
     import pandas as pd
 
-    from chainmark.calibrate import cluster_bootstrap_rate, rate_estimate
+    from chainmark.rates import rate_estimate
+    from cmlab.stats import cluster_bootstrap_rate
 
     frame = pd.DataFrame(records)
     rows = []
@@ -262,12 +263,12 @@ def boundary_summary(records: Sequence[dict[str, Any]], methods: Sequence[str] =
     One row per (case, method) of :data:`BOUNDARY_CASES`: the passages, the share found, the 10%, 25% and 50%
     quantiles of the intersection over union (a missed passage counts 0), the share below IoU 0.7 of all
     passages and of those found, and the mean start and end offsets of the found spans in tokens (negative:
-    the span starts or ends early). Shares are :class:`~chainmark.calibrate.RateEstimate` with 95% intervals
+    the span starts or ends early). Shares are :class:`~chainmark.rates.RateEstimate` with 95% intervals
     (passages as units; the two passages of one document share it, which the interval ignores).
     """
     import pandas as pd
 
-    from chainmark.calibrate import rate_estimate
+    from chainmark.rates import rate_estimate
 
     rows = []
     for case, design in BOUNDARY_CASES.items():

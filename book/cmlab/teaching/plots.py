@@ -182,7 +182,8 @@ def banner(model_name: str | None = None, model: Any = None, extra: dict[str, An
 
 def _key_line() -> str:
     """What the banner says of the chapters' key: its fingerprint and where it comes from, never the key."""
-    from chainmark.keys import book_key, book_key_source, key_fingerprint
+    from chainmark.keyfiles import book_key, book_key_source
+    from chainmark.keys import key_fingerprint
 
     source = book_key_source()
     fingerprint = key_fingerprint(book_key())
