@@ -27,6 +27,7 @@ from chainmark.gates import Gate
 from chainmark.checks import check_rho
 from chainmark.partition import as_token_array, state_of, state_table, states_of
 from chainmark.topology import Topology, resolve_topology
+from cmlab.stats import lifted_threshold
 
 KEY = b"validation-key"
 IRREGULAR = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
@@ -313,8 +314,8 @@ CALIBRATE_CASES = [
     ("recalibrate one value", lambda cal, z: cal.recalibrate([1.0], 0.01), ValueError, ["null_z"]),
     ("recalibrate nan", lambda cal, z: cal.recalibrate([1.0, float("nan"), 0.5], 0.01), ValueError,
      ["null_z", "finite"]),
-    ("lifted empty", lambda cal, z: cal.lifted_threshold([], 0.5), ValueError, ["null_z"]),
-    ("lifted margin nan", lambda cal, z: cal.lifted_threshold(z, float("nan")), ValueError, ["margin"]),
+    ("lifted empty", lambda cal, z: lifted_threshold([], 0.5), ValueError, ["null_z"]),
+    ("lifted margin nan", lambda cal, z: lifted_threshold(z, float("nan")), ValueError, ["margin"]),
 ]
 
 
