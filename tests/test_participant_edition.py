@@ -217,7 +217,7 @@ def participant_runs(foreign, tmp_path_factory) -> dict[str, dict]:
     sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
-    from chainmark.keys import write_key_file
+    from chainmark.keyfiles import write_key_file
 
     work = tmp_path_factory.mktemp("participant")
     jobs = {f"{p.stem}-unfilled": edition.participant_notebook(read(p), p.name) for p in BUILD_CHAPTERS}
