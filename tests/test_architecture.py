@@ -445,3 +445,24 @@ def test_the_page_name_counter_sees_private_names(tmp_path):
     names, private = page_names(nb)
     assert private == {"chainmark.partition._table", "chainmark.cli.detect_commands._cmd", "chainmark.Thing._step"}
     assert "chainmark.detect" in names
+
+
+def test_the_stubs_name_every_lazy_name():
+    """Each lazily loading package has an ``__init__.pyi`` written from the same ``__all__`` lists the runtime
+    reads (``tools/write_stubs.py``), so a stale stub fails here, and the wheel ships the stubs."""
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "write_stubs.py"), "--check"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '"*.pyi"' in (ROOT / "pyproject.toml").read_text("utf-8") and (PACKAGE / "py.typed").is_file()
+
+
+def test_an_editor_follows_package_names_to_their_definitions():
+    """jedi (the completion engine of IPython and many editors) resolves ``chainmark.detect`` and the lab's
+    ``lab.harness.run_grid`` to the functions that define them: the names are visible statically."""
+    jedi = pytest.importorskip("jedi")
+    cases = {"import chainmark as cm\ncm.detect\n": ("chainmark.detection.detect", 2, 4),
+             "import cmlab as lab\nlab.harness.run_grid\n": ("cmlab.harness.runner.run_grid", 2, 13),
+             "from chainmark import book_key\nbook_key\n": ("chainmark.keyfiles.book_key", 2, 2)}
+    for code, (full_name, line, column) in cases.items():
+        found = jedi.Script(code, path=str(ROOT / "scratch.py")).goto(line, column, follow_imports=True)
+        assert [d.full_name for d in found] == [full_name], (code, found)

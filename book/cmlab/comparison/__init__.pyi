@@ -1,0 +1,98 @@
+"""Static names of ``cmlab.comparison`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import adversary as adversary
+from . import anytime_peer as anytime_peer
+from . import attacks as attacks
+from . import baselines as baselines
+from . import lrdetect as lrdetect
+from . import quality as quality
+from . import rewrites as rewrites
+from .adversary import (
+    blind_substitution as blind_substitution,
+    keyed_forge as keyed_forge,
+    keyed_scrub as keyed_scrub,
+    predicted_z_ratio as predicted_z_ratio,
+    random_walk_text as random_walk_text,
+    simulate_walks as simulate_walks,
+)
+from .anytime_peer import (
+    PEER_CAP as PEER_CAP,
+    PEER_COMPONENTS as PEER_COMPONENTS,
+    PEER_ENDPOINT_WEIGHT as PEER_ENDPOINT_WEIGHT,
+    peer_bets as peer_bets,
+    peer_crossing as peer_crossing,
+    peer_log_e as peer_log_e,
+)
+from .attacks import (
+    ATTACK_SEED as ATTACK_SEED,
+    Attack as Attack,
+    Deletion as Deletion,
+    Insertion as Insertion,
+    RECORD_SEEDING as RECORD_SEEDING,
+    SeedLike as SeedLike,
+    Substitution as Substitution,
+    TextAttack as TextAttack,
+    check_delta as check_delta,
+    check_vocab_size as check_vocab_size,
+    edit_fraction as edit_fraction,
+    n_edits as n_edits,
+)
+from .baselines import (
+    BaselineResult as BaselineResult,
+    KGWConfig as KGWConfig,
+    KGWLogitsProcessor as KGWLogitsProcessor,
+    KGW_DELTA as KGW_DELTA,
+    KGW_GAMMA as KGW_GAMMA,
+    SweetConfig as SweetConfig,
+    green_mask as green_mask,
+    green_z as green_z,
+    kgw_detect as kgw_detect,
+    kgw_hashing_key as kgw_hashing_key,
+    sweet_detect as sweet_detect,
+    sweet_detect_batch as sweet_detect_batch,
+    tail_p_values as tail_p_values,
+    text_entropies as text_entropies,
+)
+from .fpr_recipes import (
+    PAPER_FPR_RECIPES as PAPER_FPR_RECIPES,
+    RECIPES as RECIPES,
+    RECIPE_NOTES as RECIPE_NOTES,
+    RecipeResult as RecipeResult,
+    fpr_recipes as fpr_recipes,
+    hac_z as hac_z,
+    iid_z as iid_z,
+    k_skip_z as k_skip_z,
+    weighted_z as weighted_z,
+)
+from .lrdetect import (
+    LikelihoodRatioResult as LikelihoodRatioResult,
+    gate_probabilities as gate_probabilities,
+    llr_weights as llr_weights,
+    lr_detect as lr_detect,
+    simulate_llr_null as simulate_llr_null,
+    teacher_forced_signal as teacher_forced_signal,
+)
+from .quality import (
+    KLCost as KLCost,
+    TokenScores as TokenScores,
+    kl_bound as kl_bound,
+    kl_cost as kl_cost,
+    repeated_ngram_share as repeated_ngram_share,
+    score_generations as score_generations,
+    score_tokens as score_tokens,
+    self_perplexity as self_perplexity,
+)
+from .rewrites import (
+    BackTranslation as BackTranslation,
+    DEFAULT_TRANSLATOR as DEFAULT_TRANSLATOR,
+    LMTranslator as LMTranslator,
+    Paraphrase as Paraphrase,
+    Seq2SeqTranslator as Seq2SeqTranslator,
+    make_attack as make_attack,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "DEFAULT_TRANSLATOR", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "adversary", "anytime_peer", "attacks", "baselines", "blind_substitution", "check_delta", "check_vocab_size", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "lrdetect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "quality", "random_walk_text", "repeated_ngram_share", "rewrites", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "weighted_z"]

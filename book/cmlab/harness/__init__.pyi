@@ -1,0 +1,122 @@
+"""Static names of ``cmlab.harness`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import adapters as adapters
+from . import corpora as corpora
+from . import grids as grids
+from . import mixed as mixed
+from . import models as models
+from . import prompts as prompts
+from . import reference as reference
+from . import runner as runner
+from . import runs as runs
+from . import settings as settings
+from .adapters import (
+    ChainMarkMethod as ChainMarkMethod,
+    KGWMethod as KGWMethod,
+    Method as Method,
+    NoWatermark as NoWatermark,
+    Output as Output,
+    SweetMethod as SweetMethod,
+)
+from .corpora import (
+    CORPUS_LICENSE as CORPUS_LICENSE,
+    CORPUS_NAME as CORPUS_NAME,
+    Document as Document,
+    corpus_summary as corpus_summary,
+    human_windows as human_windows,
+    key_audit_corpus as key_audit_corpus,
+    python_reference_documents as python_reference_documents,
+    shipped_texts as shipped_texts,
+    token_windows as token_windows,
+)
+from .grids import (
+    DELTAS as DELTAS,
+    attack_curve as attack_curve,
+    embedding_grid as embedding_grid,
+    generate_example as generate_example,
+    grid_cell as grid_cell,
+    robustness_grid as robustness_grid,
+    simulate_watermarked_ids as simulate_watermarked_ids,
+)
+from .mixed import (
+    BOUNDARY_CASES as BOUNDARY_CASES,
+    DOCUMENT_LENGTHS as DOCUMENT_LENGTHS,
+    MIXED_FILE as MIXED_FILE,
+    MixedDocument as MixedDocument,
+    SEGMENT_LENGTHS as SEGMENT_LENGTHS,
+    boundary_summary as boundary_summary,
+    build_mixed_documents as build_mixed_documents,
+    load_mixed_documents as load_mixed_documents,
+    match_segments as match_segments,
+    mixed_config as mixed_config,
+    read_segment_records as read_segment_records,
+    segment_summary as segment_summary,
+    write_mixed_documents as write_mixed_documents,
+)
+from .models import (
+    CACHE_ENV as CACHE_ENV,
+    DEVICE_MEMORY_ENV as DEVICE_MEMORY_ENV,
+    DTYPE_BYTES as DTYPE_BYTES,
+    EMBEDDED_PARAMS as EMBEDDED_PARAMS,
+    GGUF_FILENAME as GGUF_FILENAME,
+    GGUF_PACKAGE as GGUF_PACKAGE,
+    ModelLoadError as ModelLoadError,
+    ModelSize as ModelSize,
+    ModelTooLargeError as ModelTooLargeError,
+    available_ram as available_ram,
+    cache_dir as cache_dir,
+    check_fits as check_fits,
+    device_memory as device_memory,
+    embedded_gguf_path as embedded_gguf_path,
+    last_loaded as last_loaded,
+    load_model as load_model,
+    memory_needed as memory_needed,
+    model_size as model_size,
+)
+from .prompts import (
+    CODE_TEMPLATE as CODE_TEMPLATE,
+    DOMAINS as DOMAINS,
+    SOURCES as SOURCES,
+    humaneval_problems as humaneval_problems,
+    load_prompts as load_prompts,
+    prompt_grid as prompt_grid,
+)
+from .runner import (
+    GridRun as GridRun,
+    generate_resumable as generate_resumable,
+    run_batch as run_batch,
+    run_grid as run_grid,
+    score_null_texts as score_null_texts,
+    tpr as tpr,
+)
+from .runs import (
+    LOCK_FILE as LOCK_FILE,
+    META_FILE as META_FILE,
+    RECORDS_FILE as RECORDS_FILE,
+    RecordWriter as RecordWriter,
+    RunFolderBusy as RunFolderBusy,
+    lock_run_folder as lock_run_folder,
+    read_records as read_records,
+    records_frame as records_frame,
+    repair as repair,
+    stored_gate as stored_gate,
+    write_meta as write_meta,
+)
+from .settings import (
+    COLAB_DRIVE as COLAB_DRIVE,
+    RUNS_ENV as RUNS_ENV,
+    SCALES as SCALES,
+    SCALE_ENV as SCALE_ENV,
+    SETTING_ENV as SETTING_ENV,
+    Settings as Settings,
+    default_dtype as default_dtype,
+    default_runs_dir as default_runs_dir,
+    get_settings as get_settings,
+    use_settings as use_settings,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["BOUNDARY_CASES", "CACHE_ENV", "CODE_TEMPLATE", "COLAB_DRIVE", "CORPUS_LICENSE", "CORPUS_NAME", "ChainMarkMethod", "DELTAS", "DEVICE_MEMORY_ENV", "DOCUMENT_LENGTHS", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "GGUF_FILENAME", "GGUF_PACKAGE", "GridRun", "KGWMethod", "LOCK_FILE", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "Output", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunFolderBusy", "SCALES", "SCALE_ENV", "SEGMENT_LENGTHS", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "adapters", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "cache_dir", "check_fits", "corpora", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_resumable", "get_settings", "grid_cell", "grids", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed", "mixed_config", "model_size", "models", "prompt_grid", "prompts", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference", "repair", "robustness_grid", "run_batch", "run_grid", "runner", "runs", "score_null_texts", "segment_summary", "settings", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]

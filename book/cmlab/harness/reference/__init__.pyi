@@ -1,0 +1,75 @@
+"""Static names of ``cmlab.harness.reference`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import compare as compare
+from . import generation as generation
+from . import protocol as protocol
+from . import read as read
+from . import store as store
+from . import verification as verification
+from .compare import (
+    LOG10_P_TOLERANCE as LOG10_P_TOLERANCE,
+    P_FLOOR as P_FLOOR,
+    VERIFY_FIELDS as VERIFY_FIELDS,
+    VERIFY_FORMAT as VERIFY_FORMAT,
+    VERIFY_RULES as VERIFY_RULES,
+    VERIFY_TOLERANCE as VERIFY_TOLERANCE,
+    compare_records as compare_records,
+    divergence as divergence,
+    tolerance_rules as tolerance_rules,
+)
+from .generation import (
+    RunContext as RunContext,
+    pending as pending,
+    regenerate_command as regenerate_command,
+    run as run,
+    status as status,
+)
+from .protocol import (
+    Cell as Cell,
+    EXPERIMENTS as EXPERIMENTS,
+    MIN_REWRITE_TOKENS as MIN_REWRITE_TOKENS,
+    PROTOCOL as PROTOCOL,
+    PromptBatch as PromptBatch,
+    Protocol as Protocol,
+    REFERENCE_LABEL as REFERENCE_LABEL,
+    cells as cells,
+    reference_key as reference_key,
+    topology_for as topology_for,
+)
+from .read import (
+    explorer_grid as explorer_grid,
+    load_frame as load_frame,
+    load_reference as load_reference,
+    load_texts as load_texts,
+    scores_by_test as scores_by_test,
+)
+from .store import (
+    MANIFEST as MANIFEST,
+    PACKAGE_DIR as PACKAGE_DIR,
+    PROVENANCE as PROVENANCE,
+    REFERENCE_ENV as REFERENCE_ENV,
+    encode_shard as encode_shard,
+    environment as environment,
+    git_commit as git_commit,
+    manifest_for as manifest_for,
+    protocol_differences as protocol_differences,
+    provenance_parts as provenance_parts,
+    read_dir as read_dir,
+    read_provenance as read_provenance,
+    read_shard as read_shard,
+    reference_dir as reference_dir,
+    shard_path as shard_path,
+    utc_now as utc_now,
+    weights_sha256 as weights_sha256,
+)
+from .verification import (
+    NoBatchWithinBound as NoBatchWithinBound,
+    ShardCheck as ShardCheck,
+    verify as verify,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["Cell", "EXPERIMENTS", "LOG10_P_TOLERANCE", "MANIFEST", "MIN_REWRITE_TOKENS", "NoBatchWithinBound", "PACKAGE_DIR", "PROTOCOL", "PROVENANCE", "P_FLOOR", "PromptBatch", "Protocol", "REFERENCE_ENV", "REFERENCE_LABEL", "RunContext", "ShardCheck", "VERIFY_FIELDS", "VERIFY_FORMAT", "VERIFY_RULES", "VERIFY_TOLERANCE", "cells", "compare", "compare_records", "divergence", "encode_shard", "environment", "explorer_grid", "generation", "git_commit", "load_frame", "load_reference", "load_texts", "manifest_for", "pending", "protocol", "protocol_differences", "provenance_parts", "read", "read_dir", "read_provenance", "read_shard", "reference_dir", "reference_key", "regenerate_command", "run", "scores_by_test", "shard_path", "status", "store", "tolerance_rules", "topology_for", "utc_now", "verification", "verify", "weights_sha256"]

@@ -1,0 +1,98 @@
+"""Static names of ``cmlab.teaching`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import claims as claims
+from . import doctor as doctor
+from . import forecast as forecast
+from . import playground as playground
+from . import plots as plots
+from . import widgets as widgets
+from . import workshop as workshop
+from .claims import (
+    CHAPTER_ENV as CHAPTER_ENV,
+    CLAIMS_ENV as CLAIMS_ENV,
+    CLAIMS_LOG_ENV as CLAIMS_LOG_ENV,
+    ClaimFailed as ClaimFailed,
+    ClaimOutcome as ClaimOutcome,
+    MODES as MODES,
+    TIERS as TIERS,
+    book_configuration as book_configuration,
+    claim as claim,
+    claims_mode as claims_mode,
+    claims_report as claims_report,
+)
+from .doctor import (
+    Check as Check,
+    FRONT_ENDS as FRONT_ENDS,
+    MIN_FREE_DISK_GB as MIN_FREE_DISK_GB,
+    MIN_FREE_MEMORY_GB as MIN_FREE_MEMORY_GB,
+    PACKAGES as PACKAGES,
+    PYTHON_FLOOR as PYTHON_FLOOR,
+    REFERENCE_TOKENS_PER_SECOND as REFERENCE_TOKENS_PER_SECOND,
+    SMOKE_TEST_TOKENS as SMOKE_TEST_TOKENS,
+    estimate as estimate,
+    report as report,
+    run_checks as run_checks,
+)
+from .forecast import (
+    Expectation as Expectation,
+    Step as Step,
+    duration as duration,
+    expect_generation as expect_generation,
+)
+from .playground import (
+    CHALLENGE_BUDGET as CHALLENGE_BUDGET,
+    PLAYGROUND_ALPHA as PLAYGROUND_ALPHA,
+    PLAYGROUND_S as PLAYGROUND_S,
+    Playground as Playground,
+    PlaygroundError as PlaygroundError,
+    Sample as Sample,
+    attack_bounds as attack_bounds,
+    attack_playground as attack_playground,
+    build_playground as build_playground,
+    segment_thresholds as segment_thresholds,
+)
+from .plots import (
+    ATTACK_STYLE as ATTACK_STYLE,
+    LEGAL_STEP_COLOUR as LEGAL_STEP_COLOUR,
+    STATE_COLOURS as STATE_COLOURS,
+    attack_style as attack_style,
+    banner as banner,
+    glue as glue,
+    set_theme as set_theme,
+    show_source as show_source,
+    show_tokens as show_tokens,
+    source_html as source_html,
+    state_colour as state_colour,
+    tokens_html as tokens_html,
+)
+from .widgets import (
+    ALPHAS as ALPHAS,
+    KS as KS,
+    LENGTHS as LENGTHS,
+    RHOS as RHOS,
+    StaticExplorer as StaticExplorer,
+    browser_block as browser_block,
+    calibration_explorer as calibration_explorer,
+    calibration_numbers as calibration_numbers,
+    embedding_explorer as embedding_explorer,
+    robustness_explorer as robustness_explorer,
+    standalone_page as standalone_page,
+)
+from .workshop import (
+    BuildCheck as BuildCheck,
+    BuildCheckFailed as BuildCheckFailed,
+    Comparison as Comparison,
+    EDITION_ENV as EDITION_ENV,
+    check_build as check_build,
+    in_participant_edition as in_participant_edition,
+    participant_edition as participant_edition,
+    same_array as same_array,
+    same_arrays as same_arrays,
+    same_values as same_values,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FRONT_ENDS", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "Sample", "StaticExplorer", "Step", "TIERS", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "check_build", "claim", "claims", "claims_mode", "claims_report", "doctor", "duration", "embedding_explorer", "estimate", "expect_generation", "forecast", "glue", "in_participant_edition", "participant_edition", "playground", "plots", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "tokens_html", "widgets", "workshop"]

@@ -1,0 +1,98 @@
+"""Static names of ``chainmark.auditor`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import anytime as anytime
+from . import corpus as corpus
+from . import corpus_input as corpus_input
+from . import keyaudit as keyaudit
+from . import regime as regime
+from . import stream as stream
+from . import tokenizer as tokenizer
+from .anytime import (
+    AnytimeDetector as AnytimeDetector,
+    AnytimeResult as AnytimeResult,
+    BetGrid as BetGrid,
+    GRID_POINTS as GRID_POINTS,
+    PRIOR_STRENGTH as PRIOR_STRENGTH,
+    STREAM_PIECE_CHARS as STREAM_PIECE_CHARS,
+    anytime_detect as anytime_detect,
+    bet_grid as bet_grid,
+    default_prior as default_prior,
+)
+from .corpus import (
+    AuditSummary as AuditSummary,
+    COLUMNS as COLUMNS,
+    MANIFEST_FORMAT as MANIFEST_FORMAT,
+    SEGMENT_COLUMNS as SEGMENT_COLUMNS,
+    parts_folder as parts_folder,
+    read_audit as read_audit,
+    run_audit as run_audit,
+    score_batch as score_batch,
+    score_many as score_many,
+)
+from .corpus_input import (
+    AuditError as AuditError,
+    BATCH_DOCS as BATCH_DOCS,
+    Batch as Batch,
+    corpus_batches as corpus_batches,
+    pyarrow_parquet as pyarrow_parquet,
+    read_batch as read_batch,
+)
+from .keyaudit import (
+    CERTIFICATE_FIELDS as CERTIFICATE_FIELDS,
+    CERTIFICATE_FORMAT as CERTIFICATE_FORMAT,
+    CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
+    KEYS_TRIED_NOTE as KEYS_TRIED_NOTE,
+    VERDICTS as VERDICTS,
+    audit_key as audit_key,
+    certificate_problems as certificate_problems,
+    certify as certify,
+    format_audit as format_audit,
+    fpr_across_keys as fpr_across_keys,
+    minimum_documents as minimum_documents,
+    read_certificate as read_certificate,
+    recheck_certificate as recheck_certificate,
+    seal as seal,
+)
+from .regime import (
+    GATE_NAMES as GATE_NAMES,
+    GUARANTEES as GUARANTEES,
+    OPTIONS as OPTIONS,
+    PUBLISHED_REQUIRED as PUBLISHED_REQUIRED,
+    REGIME_FIELDS as REGIME_FIELDS,
+    REGIME_FORMAT as REGIME_FORMAT,
+    Regime as Regime,
+    RegimeError as RegimeError,
+    parse_regime_text as parse_regime_text,
+    published_regime_problems as published_regime_problems,
+    regime_digest as regime_digest,
+    regime_document as regime_document,
+    regime_problems as regime_problems,
+    tokenizer_fingerprint as tokenizer_fingerprint,
+)
+from .stream import (
+    PAIR_COUNT_MAX as PAIR_COUNT_MAX,
+    PIECE_CHARS as PIECE_CHARS,
+    StreamingDetector as StreamingDetector,
+    UncuttableText as UncuttableText,
+    decoded_chunks as decoded_chunks,
+    detect_text_stream as detect_text_stream,
+    ids_batch as ids_batch,
+    stream_text as stream_text,
+    text_pieces as text_pieces,
+)
+from .tokenizer import (
+    AuditTokenizer as AuditTokenizer,
+    DEFAULT_MODEL as DEFAULT_MODEL,
+    EMBEDDED_TOKENIZER as EMBEDDED_TOKENIZER,
+    MODEL_ENV as MODEL_ENV,
+    TOKENIZER_FILE as TOKENIZER_FILE,
+    TokenizerLoadError as TokenizerLoadError,
+    default_model_name as default_model_name,
+    load_tokenizer as load_tokenizer,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "COLUMNS", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GATE_NAMES", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "MANIFEST_FORMAT", "MODEL_ENV", "OPTIONS", "PAIR_COUNT_MAX", "PIECE_CHARS", "PRIOR_STRENGTH", "PUBLISHED_REQUIRED", "REGIME_FIELDS", "REGIME_FORMAT", "Regime", "RegimeError", "SEGMENT_COLUMNS", "STREAM_PIECE_CHARS", "StreamingDetector", "TOKENIZER_FILE", "TokenizerLoadError", "UncuttableText", "VERDICTS", "anytime", "anytime_detect", "audit_key", "bet_grid", "certificate_problems", "certify", "corpus", "corpus_batches", "corpus_input", "decoded_chunks", "default_model_name", "default_prior", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "keyaudit", "load_tokenizer", "minimum_documents", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "read_audit", "read_batch", "read_certificate", "recheck_certificate", "regime", "regime_digest", "regime_document", "regime_problems", "run_audit", "score_batch", "score_many", "seal", "stream", "stream_text", "text_pieces", "tokenizer", "tokenizer_fingerprint"]
