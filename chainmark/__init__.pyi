@@ -104,7 +104,6 @@ from .keys import (
     weak_key_reason as weak_key_reason,
 )
 from .partition import (
-    MAX_TOKEN_ID as MAX_TOKEN_ID,
     as_token_array as as_token_array,
     key_bytes as key_bytes,
     state_of as state_of,
@@ -129,10 +128,7 @@ from .rates import (
     trials_to_bound as trials_to_bound,
 )
 from .repetition import (
-    EXACT_UP_TO as EXACT_UP_TO,
-    LARGEST_GROUPS as LARGEST_GROUPS,
     TextNull as TextNull,
-    WARN_FACTOR as WARN_FACTOR,
     null_fpr as null_fpr,
     pair_counts as pair_counts,
     pair_null as pair_null,
@@ -163,7 +159,6 @@ from .significance import (
 )
 from .topology import (
     TOPOLOGY_K as TOPOLOGY_K,
-    TOPOLOGY_NAMES as TOPOLOGY_NAMES,
     Topology as Topology,
     adjacent_covariance as adjacent_covariance,
     cycle_topology as cycle_topology,
@@ -180,4 +175,4 @@ from .verdict import (
 __version__: str
 METHOD_MODULES: tuple[str, ...]
 SUBPACKAGES: tuple[str, ...]
-__all__ = ["ChainMarkConfig", "ChainMarkLogitsProcessor", "DetectionResult", "EXACT_UP_TO", "EntropySignals", "GATE_KINDS", "GENERATION_SEED", "Gate", "Generation", "HEAVY_TAIL_KURTOSIS", "KEY_ENV", "KEY_FILE_ENV", "LARGEST_GROUPS", "MAX_TOKEN_ID", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "RECORD_FORM", "RandomisationResult", "RateEstimate", "Segment", "SegmentsResult", "SignalRecorder", "TEACHING_LABEL", "TESTS", "TOPOLOGY_K", "TOPOLOGY_NAMES", "TextNull", "Topology", "Verdict", "WARN_FACTOR", "Workspace", "adjacent_covariance", "alias", "as_token_array", "auditor", "binomial_p_value", "book_key", "book_key_source", "calibrate", "calibrate_gate", "calibration_table", "chat_prompt", "check_gate_kind", "check_test", "cli", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "config", "cover_segments", "critical_count", "cycle_topology", "decide", "derive_key", "detect", "detect_batch", "detect_segments", "detect_text", "detection", "detection_args", "embed", "entropy", "entropy_signals", "exact_fpr", "excess_kurtosis", "first_occurrences", "forest_mask", "gate_flags", "gate_signal", "gate_signals", "gates", "generate", "generate_key", "hkdf", "hkdf_expand", "hoeffding_fpr_bound", "key_bytes", "key_file_is_private", "key_fingerprint", "key_randomisation_test", "key_seed", "keyfiles", "keys", "legal_count", "legal_transitions_null", "load_key", "log_p_value", "logits_width", "midpoint_exact_fpr", "midpoint_threshold", "midpoint_z", "min_null_samples", "monte_carlo_p_value", "null_fpr", "null_moments", "null_p0", "p_value", "pair_counts", "pair_null", "partition", "pilot_signal", "predicted_z", "randomisation", "rate_estimate", "rates", "read_key_file", "recalibrate", "repetition", "repetition_warning", "resolve_config", "resolve_topology", "row_maxima", "row_signals", "s_star", "s_star_exact", "scan_maximum", "score_states", "segments", "significance", "spanning_forest", "spans_above", "state_of", "state_table", "states_of", "teaching_key", "text_null", "top2_gap", "topology", "transition_statistics", "trials_to_bound", "unpack_config", "valid_transitions", "verdict", "verdict_of", "weak_key_reason", "window_lengths", "window_z", "write_key_file", "z_alpha", "z_score"]
+__all__ = ["ChainMarkConfig", "ChainMarkLogitsProcessor", "DetectionResult", "EntropySignals", "GATE_KINDS", "GENERATION_SEED", "Gate", "Generation", "HEAVY_TAIL_KURTOSIS", "KEY_ENV", "KEY_FILE_ENV", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "RECORD_FORM", "RandomisationResult", "RateEstimate", "Segment", "SegmentsResult", "SignalRecorder", "TEACHING_LABEL", "TESTS", "TOPOLOGY_K", "TextNull", "Topology", "Verdict", "Workspace", "adjacent_covariance", "alias", "as_token_array", "auditor", "binomial_p_value", "book_key", "book_key_source", "calibrate", "calibrate_gate", "calibration_table", "chat_prompt", "check_gate_kind", "check_test", "cli", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "config", "cover_segments", "critical_count", "cycle_topology", "decide", "derive_key", "detect", "detect_batch", "detect_segments", "detect_text", "detection", "detection_args", "embed", "entropy", "entropy_signals", "exact_fpr", "excess_kurtosis", "first_occurrences", "forest_mask", "gate_flags", "gate_signal", "gate_signals", "gates", "generate", "generate_key", "hkdf", "hkdf_expand", "hoeffding_fpr_bound", "key_bytes", "key_file_is_private", "key_fingerprint", "key_randomisation_test", "key_seed", "keyfiles", "keys", "legal_count", "legal_transitions_null", "load_key", "log_p_value", "logits_width", "midpoint_exact_fpr", "midpoint_threshold", "midpoint_z", "min_null_samples", "monte_carlo_p_value", "null_fpr", "null_moments", "null_p0", "p_value", "pair_counts", "pair_null", "partition", "pilot_signal", "predicted_z", "randomisation", "rate_estimate", "rates", "read_key_file", "recalibrate", "repetition", "repetition_warning", "resolve_config", "resolve_topology", "row_maxima", "row_signals", "s_star", "s_star_exact", "scan_maximum", "score_states", "segments", "significance", "spanning_forest", "spans_above", "state_of", "state_table", "states_of", "teaching_key", "text_null", "top2_gap", "topology", "transition_statistics", "trials_to_bound", "unpack_config", "valid_transitions", "verdict", "verdict_of", "weak_key_reason", "window_lengths", "window_z", "write_key_file", "z_alpha", "z_score"]

@@ -15,12 +15,12 @@ import numpy as np
 
 from .checks import check_int, check_num_states  # noqa: F401  (callers import them from here too)
 
-__all__ = ["MAX_TOKEN_ID", "as_token_array", "key_bytes", "state_of", "state_table", "states_of"]
+__all__ = ["as_token_array", "key_bytes", "state_of", "state_table", "states_of"]
 
 Key = Union[bytes, str]
 
 #: Token ids must fit the 8-byte big-endian encoding of the hash input.
-MAX_TOKEN_ID = 2**64 - 1
+_MAX_TOKEN_ID = 2**64 - 1
 #: Largest vocabulary for which :func:`state_table` builds a dense table.
 _DENSE_LIMIT = 1 << 24
 #: Without a vocabulary size, :func:`states_of` grows a dense table only up to
@@ -47,7 +47,7 @@ def key_bytes(key: Key) -> bytes:
 def _check_token_id(token_id: object) -> int:
     if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
         raise TypeError(f"token_id must be an integer, got {type(token_id).__name__}")
-    if not 0 <= int(token_id) <= MAX_TOKEN_ID:
+    if not 0 <= int(token_id) <= _MAX_TOKEN_ID:
         raise ValueError(f"token_id must lie in [0, 2**64 - 1], got {token_id}")
     return int(token_id)
 

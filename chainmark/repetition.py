@@ -40,12 +40,12 @@ from .checks import check_alpha
 from .topology import Topology
 
 #: The false-positive rate, as a multiple of alpha, above which the warning speaks.
-WARN_FACTOR = 2.0
+_WARN_FACTOR = 2.0
 #: Texts of up to this many scored transitions get their null's distribution convolved exactly (an array of
 #: that many probabilities); longer ones keep the largest groups exact and take the rest as normal.
-EXACT_UP_TO = 250_000
+_EXACT_UP_TO = 250_000
 #: How many groups of largest multiplicity a long text's null keeps exact.
-LARGEST_GROUPS = 10
+_LARGEST_GROUPS = 10
 
 
 def pair_counts(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,8 +75,8 @@ class TextNull:
     mean: float
     variance: float
     nominal_variance: float
-    pmf: np.ndarray | None  # P(C = c) for c = 0 .. n_scored, pair groups independent; None past EXACT_UP_TO
-    big_values: np.ndarray | None = None  # past EXACT_UP_TO: the largest groups' joint values and probabilities,
+    pmf: np.ndarray | None  # P(C = c) for c = 0 .. n_scored, pair groups independent; None past _EXACT_UP_TO
+    big_values: np.ndarray | None = None  # past _EXACT_UP_TO: the largest groups' joint values and probabilities,
     big_probs: np.ndarray | None = None  # the rest normal with its exact mean and variance
     rest_mean: float = 0.0
     rest_variance: float = 0.0
@@ -117,12 +117,12 @@ def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, t
     or a streaming detector's): any labelling of the tokens will do, the pairs' pattern is what counts.
 
     The distribution is convolved exactly (pair groups independent) up to
-    ``exact_up_to`` scored transitions (:data:`EXACT_UP_TO`); past that, so
-    that memory does not grow with the text, the :data:`LARGEST_GROUPS`
+    ``exact_up_to`` scored transitions (:data:`_EXACT_UP_TO`); past that, so
+    that memory does not grow with the text, the :data:`_LARGEST_GROUPS`
     groups of largest multiplicity are kept exact and the rest is taken as
     normal with its exact mean and variance.
     """
-    exact_up_to = EXACT_UP_TO if exact_up_to is None else exact_up_to
+    exact_up_to = _EXACT_UP_TO if exact_up_to is None else exact_up_to
     if test not in ("z", "distinct"):
         raise ValueError(f"test must be 'z' or 'distinct' (the exact test's null is Binomial(m, p0) for every "
                          f"text), got {test!r}")
@@ -159,19 +159,19 @@ def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, t
 
 def _largest_groups(p0: float, d: float, R: float, m_fw: np.ndarray, m_bw: np.ndarray,
                     m_self: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The joint distribution of the :data:`LARGEST_GROUPS` groups of largest multiplicity (values, probabilities)
+    """The joint distribution of the :data:`_LARGEST_GROUPS` groups of largest multiplicity (values, probabilities)
     and their mean and variance: on a long text these are the ones a normal curve would misdescribe."""
     both = (m_fw > 0) & (m_bw > 0)
     lone = np.concatenate([m_fw[~both & (m_fw > 0)], m_bw[~both & (m_bw > 0)]])
     items: list[tuple[int, np.ndarray, np.ndarray]] = [(int(m), np.array([0, m]), np.array([1 - p0, p0]))
-                                                       for m in np.sort(lone)[-LARGEST_GROUPS:]]
+                                                       for m in np.sort(lone)[-_LARGEST_GROUPS:]]
     if d > 0:
-        items += [(int(m), np.array([0, m]), np.array([1 - d, d])) for m in np.sort(m_self)[-LARGEST_GROUPS:]]
+        items += [(int(m), np.array([0, m]), np.array([1 - d, d])) for m in np.sort(m_self)[-_LARGEST_GROUPS:]]
     sums = m_fw[both] + m_bw[both]
-    for i in np.argsort(sums)[-LARGEST_GROUPS:]:
+    for i in np.argsort(sums)[-_LARGEST_GROUPS:]:
         x, y = int(m_fw[both][i]), int(m_bw[both][i])
         items.append((x + y, np.array([0, x, y, x + y]), np.array([1 - 2 * p0 + R, p0 - R, p0 - R, R])))
-    items = sorted(items, key=lambda item: item[0])[-LARGEST_GROUPS:]
+    items = sorted(items, key=lambda item: item[0])[-_LARGEST_GROUPS:]
     values, probs = np.zeros(1, dtype=np.int64), np.ones(1)
     for _, v, q in items:
         joint_v = (values[:, None] + v[None, :]).ravel()
@@ -278,7 +278,7 @@ def repetition_warning(null: TextNull | None, share: float, n_transitions: int, 
     exact test, whose size is at most alpha for every text over a random key).
 
     For the z and distinct tests the warning fires when that rate exceeds
-    :data:`WARN_FACTOR` alpha. For the exact and distinct tests on a text
+    :data:`_WARN_FACTOR` alpha. For the exact and distinct tests on a text
     that is mostly repeats it says how little was scored instead.
     """
     alpha = check_alpha(alpha)
@@ -286,7 +286,7 @@ def repetition_warning(null: TextNull | None, share: float, n_transitions: int, 
     if n_transitions == 0:
         return None, rate
     percent = f"{100 * share:.1f}% of its {n_transitions} transitions repeat an earlier token pair"
-    if rate is not None and rate > WARN_FACTOR * alpha:
+    if rate is not None and rate > _WARN_FACTOR * alpha:
         what = "each repeat counts its pair's legality again" if test == "z" else \
             "a pair and its reverse are tied by the topology"
         return (f"{percent}: {what}, so over random keys this text alone would be flagged {100 * rate:.1f}% "
@@ -301,4 +301,4 @@ def repetition_warning(null: TextNull | None, share: float, n_transitions: int, 
     return None, rate
 
 
-__all__ = ["EXACT_UP_TO", "LARGEST_GROUPS", "TextNull", "WARN_FACTOR", "null_fpr", "pair_counts", "pair_null", "repetition_warning", "text_null"]
+__all__ = ["TextNull", "null_fpr", "pair_counts", "pair_null", "repetition_warning", "text_null"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from .checks import check_num_states
 
-__all__ = ["TOPOLOGY_K", "TOPOLOGY_NAMES", "Topology", "adjacent_covariance", "cycle_topology",
+__all__ = ["TOPOLOGY_K", "Topology", "adjacent_covariance", "cycle_topology",
            "null_moments", "resolve_topology"]
 
 
@@ -186,7 +186,7 @@ def null_moments(topology: Topology, n: int) -> tuple[float, float]:
 TopologyLike = Union[str, Topology]
 #: Successors per state (k) of each topology that has a name: the names a regime or the command line uses.
 TOPOLOGY_K = {"clockwork": 1, "soft_cycle": 2}
-TOPOLOGY_NAMES = tuple(TOPOLOGY_K)
+_TOPOLOGY_NAMES = tuple(TOPOLOGY_K)
 
 
 def cycle_topology(S: int, k: int = 1) -> Topology:
@@ -220,4 +220,4 @@ def resolve_topology(topology: TopologyLike, S: int) -> Topology:
     name = "soft_cycle" if topology == "soft-cycle" else topology
     if isinstance(name, str) and name in TOPOLOGY_K:
         return cycle_topology(S, TOPOLOGY_K[name])
-    raise ValueError(f"topology must be one of {TOPOLOGY_NAMES} or a Topology, got {topology!r}")
+    raise ValueError(f"topology must be one of {_TOPOLOGY_NAMES} or a Topology, got {topology!r}")

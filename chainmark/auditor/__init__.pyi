@@ -15,17 +15,12 @@ from .anytime import (
     AnytimeResult as AnytimeResult,
     BetGrid as BetGrid,
     GRID_POINTS as GRID_POINTS,
-    PRIOR_STRENGTH as PRIOR_STRENGTH,
-    STREAM_PIECE_CHARS as STREAM_PIECE_CHARS,
     anytime_detect as anytime_detect,
     bet_grid as bet_grid,
     default_prior as default_prior,
 )
 from .corpus import (
     AuditSummary as AuditSummary,
-    COLUMNS as COLUMNS,
-    MANIFEST_FORMAT as MANIFEST_FORMAT,
-    SEGMENT_COLUMNS as SEGMENT_COLUMNS,
     parts_folder as parts_folder,
     read_audit as read_audit,
     run_audit as run_audit,
@@ -41,11 +36,9 @@ from .corpus_input import (
     read_batch as read_batch,
 )
 from .keyaudit import (
-    CERTIFICATE_FIELDS as CERTIFICATE_FIELDS,
     CERTIFICATE_FORMAT as CERTIFICATE_FORMAT,
     CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
     KEYS_TRIED_NOTE as KEYS_TRIED_NOTE,
-    VERDICTS as VERDICTS,
     audit_key as audit_key,
     certificate_problems as certificate_problems,
     certify as certify,
@@ -57,11 +50,7 @@ from .keyaudit import (
     seal as seal,
 )
 from .regime import (
-    GATE_NAMES as GATE_NAMES,
     GUARANTEES as GUARANTEES,
-    OPTIONS as OPTIONS,
-    PUBLISHED_REQUIRED as PUBLISHED_REQUIRED,
-    REGIME_FIELDS as REGIME_FIELDS,
     REGIME_FORMAT as REGIME_FORMAT,
     Regime as Regime,
     RegimeError as RegimeError,
@@ -88,11 +77,10 @@ from .tokenizer import (
     DEFAULT_MODEL as DEFAULT_MODEL,
     EMBEDDED_TOKENIZER as EMBEDDED_TOKENIZER,
     MODEL_ENV as MODEL_ENV,
-    TOKENIZER_FILE as TOKENIZER_FILE,
     TokenizerLoadError as TokenizerLoadError,
     default_model_name as default_model_name,
     load_tokenizer as load_tokenizer,
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "COLUMNS", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GATE_NAMES", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "MANIFEST_FORMAT", "MODEL_ENV", "OPTIONS", "PAIR_COUNT_MAX", "PIECE_CHARS", "PRIOR_STRENGTH", "PUBLISHED_REQUIRED", "REGIME_FIELDS", "REGIME_FORMAT", "Regime", "RegimeError", "SEGMENT_COLUMNS", "STREAM_PIECE_CHARS", "StreamingDetector", "TOKENIZER_FILE", "TokenizerLoadError", "UncuttableText", "VERDICTS", "anytime", "anytime_detect", "audit_key", "bet_grid", "certificate_problems", "certify", "corpus", "corpus_batches", "corpus_input", "decoded_chunks", "default_model_name", "default_prior", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "keyaudit", "load_tokenizer", "minimum_documents", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "read_audit", "read_batch", "read_certificate", "recheck_certificate", "regime", "regime_digest", "regime_document", "regime_problems", "run_audit", "score_batch", "score_many", "seal", "stream", "stream_text", "text_pieces", "tokenizer", "tokenizer_fingerprint"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "Regime", "RegimeError", "StreamingDetector", "TokenizerLoadError", "UncuttableText", "anytime", "anytime_detect", "audit_key", "bet_grid", "certificate_problems", "certify", "corpus", "corpus_batches", "corpus_input", "decoded_chunks", "default_model_name", "default_prior", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "keyaudit", "load_tokenizer", "minimum_documents", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "read_audit", "read_batch", "read_certificate", "recheck_certificate", "regime", "regime_digest", "regime_document", "regime_problems", "run_audit", "score_batch", "score_many", "seal", "stream", "stream_text", "text_pieces", "tokenizer", "tokenizer_fingerprint"]

@@ -90,17 +90,17 @@ from ..partition import Key, as_token_array, states_of
 from ..topology import Topology, TopologyLike
 from .stream import text_pieces
 
-__all__ = ["GRID_POINTS", "PRIOR_STRENGTH", "STREAM_PIECE_CHARS", "AnytimeDetector", "AnytimeResult", "BetGrid",
+__all__ = ["GRID_POINTS", "AnytimeDetector", "AnytimeResult", "BetGrid",
            "anytime_detect", "bet_grid", "default_prior"]
 
 #: How many alternative rates the e-process bets on (evenly spaced in u = (q - p0)/(1 - p0)).
 GRID_POINTS = 100
 #: How many transitions' worth of belief the default Beta weights hold (a + b).
-PRIOR_STRENGTH = 4.0
+_PRIOR_STRENGTH = 4.0
 #: Scored transitions whose log E is computed in one block (bounds the memory of a long piece).
 _BLOCK = 1 << 14
 #: Characters per piece when text is read as it arrives: small, so that a crossing stops the reading soon.
-STREAM_PIECE_CHARS = 1 << 14
+_STREAM_PIECE_CHARS = 1 << 14
 #: The watermark budget assumed when the key is given without a configuration (ChainMarkConfig's default).
 _DEFAULT_RHO = 0.5
 #: Largest vocabulary whose ids seen are kept as one flag per entry (16 MiB); past it, a sorted array.
@@ -109,9 +109,9 @@ _DENSE_IDS_MAX = 1 << 24
 
 def default_prior(rho: float) -> tuple[float, float]:
     """The default Beta(a, b) weights in u = (q - p0)/(1 - p0): mean rho clipped into [0.05, 0.95], with
-    a + b = :data:`PRIOR_STRENGTH` (see the module docstring for why)."""
+    a + b = :data:`_PRIOR_STRENGTH` (see the module docstring for why)."""
     mean = min(max(check_rho(rho), 0.05), 0.95)
-    return PRIOR_STRENGTH * mean, PRIOR_STRENGTH * (1.0 - mean)
+    return _PRIOR_STRENGTH * mean, _PRIOR_STRENGTH * (1.0 - mean)
 
 
 def _check_prior(prior: object) -> tuple[float, float]:
@@ -386,7 +386,7 @@ class AnytimeDetector:
                 self.crossing_char = None if offsets is None else int(offsets[j + shift][1])
 
     def feed_text(self, chunks: Iterable[str], tokenizer: Any, *, stop: bool = True,
-                  piece_chars: int = STREAM_PIECE_CHARS) -> bool:
+                  piece_chars: int = _STREAM_PIECE_CHARS) -> bool:
         """Read text given in chunks of any size, tokenizing it in pieces cut where the tokens stay the whole
         text's (:func:`chainmark.auditor.stream.text_pieces`), with character offsets where the tokenizer gives
         them. With ``stop`` reading ends at the piece where E crosses 1/alpha. Returns whether the text was

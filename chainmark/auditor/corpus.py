@@ -64,13 +64,13 @@ from .stream import PIECE_CHARS, detect_text_stream, ids_batch
 from .corpus_input import BATCH_DOCS, AuditError, Batch, pyarrow_parquet, corpus_batches, read_batch
 
 #: Columns of an audit's output, in order.
-COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
+_COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
            "repeated_pair_share", "q_value")
 #: The columns ``segments=`` adds: the watermarked spans found in the document (a JSON list of
 #: ``[start, end, p_value]`` in token positions) and the document's family-wise p-value of the scan.
-SEGMENT_COLUMNS = ("segments", "segments_p_value")
+_SEGMENT_COLUMNS = ("segments", "segments_p_value")
 #: Format tag of a part folder's manifest.
-MANIFEST_FORMAT = "chainmark-audit-parts/1"
+_MANIFEST_FORMAT = "chainmark-audit-parts/1"
 
 
 # --------------------------------------------------------------------------- scoring one batch
@@ -90,9 +90,9 @@ def _tokenizer(settings: Regime) -> Any:
 
 
 def score_batch(batch: Batch, settings: Regime, key: bytes, segments: int | None = None) -> dict[str, list]:
-    """The rows of one batch (columns of :data:`COLUMNS` but the q-value), in the batch's document order,
+    """The rows of one batch (columns of :data:`_COLUMNS` but the q-value), in the batch's document order,
     decided by the regime (``settings``: its test, threshold and n_min); with ``segments`` (a number of
-    re-drawn keys) also each document's watermarked spans (:data:`SEGMENT_COLUMNS`)."""
+    re-drawn keys) also each document's watermarked spans (:data:`_SEGMENT_COLUMNS`)."""
     return _finish_batch(_prepare_batch(batch, settings), settings, key, segments)
 
 
@@ -142,7 +142,7 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
 
 
 def _columns(segments: int | None) -> tuple[str, ...]:
-    return COLUMNS + SEGMENT_COLUMNS if segments is not None else COLUMNS
+    return _COLUMNS + _SEGMENT_COLUMNS if segments is not None else _COLUMNS
 
 
 def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], key: bytes, topo: Topology,
@@ -305,7 +305,7 @@ def parts_folder(out: str | os.PathLike) -> Path:
 def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_docs: int) -> dict[str, Any]:
     files = sorted({b.path for b in batches} | {str(Path(b.path) / n) for b in batches for n in b.names})
     stats = [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files if Path(f).is_file()]
-    return {"format": MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
+    return {"format": _MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
             "batches": len(batches), "batch_docs": batch_docs, "text_field": batches[0].text_field,
             "id_field": batches[0].id_field, "files": stats}
 
@@ -321,7 +321,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
     on this machine; any other value is the address of a running Dask scheduler. ``progress(done, total)``
     is called after each batch. ``tokenizer``, when given, is the regime's tokenizer already loaded (this
     process then does not load it again). ``segments`` (a number of re-drawn keys, at least 1/alpha - 1)
-    also searches every document for watermarked spans (:data:`SEGMENT_COLUMNS`).
+    also searches every document for watermarked spans (:data:`_SEGMENT_COLUMNS`).
     """
     if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int)
                                  or (segments + 1) * settings.alpha < 1):
@@ -564,4 +564,4 @@ def _score_on_worker(batch: Batch, settings: Regime, segments: int | None = None
     return batch.index, score_batch(batch, settings, key, segments)
 
 
-__all__ = ["AuditSummary", "COLUMNS", "MANIFEST_FORMAT", "SEGMENT_COLUMNS", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]
+__all__ = ["AuditSummary", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]

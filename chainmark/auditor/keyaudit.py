@@ -51,9 +51,8 @@ CERTIFICATE_LEVEL = 0.95
 KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
                    "among more keys than declared has a rate biased low")
 #: What a certificate can say: the upper bound is at or below alpha; the lower bound lies above it; neither.
-VERDICTS = ("pass", "fail", "inconclusive")
 #: The fields a certificate must have, and what a regime's use of it must match.
-CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
+_CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
                       "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
                       "verdict", "package_version", "digest")
 _ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
@@ -301,7 +300,7 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
         return [old]
     if not isinstance(cert, Mapping) or cert.get("format") != CERTIFICATE_FORMAT:
         return [f"not a {CERTIFICATE_FORMAT} certificate"]
-    missing = [f for f in CERTIFICATE_FIELDS if f not in cert]
+    missing = [f for f in _CERTIFICATE_FIELDS if f not in cert]
     if missing:
         return [f"the certificate lacks {', '.join(missing)}"]
     problems = []
@@ -475,6 +474,6 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_FIELDS", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "KEYS_TRIED_NOTE", "VERDICTS", "audit_key",
+__all__ = ["CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "KEYS_TRIED_NOTE", "audit_key",
            "certificate_problems", "certify", "format_audit", "fpr_across_keys", "minimum_documents",
            "read_certificate", "recheck_certificate", "seal"]

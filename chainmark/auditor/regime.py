@@ -121,7 +121,7 @@ def regime_document(
 
 
 #: Gate kinds a regime may name (the gate logic is model-free: no torch behind this import).
-GATE_NAMES = GATE_KINDS
+_GATE_NAMES = GATE_KINDS
 
 
 def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
@@ -151,7 +151,7 @@ GUARANTEES = {
 
 #: Every field of a regime document: (accepts the value, what it must be). None is
 #: allowed only where the description says so.
-REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+_REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "format": (lambda v: v == REGIME_FORMAT, f"the string {REGIME_FORMAT!r}"),
     "scheme": (lambda v: v == "chainmark", "the string 'chainmark'"),
     "S": (lambda v: _is_int(v, 2, MAX_STATES), f"an integer in [2, {MAX_STATES}]"),
@@ -170,7 +170,7 @@ REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "vocab_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
     "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
     "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
-    "gate": (lambda v: v in GATE_NAMES, f"one of {list(GATE_NAMES)}"),
+    "gate": (lambda v: v in _GATE_NAMES, f"one of {list(_GATE_NAMES)}"),
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
@@ -192,10 +192,10 @@ def regime_problems(doc: Any) -> list[str]:
     """Everything wrong with a parsed regime document, field by field (empty when it is valid)."""
     if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
         return [f"not a {REGIME_FORMAT} document"]
-    unknown = sorted(set(doc) - set(REGIME_FIELDS))
+    unknown = sorted(set(doc) - set(_REGIME_FIELDS))
     problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
     for name, value in doc.items():
-        accepts, wanted = REGIME_FIELDS.get(name, (None, ""))
+        accepts, wanted = _REGIME_FIELDS.get(name, (None, ""))
         if accepts is not None and not accepts(value):
             problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
     if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
@@ -222,7 +222,7 @@ def _k_below_S(doc: Mapping[str, Any]) -> list[str]:
 
 
 #: Fields a published regime must carry, not null (``threshold`` may be null for the exact test alone).
-PUBLISHED_REQUIRED = ("format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
+_PUBLISHED_REQUIRED = ("format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
                       "distinct_pairs", "tokenizer_fingerprint", "key_fingerprint", "digest")
 
 
@@ -276,7 +276,7 @@ def published_regime_problems(doc: Any) -> list[str]:
     if problems:
         return problems
     test = doc.get("test") or ("distinct" if doc.get("distinct_pairs") else "z")
-    for name in PUBLISHED_REQUIRED:
+    for name in _PUBLISHED_REQUIRED:
         if name not in doc:
             problems.append(f'"{name}" is missing')
         elif doc[name] is None and not (name == "threshold" and test == "exact"):
@@ -310,7 +310,7 @@ def published_regime_problems(doc: Any) -> list[str]:
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
 _OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
-OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
+_OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
 
 
 class RegimeError(ValueError):
@@ -350,7 +350,7 @@ class Regime:
 
     def __post_init__(self) -> None:
         problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
-                    for name, (accepts, wanted) in REGIME_FIELDS.items()
+                    for name, (accepts, wanted) in _REGIME_FIELDS.items()
                     if name in _FIELD_NAMES and name != "n_min" and getattr(self, name) is not None
                     and not accepts(getattr(self, name))]
         if self.n_min is not None and not _is_int(self.n_min, 0):
@@ -558,15 +558,15 @@ class Regime:
         """The regime an audit applies: explicit options win over the published document, the document over
         the defaults.
 
-        ``options`` are :data:`OPTIONS` (``chainmark detect``'s), None meaning
+        ``options`` are :data:`_OPTIONS` (``chainmark detect``'s), None meaning
         not given. Two settings of a document do not carry over where they no
         longer belong: its tokenizer revision when another tokenizer is named
         without one, and its threshold when another alpha is given without
         one (the threshold was set for the document's alpha).
         """
-        unknown = sorted(set(options) - set(OPTIONS))
+        unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
-            raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {OPTIONS}")
+            raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {_OPTIONS}")
         regime = cls.from_document(document) if document is not None else cls()
         given = {k: v for k, v in options.items() if v is not None}
         if given.get("distinct_pairs") and "test" not in given:  # --distinct-pairs alone names the distinct test
@@ -591,6 +591,6 @@ class Regime:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
 
 
-__all__ = ["GATE_NAMES", "GUARANTEES", "OPTIONS", "PUBLISHED_REQUIRED", "REGIME_FIELDS", "REGIME_FORMAT", "Regime",
+__all__ = ["GUARANTEES", "REGIME_FORMAT", "Regime",
            "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest", "regime_document",
            "regime_problems", "tokenizer_fingerprint"]

