@@ -26,12 +26,14 @@ SETTINGS_MARK = "# Settings: the same cell in every chapter."
 #: The settings cell, identical in every chapter (chapter 0 explains each line).
 SETTINGS_SOURCE = """\
 # Settings: the same cell in every chapter. None keeps the book's default; change a value, then run the
-# chapter from the top. In Colab, keep your key and runs on Drive so a new session resumes them, e.g.
+# chapter from the top. In Colab each notebook starts on its own: make the same edit in every chapter you
+# open, and keep your key and runs on Drive so a new session resumes them, e.g.
 # key_file="/content/drive/MyDrive/chainmark/key.bin", runs_dir="/content/drive/MyDrive/chainmark/runs".
 from cmlab.harness import use_settings
 
 use_settings(
-    model=None,     # a Hub id such as "Qwen/Qwen2.5-1.5B-Instruct", or a local folder; None: embedded SmolLM2-135M
+    model=None,     # an instruction-tuned chat model (it needs a chat template): a Hub id such as
+                    # "Qwen/Qwen2.5-1.5B-Instruct", or a local folder; None: the embedded SmolLM2-135M-Instruct
     scale=None,     # "smoke" or "full"; None: smoke on a CPU, full on a GPU
     key_file=None,  # a file holding your key (created if missing); None: the book's published teaching key
     runs_dir=None,  # where resumable runs keep their records; None: runs/ beside the book
