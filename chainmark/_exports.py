@@ -32,15 +32,24 @@ def _exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]
     return found
 
 
-def lazy_exports(package: str, package_file: str, modules: Sequence[str],
-                 subpackages: Sequence[str] = ()) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A package's ``__getattr__`` and ``__dir__`` exporting the ``__all__`` of ``modules`` (and ``subpackages``)."""
+def lazy_exports(package: str, package_file: str, modules: Sequence[str], subpackages: Sequence[str] = (),
+                 only: Sequence[str] | None = None) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` exporting the ``__all__`` of ``modules`` (and ``subpackages``).
+
+    ``only`` keeps the package's own names to that list (each must be in one module's ``__all__``); the
+    modules' other names stay reachable through their module (``package.module.name``)."""
     here = Path(package_file).resolve().parent
     table: dict[str, str] = {}
 
     def names() -> dict[str, str]:
         if not table:
-            table.update(_exported_names(here, modules))
+            found = _exported_names(here, modules)
+            if only is not None:
+                missing = sorted(set(only) - set(found))
+                if missing:
+                    raise ImportError(f"{package} lists names no module exports: {', '.join(missing)}")
+                found = {name: found[name] for name in only}
+            table.update(found)
         return table
 
     def __getattr__(name: str) -> Any:

@@ -466,3 +466,25 @@ def test_an_editor_follows_package_names_to_their_definitions():
     for code, (full_name, line, column) in cases.items():
         found = jedi.Script(code, path=str(ROOT / "scratch.py")).goto(line, column, follow_imports=True)
         assert [d.full_name for d in found] == [full_name], (code, found)
+
+
+def test_the_top_level_is_at_most_forty_names_each_of_them_used():
+    """``dir(chainmark)`` beyond its modules is ``TOP_LEVEL``: at most 40 names, each used by a chapter, the README
+    or the command line (the others are reached through their module, ``cm.calibrate.s_star_exact``)."""
+    import chainmark
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from page_names import page_names
+    finally:
+        sys.path.pop(0)
+    top = sorted(chainmark.__all__)
+    print(f"{len(top)} names at the top of chainmark: {', '.join(top)}")
+    assert len(top) <= 40 and set(top) == set(chainmark.TOP_LEVEL)
+    used = {n.split(".")[1] for nb in (ROOT / "book").glob("*.ipynb") for n in page_names(nb)[0]
+            if n.startswith("chainmark.") and n.count(".") == 1}
+    texts = [(ROOT / "README.md").read_text("utf-8")] + [p.read_text("utf-8") for p in (PACKAGE / "cli").glob("*.py")]
+    unused = [n for n in top if n not in used and not any(re.search(rf"\b{n}\b", t) for t in texts)]
+    assert unused == []
+    extra = set(dir(chainmark)) - set(top) - set(chainmark.METHOD_MODULES) - set(chainmark.SUBPACKAGES)
+    assert extra == set()

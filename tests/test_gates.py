@@ -8,7 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
-from chainmark import GATE_KINDS, Gate
+from chainmark import Gate
+from chainmark.gates import GATE_KINDS
 from chainmark.checks import check_rho
 from chainmark.gate_signals import (
     Workspace,
