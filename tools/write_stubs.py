@@ -18,7 +18,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The packages whose names are loaded lazily: (import name, the attribute listing its modules, subpackages).
+#: The packages whose names are loaded lazily: (import name, the attribute listing its modules, subpackages);
+#: a package that keeps its own names to a list (chainmark's TOP_LEVEL) is in ONLY.
+ONLY = {"chainmark": "TOP_LEVEL"}
 LAZY_PACKAGES = (
     ("chainmark", "METHOD_MODULES", "SUBPACKAGES"),
     ("chainmark.auditor", "MODULES", None),
@@ -39,6 +41,8 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     modules = tuple(getattr(pkg, modules_attr)) if modules_attr else ()
     subs = tuple(getattr(pkg, subpackages)) if isinstance(subpackages, str) else tuple(subpackages or ())
     names = _exported_names(here, modules) if modules else {}
+    if package in ONLY:
+        names = {name: names[name] for name in getattr(pkg, ONLY[package])}
     lines = [f'"""Static names of ``{package}`` for editors and type checkers; the runtime loads them lazily.',
              "", 'Written by ``tools/write_stubs.py`` from the modules\' ``__all__``: do not edit."""',
              "from __future__ import annotations", ""]
@@ -56,10 +60,10 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     for const in ("__version__",):
         if hasattr(pkg, const):
             lines.append(f"{const}: str")
-    for attr in (modules_attr, subpackages if isinstance(subpackages, str) else None):
+    for attr in (modules_attr, subpackages if isinstance(subpackages, str) else None, ONLY.get(package)):
         if attr:
             lines.append(f"{attr}: tuple[str, ...]")
-    exported = sorted(set(names) | set(subs) | {m for m in modules if m not in names})
+    exported = sorted(names) or sorted(subs)  # as at run time: the names, or a bare package's subpackages
     lines.append("__all__ = [" + ", ".join(f'"{n}"' for n in exported) + "]")
     return "\n".join(lines) + "\n"
 
