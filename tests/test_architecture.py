@@ -326,7 +326,7 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
                   ["regime", "--key-file", str(key), "--S", "5", "--alpha", "0.01", "--out", str(tmp_path / "r.json")],
                   ["key", "audit", "--key-file", str(key), "--S", "5", "--corpus", str(corpus), "--json"],
                   ["audit", str(corpus), "--id-field", "id", "--key-file", str(key), "--S", "5", "--scheduler", "none",
-                   "--out", str(tmp_path / "audit")]):
+                   "--out", str(tmp_path / "audit.jsonl")]):
         done = subprocess.run([core_cli, *extra], capture_output=True, text=True, cwd=tmp_path)
         assert done.returncode in (0, 1), (extra[:2], done.stderr[-2000:])  # 1: detected, or the key not certified
     # without the book's lab, key audit has no default corpus and says what to give
