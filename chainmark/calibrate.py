@@ -26,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 from scipy.stats import binom, norm
 
-from .checks import check_alpha, check_int, check_length, check_rho_positive
+from .checks import check_alpha, check_int, check_length, check_null_scores, check_rho_positive
 from .verdict import decide
 
 __all__ = ["HEAVY_TAIL_KURTOSIS", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "calibration_table", "critical_count",
@@ -246,15 +246,6 @@ def calibration_table(
 # ---------------------------------------------------------------------------
 # empirical recalibration
 # ---------------------------------------------------------------------------
-def _as_scores(values: Any, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=float).ravel()
-    if arr.size == 0:
-        raise ValueError(f"{name} is empty: recalibration needs null z-scores from a corpus")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains NaN or infinite values; drop texts too short to score")
-    return arr
-
-
 def min_null_samples(alpha: float) -> int:
     """Smallest null corpus that can support a threshold at level alpha: ceil((1 - alpha) / alpha).
 
@@ -309,7 +300,7 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     alpha = check_alpha(alpha)
     if method not in _RECALIBRATION_METHODS:
         raise ValueError(f"method must be one of {_RECALIBRATION_METHODS}, got {method!r}")
-    z = _as_scores(null_z, "null_z")
+    z = check_null_scores(null_z, "null_z")
     need = min_null_samples(alpha)
     if z.size < need:
         raise ValueError(

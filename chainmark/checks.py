@@ -8,11 +8,13 @@ the ones every layer needs are here.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .limits import MAX_STATES
 
-__all__ = ["check_alpha", "check_int", "check_length", "check_num_states", "check_rho", "check_rho_positive",
+__all__ = ["check_alpha", "check_int", "check_length", "check_null_scores", "check_num_states", "check_rho", "check_rho_positive",
            "check_states", "is_number"]
 
 
@@ -82,3 +84,14 @@ def check_length(n: object, name: str = "n") -> int:
     if n < 2:
         raise ValueError(f"{name} must be >= 2 tokens (a text of n tokens has n - 1 transitions), got {n}")
     return int(n)
+
+
+def check_null_scores(values: Any, name: str) -> np.ndarray:
+    """Null z-scores as a flat float array: refused when empty or when one is NaN or infinite (a text too short
+    to score), with the argument's name in the error."""
+    arr = np.asarray(values, dtype=float).ravel()
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty: recalibration needs null z-scores from a corpus")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or infinite values; drop texts too short to score")
+    return arr

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from chainmark.calibrate import min_null_samples, recalibrate
-from chainmark.checks import check_int
+from chainmark.checks import check_int, check_null_scores
 from chainmark.checks import is_number as _is_number
 from chainmark.rates import RateEstimate, clopper_pearson, rate_estimate
 
@@ -67,16 +67,7 @@ def exceedance_rate(z: Any, threshold: float, level: float = 0.95) -> RateEstima
     """Share of scores strictly above a threshold (the detector's 'watermarked' side)."""
     if not _is_number(threshold) or math.isnan(float(threshold)):
         raise TypeError(f"threshold must be a real number, got {threshold!r}")
-    return rate_estimate(_as_scores(z, "z") > float(threshold), level)
-
-
-def _as_scores(values: Any, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=float).ravel()
-    if arr.size == 0:
-        raise ValueError(f"{name} is empty: recalibration needs null z-scores from a corpus")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains NaN or infinite values; drop texts too short to score")
-    return arr
+    return rate_estimate(check_null_scores(z, "z") > float(threshold), level)
 
 
 def threshold_interval(null_z: Any, clusters: Any, alpha: float, method: str = "quantile", level: float = 0.95,
@@ -89,7 +80,7 @@ def threshold_interval(null_z: Any, clusters: Any, alpha: float, method: str = "
     rather than fail. Returns
     (threshold, low, high). A wide interval says the corpus is too small for this alpha.
     """
-    z = _as_scores(null_z, "null_z")
+    z = check_null_scores(null_z, "null_z")
     groups = np.asarray(clusters).ravel()
     if groups.size != z.size:
         raise ValueError(f"clusters must give one cluster per score: {groups.size} clusters for {z.size} scores")
@@ -135,7 +126,7 @@ def lifted_threshold(null_z: Any, margin: float = 0.5) -> float:
     """
     if not _is_number(margin) or not math.isfinite(float(margin)) or float(margin) < 0:
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-    return float(np.max(_as_scores(null_z, "null_z"))) + float(margin)
+    return float(np.max(check_null_scores(null_z, "null_z"))) + float(margin)
 
 
 def split_halves(n_items: int, seed: int = 0, strata: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
