@@ -71,14 +71,12 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-#: Subpackage and module names that a chain passes through on its way to a name.
-_SUBMODULES = {"harness", "comparison", "teaching", "auditor", "cli", "reference", "keys", "partition", "topology",
-               "gates", "gate_signals", "config", "embed", "detection", "significance", "verdict", "calibrate",
-               "repetition", "randomisation", "segments", "stream", "corpus", "regime", "keyaudit", "anytime",
-               "tokenizer", "protocol", "read", "store", "generation", "verification", "compare", "settings",
-               "models", "prompts", "corpora", "adapters", "runner", "runs", "grids", "mixed", "attacks",
-               "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer", "claims",
-               "plots", "widgets", "playground", "forecast", "doctor", "workshop", "detect_commands"}
+#: Subpackage and module names that a chain passes through on its way to a name, read from the two packages'
+#: folders (``chainmark/`` and ``book/cmlab/``) so that a new module is known without a list to keep.
+_SUBMODULES = {p.stem if p.suffix == ".py" else p.name
+               for package in (ROOT / "chainmark", ROOT / "book" / "cmlab")
+               for p in package.rglob("*") if (p.suffix == ".py" and not p.stem.startswith("_"))
+               or (p.is_dir() and (p / "__init__.py").is_file())}
 
 
 def main(argv: list[str] | None = None) -> int:
