@@ -76,7 +76,8 @@ def test_soft_mode_shows_a_note_skips_the_rest_of_the_block_and_goes_on(monkeypa
     claims_report()
     assert [o.says for o in _claim_outcomes() if not o.held] == ["two is less than one"]
     out = capsys.readouterr().out
-    assert "statements on this page differ in this run" in out and "two is less than one" in out
+    assert "1 of 2 sentences on this page are not borne out by your run" in out and "two is less than one" in out
+    assert "the reference run's texts" not in out  # a claim that held is not listed
 
 
 def test_other_exceptions_are_never_swallowed(monkeypatch):
@@ -163,13 +164,20 @@ def test_a_merge_replaces_only_the_chapters_run_and_stamps_each(monkeypatch):
         tool.merged(old, {**new, "keys": 3})
 
 
-def test_the_report_is_one_line_when_every_claim_held(monkeypatch, capsys):
+def test_the_report_shows_nothing_when_every_claim_held(monkeypatch, capsys):
     import cmlab.teaching.claims as claims_module
 
     monkeypatch.setattr(claims_module, "_outcomes", [])
+    claims_report()  # a page that states nothing about its run
     monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
     with claim("one is less than two"):
         assert 1 < 2
     claims_report()
-    out = capsys.readouterr().out.strip()
-    assert out.startswith("The one statement on this page about a run held in this run") and "\n" not in out
+    assert capsys.readouterr().out == ""
+    with claim("two is less than one"):
+        assert 2 < 1
+    capsys.readouterr()
+    claims_report()
+    out = capsys.readouterr().out
+    assert out.startswith("1 of 2 sentences on this page are not borne out by your run")
+    assert "strict" not in out and "soft" not in out and "claim" not in out

@@ -146,17 +146,21 @@ def test_cpu_load_keeps_host_path(fake_from_pretrained):
     assert model.moved_to == ["cpu"]
 
 
-def test_banner_reports_the_loaded_models_dtype_and_device(fake_from_pretrained):
-    from cmlab.teaching.plots import banner
+def test_banner_is_silent_in_the_pages_configuration_and_one_line_elsewhere(monkeypatch):
+    """The banner shows nothing for a run like the page's, and one line naming what differs otherwise."""
+    from cmlab.teaching.plots import BANNER_CLASS, banner
 
-    model, _ = load_model("some-org/some-model", device="cpu", dtype=torch.bfloat16)
+    monkeypatch.setattr("cmlab.harness.settings._cuda_available", lambda: False)
+    for var in ("CHAINMARK_KEY", "CHAINMARK_KEY_FILE", "CHAINMARK_MODEL", "CHAINMARK_SCALE"):
+        monkeypatch.delenv(var, raising=False)
+    assert banner() is None
+    monkeypatch.setenv("CHAINMARK_MODEL", "some-org/some-model")
+    monkeypatch.setenv("CHAINMARK_SCALE", "full")
     text = banner().data
-    assert "<b>dtype</b>: bfloat16" in text and "<b>device</b>: cpu" in text
-    assert "some-org/some-model" in text
-    model.dtype = torch.float16  # an explicitly passed model wins
-    assert "<b>dtype</b>: float16" in banner(model=model).data
-    assert "<b>dtype</b>: float32" not in banner().data
-    assert "<b>logits width</b>: 49,152" in banner(extra={"logits width": "49,152"}).data
+    assert BANNER_CLASS in text and "some-org/some-model" in text and "full scale" in text
+    assert text.count("<p") == 1 and "key" not in text and "GPU" not in text
+    for word in ("claims", "strict", "torch", "dtype", "seeds"):
+        assert word not in text, word
 
 
 def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):

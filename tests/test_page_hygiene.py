@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from output_hygiene import figure_problems, problems  # noqa: E402
+from output_hygiene import figure_problems, problems, widget_problems  # noqa: E402
 from test_book import toc_files  # noqa: E402
 from test_chapters import CHAPTERS, EXECUTED  # noqa: E402
 
@@ -74,7 +74,9 @@ def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
         _figure_cell([_image()]),
         _cell('glue("a", 1)\nwith claim("x"):\n    assert True', [_result("3")], tags=("remove-cell",)),
         _cell('glue("a", 1)', [], tags=("remove-input",)),
-        _cell("from cmlab.teaching.plots import glue, set_theme", []),
+        _cell("from cmlab.teaching import set_theme, show_source", []),
+        _cell("from cmlab.teaching import banner, claim, claims_report, glue\n\nbanner()", [],
+              tags=("remove-input",)),
     ]
     found = problems(nb)
     assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(11)], found
@@ -82,6 +84,68 @@ def test_the_lint_finds_each_kind_of_problem_and_spares_teaching_output():
     assert "bare tuple" in found[3]
     assert "dtype" in found[4] and "dtype" in found[5] and "glue" in found[6] and "claim" in found[7]
     assert "print()" in found[8] and "figure cell" in found[9] and "builder's path" in found[10]
+
+
+def _widget(text: str, model_id: str = "m1") -> nbformat.NotebookNode:
+    return nbformat.v4.new_output("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": model_id, "version_major": 2, "version_minor": 0},
+        "text/plain": text})
+
+
+def _html(text: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_output("display_data", data={"text/html": text, "text/plain": "<HTML>"})
+
+
+def test_the_lint_finds_bookkeeping_imports_widget_residue_and_banner_words():
+    """The three kinds of bookkeeping the reader must never see, each planted once, and their harmless twins."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"version_major": 2, "state": {
+        "box": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_bar", "IPY_MODEL_label"]}},
+        "bar": {"model_name": "FloatProgressModel", "state": {"max": 272}},
+        "label": {"model_name": "HTMLModel", "state": {"value": "Loading weights"}},
+        "slider": {"model_name": "IntSliderModel", "state": {"value": 3}}}}}
+    old_banner = ("<div><b>model</b>: SmolLM2 · <b>key</b>: 7bed3cf33e6cb5cb (the public teaching key) · "
+                  "<b>claims</b>: strict</div>")
+    nb.cells = [
+        _cell("import numpy as np\nfrom cmlab.teaching import claim, claims_report, glue, set_theme", []),
+        _cell("from cmlab.teaching.plots import banner", []),
+        _cell("model, tok = load_model()", [_widget("Loading weights:  40%|####      | 109/272 [00:01<00:02]")]),
+        _cell("run()", [_widget("unwatermarked: 0it [00:00, ?it/s]", model_id="box")]),
+        _cell("run()", [_widget("0/0", model_id="gone")]),
+        _cell("run()", [_widget("", model_id="gone")]),
+        _cell("banner()", [_html(old_banner)], tags=("remove-input",)),
+        _cell("banner()", [_html('<p class="cm-banner">This run uses a GPU, claims soft.</p>')], tags=("remove-input",)),
+        # what a page may show: imports of what visible code uses, bookkeeping imported in a hidden cell,
+        # a real widget with its state, and a banner line in the reader's terms
+        _cell("from cmlab.teaching import set_theme, show_source, show_tokens", []),
+        _cell("from cmlab.teaching import banner, claim, glue\nbanner()", [], tags=("remove-input",)),
+        _cell("from cmlab.teaching import claim, claims_report", [], tags=("remove-cell",)),
+        _cell("slider", [_widget("IntSlider(value=3)", model_id="slider")]),
+        _cell("banner()", [_html('<p class="cm-banner">This run uses the full scale, not this page\'s '
+                                 "settings.</p>")], tags=("remove-input",)),
+    ]
+    found = problems(nb)
+    assert [line.split(":")[0] for line in found] == [f"cell {i}" for i in range(8)], found
+    assert "claim, claims_report, glue" in found[0] and "banner" in found[1]
+    assert all("progress bar" in line for line in found[2:5]) and "nothing behind it" in found[5]
+    assert "claims" in found[6] and "strict" in found[6] and "claims" in found[7] and "soft" in found[7]
+
+
+def test_the_site_check_finds_progress_bars_and_empty_widget_views():
+    state = ('<script type="application/vnd.jupyter.widget-state+json">{"version_major": 2, "state": {'
+             '"box": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_bar"]}}, '
+             '"bar": {"model_name": "IntProgressModel", "state": {}}, '
+             '"slider": {"model_name": "IntSliderModel", "state": {}}}}</script>')
+
+    def view(model_id: str) -> str:
+        return (f'<div class="cell_output"><script type="application/vnd.jupyter.widget-view+json">'
+                f'{{"model_id": "{model_id}", "version_major": 2}}</script></div>')
+
+    assert widget_problems(state + view("slider")) == []
+    assert len(widget_problems(state + view("box"))) == 1
+    assert len(widget_problems(state + view("missing"))) == 1
+    bar_text = '<div class="cell_output"><pre>Loading weights: 100%|##########| 272/272 [00:00&lt;00:00]</pre></div>'
+    assert len(widget_problems(state + bar_text)) == 1
 
 
 def test_the_figure_check_wants_a_number_a_caption_and_real_alt_text():
@@ -114,6 +178,15 @@ def test_every_figure_of_the_page_is_numbered_captioned_and_described(chapter):
     if not page.exists():
         pytest.skip(f"no built page for {chapter}: build the book first (make test does)")
     found = figure_problems(page.read_text(encoding="utf-8"))
+    assert not found, f"{chapter}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("chapter", EXECUTED_PAGES)
+def test_no_page_keeps_widget_residue(chapter):
+    page = SITE / chapter.replace(".ipynb", ".html")
+    if not page.exists():
+        pytest.skip(f"no built page for {chapter}: build the book first (make test does)")
+    found = widget_problems(page.read_text(encoding="utf-8"))
     assert not found, f"{chapter}: " + "; ".join(found)
 
 

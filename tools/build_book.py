@@ -54,6 +54,10 @@ FINGERPRINT_ENV = ("CHAINMARK_MODEL", "CHAINMARK_SCALE", "CHAINMARK_CLAIMS")
 FINGERPRINT_FILE = ".execution_fingerprint"
 PARTICIPANT_ZIP = "chainmark-participant-edition.zip"  # inside _build/html, linked from the Teaching page
 
+#: The environment that keeps progress bars (tqdm's, the Hub's, transformers') out of an executed chapter:
+#: tqdm reads ``TQDM_DISABLE`` when a kernel imports it, so every bar a chapter or a library draws is off.
+NO_PROGRESS_BARS = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
 ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
                  "An error occurred while executing the following cell")
 
@@ -146,7 +150,8 @@ def build(book_dir: Path) -> int:
     for stale in (build_dir / "html", build_dir / ".doctrees", build_dir / "jupyter_execute", runs):
         shutil.rmtree(stale, ignore_errors=True)
     jb = Path(sys.executable).with_name("jupyter-book")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    # progress bars are for a reader watching a live run; on the static site each is an empty widget
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **NO_PROGRESS_BARS)
     env.setdefault("CHAINMARK_CLAIMS", "strict")
     env.setdefault("CHAINMARK_RUNS", str(runs))
     log_path = book_dir / "_build.log"

@@ -17,6 +17,9 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from build_book import NO_PROGRESS_BARS  # noqa: E402
+
 
 def run(path: Path, save: Path | None, timeout: int) -> int:
     nb = nbformat.read(path, as_version=4)
@@ -51,6 +54,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=int, default=1800)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for var, value in NO_PROGRESS_BARS.items():  # as the book's build executes a chapter (no empty bar widgets)
+        os.environ.setdefault(var, value)
     return max(run(p, args.save if len(args.notebooks) == 1 else None, args.timeout) for p in args.notebooks)
 
 

@@ -338,7 +338,8 @@ def load_model(
         gguf = embedded_gguf_path()
         source = _converted_dir(gguf)
         if not (source / "model.safetensors").exists():
-            _convert_gguf(gguf, source)
+            with _quiet_weight_loading():  # its "Converting and de-quantizing" and "Loading weights" bars too
+                _convert_gguf(gguf, source)
         kwargs: dict[str, Any] = {"local_files_only": True}
     else:
         source, kwargs = name, {}
@@ -372,14 +373,30 @@ def load_model(
 
 @contextlib.contextmanager
 def _quiet_weight_loading() -> Iterator[None]:
-    """Turn transformers' progress bars off for the duration, then restore the caller's setting."""
+    """Turn transformers' progress bars off for the duration, then restore the caller's setting.
+
+    Its weight loading honours :func:`transformers.utils.logging.disable_progress_bar`; the GGUF
+    de-quantisation calls ``tqdm`` directly, so that module's ``tqdm`` is swapped for a disabled one.
+    A bar left behind is an empty widget on the static site.
+    """
+    import functools
+
     from transformers.utils import logging as hf_logging
 
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - a transformers without GGUF support
+        gguf_utils = None
     was_enabled = hf_logging.is_progress_bar_enabled()
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
     hf_logging.disable_progress_bar()
+    if gguf_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
     try:
         yield
     finally:
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = gguf_tqdm
         if was_enabled:
             hf_logging.enable_progress_bar()
 

@@ -121,8 +121,9 @@ def _append_batches(path: Path, batches: Sequence[_Batch], done: dict[Any, dict[
     from tqdm.auto import tqdm
 
     todo = [b for b in batches if any(k not in done for k in b.keys)]
-    bar = tqdm(total=sum(k not in done for b in todo for k in b.keys), desc=path.name, unit="gen",
-               disable=not progress)
+    total = sum(k not in done for b in todo for k in b.keys)
+    # no bar when nothing is left to run (a resumed run): an empty "0/0" bar says nothing
+    bar = tqdm(total=total, desc=path.name, unit="gen", disable=not progress or total == 0)
     written, stopped = 0, False
     with RecordWriter(path / RECORDS_FILE, secrets) as writer:
         for count, batch in enumerate(todo):

@@ -56,11 +56,13 @@ from .playground import (
 )
 from .plots import (
     ATTACK_STYLE as ATTACK_STYLE,
+    BANNER_CLASS as BANNER_CLASS,
     LEGAL_STEP_COLOUR as LEGAL_STEP_COLOUR,
     STATE_COLOURS as STATE_COLOURS,
     attack_style as attack_style,
     banner as banner,
     glue as glue,
+    run_differences as run_differences,
     set_theme as set_theme,
     show_source as show_source,
     show_tokens as show_tokens,
@@ -95,4 +97,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FRONT_ENDS", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "Sample", "StaticExplorer", "Step", "TIERS", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "check_build", "claim", "claims_mode", "claims_report", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "in_participant_edition", "participant_edition", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "tokens_html"]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FRONT_ENDS", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "Sample", "StaticExplorer", "Step", "TIERS", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "check_build", "claim", "claims_mode", "claims_report", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "in_participant_edition", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "tokens_html"]

@@ -11,7 +11,8 @@ the default scale, a CPU) a failed claim raises :class:`ClaimFailed`, so the
 published site never prints a false sentence. Anywhere else (a reader's key,
 another model, a GPU, the full scale) the chapter goes on: a visible note
 says what the text says and what this run shows, and :func:`claims_report`
-at the end of the chapter lists every claim that differed. ``CHAINMARK_CLAIMS``
+at the end of the chapter lists every claim that differed (and shows nothing
+when every claim held). ``CHAINMARK_CLAIMS``
 forces either mode (``strict`` or ``soft``).
 
 Claims are for statements about runs. What must hold on any configuration
@@ -164,31 +165,25 @@ def _claim_outcomes() -> list[ClaimOutcome]:
 
 
 def claims_report() -> None:
-    """Close a chapter: one line when every claim held, a table of the claims that differed otherwise.
+    """Close a chapter: nothing when every claim held, one line and a table of those that did not otherwise.
 
-    Displays only (a chapter's last cell calls it); :func:`_claim_outcomes` gives the claims themselves.
+    A run in the page's configuration (or any run whose sentences all held) sees nothing; a run that does
+    not bear out a sentence sees how many, in which of its settings it differs, and each sentence with what
+    the run shows. Displays only (a chapter's last cell calls it); :func:`_claim_outcomes` gives the claims.
     """
     outcomes = _claim_outcomes()
     differed = [o for o in outcomes if not o.held]
-    config = book_configuration()
-    where = ("the book's own configuration (teaching key, embedded model, default scale, CPU)"
-             if all(config.values()) else
-             "your configuration (" + ", ".join(f"not the {k}" for k, v in config.items() if not v) + ")")
     if not differed:
-        what = "The one statement" if len(outcomes) == 1 else f"All {len(outcomes)} statements"
-        line = (f"{what} on this page about a run held in this run, in {where}." if outcomes else
-                f"This page states nothing about a run of its own, so there was nothing to check, in {where}.")
-        _show(f'<p style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1">{html.escape(line)}</p>',
-              line)
         return
-    line = (f"{len(differed)} of {len(outcomes)} statements on this page differ in this run, in {where}; "
-            "each is listed below and marked beside its sentence.")
-    rows = "".join(f"<tr><td>{html.escape(o.says)}</td><td>{o.tier}</td><td>{html.escape(o.shows)}</td></tr>"
-                   for o in differed)
+    config = book_configuration()
+    unlike = [k for k, v in config.items() if not v]
+    why = (" (this run does not have the " + ", ".join(unlike) + ")") if unlike else ""
+    line = f"{len(differed)} of {len(outcomes)} sentences on this page are not borne out by your run{why}:"
+    rows = "".join(f"<tr><td>{html.escape(o.says)}</td><td>{html.escape(o.shows)}</td></tr>" for o in differed)
     _show(f'<p style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B">{html.escape(line)}</p>'
-          f"<table><thead><tr><th>the text says</th><th>about</th><th>this run shows</th></tr></thead>"
+          f"<table><thead><tr><th>the text says</th><th>your run shows</th></tr></thead>"
           f"<tbody>{rows}</tbody></table>",
-          line + "\n" + "\n".join(f"  - {o.says} ({o.tier}): {o.shows}" for o in differed))
+          line + "\n" + "\n".join(f"  - {o.says}: {o.shows}" for o in differed))
 
 
 __all__ = ["CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "ClaimFailed", "ClaimOutcome", "MODES", "TIERS",

@@ -9,8 +9,8 @@ import html
 import inspect
 from typing import Any, Sequence
 
-__all__ = ["ATTACK_STYLE", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue",
-           "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
+__all__ = ["ATTACK_STYLE", "BANNER_CLASS", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue",
+           "run_differences", "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
 
 #: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
 #: black), then four of Paul Tol's for S > 7. The first five stay apart under
@@ -131,65 +131,62 @@ def glue(name: str, value: Any) -> Any:
     return value
 
 
-def banner(model_name: str | None = None, model: Any = None, extra: dict[str, Any] | None = None) -> Any:
-    """A one-line summary of the run: model, device, dtype, scale, seeds, the key (fingerprint) and the claims mode.
+#: The HTML class of the banner's line (the site lint finds the banner by it).
+BANNER_CLASS = "cm-banner"
 
-    The device and dtype are those of the loaded model: ``model`` when given,
-    else the last model :func:`cmlab.harness.models.load_model` returned. Before
-    any model is loaded they read "not loaded". ``extra`` adds a chapter's own
-    facts (say, the width of the logits) to the same line.
+
+def run_differences(model: Any = None) -> list[str]:
+    """How this run differs from the page's configuration, in words a reader can act on; empty when it does not.
+
+    The page's configuration is the book's (:func:`cmlab.teaching.claims.book_configuration`): the public
+    teaching key, the embedded model, the default scale and a CPU. ``model`` (else the last model
+    :func:`cmlab.harness.models.load_model` returned) names the device a GPU run is on.
     """
-    from IPython.display import HTML
-
-    from cmlab.teaching.claims import claims_mode
-    from cmlab.harness.models import last_loaded
-    from cmlab.harness.settings import get_settings
-
-    s = get_settings()
-    import torch
-
-    loaded = last_loaded()
-    if model is not None:
-        device = str(getattr(model, "device", "?"))
-        dtype = str(getattr(model, "dtype", "?")).replace("torch.", "")
-        same = loaded.get("model_id") == str(id(model))
-        name = (model_name or (loaded.get("name") if same else None)
-                or getattr(getattr(model, "config", None), "name_or_path", None) or s.model)
-    else:
-        device = loaded.get("device", "not loaded")
-        dtype = loaded.get("dtype", "not loaded")
-        name = model_name or loaded.get("name") or s.model
-    gpu = "none"
-    if device.startswith("cuda") and torch.cuda.is_available():
-        index = torch.device(device).index
-        gpu = torch.cuda.get_device_name(0 if index is None else index)
-    items = {
-        "model": name,
-        "device": device,
-        "GPU": gpu,
-        "dtype": dtype,
-        "scale": s.scale,
-        "seeds": f"generation {s.generation_seed}, attacks {s.attack_seed}",
-        "torch": torch.__version__,
-        "key": _key_line(),
-        "claims": claims_mode(),
-        **{str(k): v for k, v in (extra or {}).items()},
-    }
-    cells = " · ".join(f"<b>{k}</b>: {html.escape(str(v))}" for k, v in items.items())
-    return HTML(f'<div style="padding:6px 10px;background:#f2f6fc;border-left:4px solid #1F6AD1;'
-                f'font-size:0.9em">{cells}</div>')
-
-
-def _key_line() -> str:
-    """What the banner says of the chapters' key: its fingerprint and where it comes from, never the key."""
     from chainmark.keyfiles import book_key, book_key_source
     from chainmark.keys import key_fingerprint
+    from cmlab.harness.models import last_loaded
+    from cmlab.harness.settings import get_settings
+    from cmlab.teaching.claims import book_configuration
 
-    source = book_key_source()
-    fingerprint = key_fingerprint(book_key())
-    if source == "teaching":
-        return f"{fingerprint} (the public teaching key: anyone can derive it, never deploy it)"
-    return f"{fingerprint} (your own key, from the {source})"
+    config, s = book_configuration(), get_settings()
+    parts = []
+    if not config["teaching key"]:
+        parts.append(f"your own key (fingerprint {key_fingerprint(book_key())}, from the {book_key_source()})")
+    if not config["embedded model"]:
+        parts.append(f"the model {s.model}")
+    if not config["default scale"]:
+        parts.append(f"the {s.scale} scale")
+    if not config["CPU"]:
+        device = str(getattr(model, "device", "") or last_loaded().get("device", "") or s.device)
+        gpu = ""
+        try:
+            import torch
+
+            if device.startswith("cuda") and torch.cuda.is_available():
+                index = torch.device(device).index
+                gpu = f" ({torch.cuda.get_device_name(0 if index is None else index)})"
+        except Exception:  # noqa: BLE001 - the line names the device without the GPU's name then
+            gpu = ""
+        parts.append(f"a GPU{gpu}")
+    return parts
+
+
+def banner(model: Any = None) -> Any:
+    """One short line where this run differs from the page's configuration; ``None`` (nothing shown) otherwise.
+
+    The page was built with the public teaching key, the embedded model, the default scale and a CPU. A run
+    with any other is told so once, at the top of the chapter, in words it can act on (its key's
+    fingerprint, never the key); a run like the page's sees nothing.
+    """
+    parts = run_differences(model)
+    if not parts:
+        return None
+    from IPython.display import HTML
+
+    line = ("This run uses " + ", ".join(parts) + ", not this page's settings: its numbers are your run's, "
+            "and a sentence your run does not bear out is marked where it stands.")
+    return HTML(f'<p class="{BANNER_CLASS}" style="padding:6px 10px;background:#f2f6fc;'
+                f'border-left:4px solid #1F6AD1;font-size:0.9em">{html.escape(line)}</p>')
 
 
 def tokens_html(
