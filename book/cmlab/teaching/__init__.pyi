@@ -4,6 +4,7 @@ Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."
 from __future__ import annotations
 
 from . import claims as claims
+from . import colab as colab
 from . import doctor as doctor
 from . import forecast as forecast
 from . import playground as playground
@@ -23,6 +24,24 @@ from .claims import (
     claims_mode as claims_mode,
     claims_report as claims_report,
 )
+from .colab import (
+    BANDWIDTH_SHARE as BANDWIDTH_SHARE,
+    CHAPTER_WORK as CHAPTER_WORK,
+    COLAB_GPUS as COLAB_GPUS,
+    CPU_STEP_SECONDS as CPU_STEP_SECONDS,
+    FLOPS_SHARE as FLOPS_SHARE,
+    FORECAST_MODELS as FORECAST_MODELS,
+    ForecastModel as ForecastModel,
+    Gpu as Gpu,
+    LOAD_BYTES_PER_SECOND as LOAD_BYTES_PER_SECOND,
+    REST_FULL_FACTOR as REST_FULL_FACTOR,
+    STEP_FLOOR_SECONDS as STEP_FLOOR_SECONDS,
+    Work as Work,
+    chapter_timings as chapter_timings,
+    colab_forecast as colab_forecast,
+    colab_forecast_table as colab_forecast_table,
+    gpu_table as gpu_table,
+)
 from .doctor import (
     Check as Check,
     FRONT_ENDS as FRONT_ENDS,
@@ -41,6 +60,7 @@ from .forecast import (
     Step as Step,
     duration as duration,
     expect_generation as expect_generation,
+    step_seconds as step_seconds,
 )
 from .playground import (
     CHALLENGE_BUDGET as CHALLENGE_BUDGET,
@@ -97,4 +117,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FRONT_ENDS", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "Sample", "StaticExplorer", "Step", "TIERS", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "check_build", "claim", "claims_mode", "claims_report", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "in_participant_edition", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "tokens_html"]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_timings", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from cmlab.harness.models import DTYPE_BYTES, device_memory, last_loaded, memory_needed
 from chainmark.auditor.tokenizer import DEFAULT_MODEL
 
-__all__ = ["Expectation", "Step", "duration",
+__all__ = ["Expectation", "Step", "duration", "step_seconds",
            "expect_generation"]
 
 #: New tokens of the long probe: the per-token cost is (long - short) / (_PROBE_TOKENS - 1).
@@ -138,6 +138,25 @@ def _model_name(model: Any) -> str:
     return "SmolLM2-135M-Instruct (embedded)" if name == DEFAULT_MODEL else name
 
 
+def step_seconds(step: Step, batch: int, prefill_seconds: float, token_seconds: float,
+                 prompt_tokens: int = 64) -> float:
+    """The forecast model's time for one step: its batches, each one prompt pass and one decoding step per token.
+
+    ``prefill_seconds`` is a batch's pass over ``prompt_tokens`` tokens of
+    prompt and ``token_seconds`` a batch's decoding step; a ``"score"`` step
+    is one teacher-forced pass over prompt and text, which costs what the
+    prompt's pass costs per token. The watermark's and sampling's share
+    (ten percent) is added on top.
+    """
+    if not step.texts:
+        return 0.0
+    if step.kind == "score":
+        per_batch = prefill_seconds * (prompt_tokens + step.new_tokens) / max(prompt_tokens, 1)
+    else:
+        per_batch = prefill_seconds + token_seconds * step.new_tokens
+    return math.ceil(step.texts / max(batch, 1)) * per_batch * _STEP_OVERHEAD
+
+
 def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[str, int, int]],
                       batch_size: int, prompt_tokens: int = 64) -> Expectation:
     """Measure this model here and forecast the time and peak memory of ``steps`` (label, texts, tokens[, kind]).
@@ -167,10 +186,7 @@ def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[s
         long = _probe(model, tokenizer, batch, _PROBE_TOKENS)
     token_seconds = max(long - short, 0.0) / (_PROBE_TOKENS - 1)
     prefill_seconds = max(short - token_seconds, 0.0) * max(prompt_tokens, 1) / _PROBE_PROMPT_TOKENS
-    # a teacher-forced pass costs what the prompt's pass costs, per token of prompt and text
-    per_pass = {"generate": lambda s: prefill_seconds + token_seconds * s.new_tokens,
-                "score": lambda s: prefill_seconds * (prompt_tokens + s.new_tokens) / max(prompt_tokens, 1)}
-    seconds = [math.ceil(s.texts / batch) * per_pass[s.kind](s) * _STEP_OVERHEAD if s.texts else 0.0 for s in steps]
+    seconds = [step_seconds(s, batch, prefill_seconds, token_seconds, prompt_tokens) for s in steps]
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     config = model.config
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)

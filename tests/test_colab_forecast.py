@@ -1,0 +1,97 @@
+"""The Colab forecast (cmlab.teaching.colab): every chapter has its long steps at both scales, the forecast
+follows the chapters' own forecast model, and the table the book prints from it is complete."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cmlab.harness.models import memory_needed
+from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, chapter_timings, colab_forecast,
+                                  colab_forecast_table, gpu_table)
+from cmlab.teaching.forecast import Step, step_seconds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def toc_chapters() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    out: list[str] = []
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e and (ROOT / f"{e['file']}.ipynb").exists():
+                out.append(e["file"])
+            walk(e.get("sections"))
+
+    for part in toc["parts"]:
+        walk(part["chapters"])
+    return out
+
+
+def test_every_chapter_has_its_long_steps_at_both_scales():
+    assert set(CHAPTER_WORK) == set(toc_chapters())
+    for chapter, work in CHAPTER_WORK.items():
+        assert set(work) == {"smoke", "full"}, chapter
+        source = "\n".join("".join(c["source"]) for c in json.loads((ROOT / f"{chapter}.ipynb").read_text())["cells"]
+                           if c["cell_type"] == "code")
+        forecasts = bool(re.search(r"expect_generation\(model", source))
+        # a chapter that prints a forecast line before its long steps has those steps here, and the full
+        # scale never does less than the smoke scale
+        assert not forecasts or (work["smoke"].steps and work["full"].steps), chapter
+        texts = {scale: sum(s.texts * s.new_tokens for s in w.steps) for scale, w in work.items()}
+        assert texts["full"] >= texts["smoke"], chapter
+
+
+def test_the_timings_cover_the_table_of_contents():
+    timings = chapter_timings(ROOT)
+    assert set(timings) == set(toc_chapters())
+    assert chapter_timings(ROOT / "no-such-folder") == {}
+
+
+def test_step_seconds_is_the_forecast_lines_model():
+    # one prompt pass and one step per token for each batch, ten percent on top; a scoring pass costs the
+    # prompt's pass per token of prompt and text
+    assert step_seconds(Step("g", 10, 100), 4, 0.5, 0.02, 64) == pytest.approx(3 * (0.5 + 2.0) * 1.1)
+    assert step_seconds(Step("s", 8, 64, "score"), 8, 0.5, 0.02, 64) == pytest.approx(1.0 * 1.1)
+    assert step_seconds(Step("none", 0, 100), 4, 0.5, 0.02) == 0.0
+
+
+def test_the_forecast_is_complete_and_says_what_does_not_fit():
+    timings = chapter_timings(ROOT)
+    rows = colab_forecast(timings)
+    assert len(rows) == len(timings) * len(FORECAST_MODELS) * len(COLAB_GPUS) * 2
+    fits = {(m.label, g.name): memory_needed(2 * m.params) <= g.memory_gb * 1e9
+            for m in FORECAST_MODELS for g in COLAB_GPUS}
+    # what the pages say: the 7B model does not fit a T4's 15 GB, and fits an L4 and an A100; the others fit all
+    assert [k for k, ok in fits.items() if not ok] == [("Qwen2.5-7B-Instruct", "T4")]
+    by = {(r["chapter"], r["model"], r["gpu"], r["scale"]): r["seconds"] for r in rows}
+    for (chapter, model, gpu, scale), seconds in by.items():
+        assert (seconds is None) == (not fits[(model, gpu)])
+        if seconds is not None:
+            assert seconds > 0
+            assert by[(chapter, model, gpu, "full")] >= by[(chapter, model, gpu, "smoke")]
+    embedded = FORECAST_MODELS[0].label
+    # a GPU runs the embedded model's smoke scale no slower than the build's CPU did
+    for chapter, measured in timings.items():
+        assert by[(chapter, embedded, "T4", "smoke")] <= measured * 1.01, chapter
+    # a larger model is never forecast faster on the same GPU, and the A100 is never slower than the T4
+    for chapter in timings:
+        assert by[(chapter, "Qwen2.5-1.5B-Instruct", "T4", "full")] >= by[(chapter, embedded, "T4", "full")]
+        assert by[(chapter, embedded, "A100", "full")] <= by[(chapter, embedded, "T4", "full")]
+    with pytest.raises(ValueError, match="CHAPTER_WORK"):
+        colab_forecast({"book/99_new_chapter": 10.0})
+
+
+def test_the_table_has_a_row_per_chapter_and_a_total():
+    timings = chapter_timings(ROOT)
+    table = colab_forecast_table(timings, titles={"book/00_first_run": "A first run"})
+    assert list(table.index) == ["A first run", *[c.removeprefix("book/") for c in list(timings)[1:]], "all chapters"]
+    assert table.shape[1] == len(FORECAST_MODELS) * len(COLAB_GPUS)
+    cells = table.to_numpy().ravel()
+    assert all(c == "does not fit" or re.fullmatch(r"[\d.]+( h)? / [\d.]+( h)?", c) for c in cells), cells
+    assert (table[("Qwen2.5-7B-Instruct", "T4")] == "does not fit").all()
+    assert list(gpu_table().index) == ["T4", "L4", "A100"]
