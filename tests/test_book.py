@@ -175,6 +175,43 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
     assert changed.returncode == 0 and "(2 chapters executed" in changed.stdout, changed.stdout[-1500:]
 
 
+def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances_the_load(monkeypatch):
+    """Chapters that share a run folder (5 and 5.1, 7 and 7.2, 9 and 9.1) run in one worker, in the table's
+    order; the groups are spread so that no worker carries much more than the longest group."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import execute_parallel as ep
+    from measure_chapters import toc_notebooks
+
+    notebooks = toc_notebooks()
+    recorded = json.loads((ROOT / "book" / "data" / "chapter_timings.json").read_text())["chapters"]
+    seconds = {nb: float(v["seconds"]) for nb, v in recorded.items()}
+    queues = ep.plan_queues(notebooks, 2, seconds)
+    assert sorted(nb for q in queues for nb in q) == sorted(notebooks) and len(queues) == 2
+    where = {nb: i for i, q in enumerate(queues) for nb in q}
+    for first, reader in (("05_detection", "05b_lr_detector"), ("07_robustness", "07b_attacks"),
+                          ("09_audit", "09a_recalibration")):
+        assert where[f"book/{first}.ipynb"] == where[f"book/{reader}.ipynb"]
+        q = queues[where[f"book/{first}.ipynb"]]
+        assert q.index(f"book/{first}.ipynb") < q.index(f"book/{reader}.ipynb")
+    for q in queues:
+        assert q == sorted(q, key=notebooks.index)
+    loads = [sum(seconds.get(nb, 0) for nb in q) for q in queues]
+    groups = {}
+    for nb in notebooks:
+        groups[ep.chapter_group(nb)] = groups.get(ep.chapter_group(nb), 0) + seconds.get(nb, 0)
+    assert max(loads) - min(loads) <= max(groups.values())  # greedy, longest first: within one group
+    assert ep.plan_queues(notebooks, 1, seconds) == [notebooks]
+    assert ep.chapter_group("book/05b_lr_detector.ipynb") == "05" == ep.chapter_group("book/05_detection.ipynb")
+    monkeypatch.setenv("CHAINMARK_BUILD_JOBS", "3")
+    assert ep.default_jobs() == 3
+    monkeypatch.setenv("CHAINMARK_BUILD_JOBS", "two")
+    with pytest.raises(ValueError, match="whole number"):
+        ep.default_jobs()
+    monkeypatch.delenv("CHAINMARK_BUILD_JOBS")
+    monkeypatch.setenv("CHAINMARK_MODEL", "Qwen/Qwen2.5-1.5B-Instruct")
+    assert ep.default_jobs() == 1  # a reader's own model: one copy of it in memory
+
+
 def test_the_execution_fingerprint_follows_the_key_and_the_device(monkeypatch):
     """Outputs made under one key (or device, or claims mode) are never reused under another."""
     sys.path.insert(0, str(ROOT / "tools"))

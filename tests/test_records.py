@@ -374,6 +374,39 @@ def test_generate_resumable_refuses_to_mix_settings_or_prompts(model_and_tokeniz
                              progress=False)
 
 
+@pytest.mark.slow
+def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_tokenizer, tmp_path, monkeypatch):
+    from chainmark.embed import generate
+    from chainmark.gates import Gate
+
+    model, tok = model_and_tokenizer
+    cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
+    gate = Gate("high_entropy", 1.5)
+    kw = dict(max_new_tokens=6, min_new_tokens=6, batch_size=2)
+    direct = generate(model, tok, RESUME_PROMPTS[:3], cfg, gate, **kw)
+    first = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path, progress=False, **kw)
+    assert _same(first, direct)  # the texts one generate call makes
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(R, "generate", no_generation)
+    again = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path, progress=False, **kw)
+    assert _same(again, direct)  # read back, not generated
+    assert len(list((tmp_path / R.SHARED_DIR).iterdir())) == 1
+    # anything that changes the texts asks for another folder (and so generates)
+    for other in (dict(config=ChainMarkConfig(KEY[::-1], S=5, gate="high_entropy", rho=0.5)),
+                  dict(gate=Gate("high_entropy", 1.0)), dict(max_new_tokens=7), dict(seed=11),
+                  dict(prompts=RESUME_PROMPTS[1:4])):
+        args = {"config": cfg, "gate": gate, "prompts": RESUME_PROMPTS[:3], **kw, **other}
+        with pytest.raises(AssertionError, match="generated again"):
+            R.generate_once(model, tok, runs_dir=tmp_path, progress=False, **args)
+    with pytest.raises(TypeError, match="extra_processors"):
+        R.generate_once(model, tok, RESUME_PROMPTS[:1], extra_processors=[], runs_dir=tmp_path)
+    with pytest.raises(TypeError, match="sequence of strings"):
+        R.generate_once(model, tok, "one prompt", runs_dir=tmp_path)
+
+
 def test_generate_resumable_validates_its_arguments(tmp_path):
     with pytest.raises(TypeError, match="sequence of strings"):
         R.generate_resumable(tmp_path, None, None, "one prompt")

@@ -19,6 +19,13 @@ claims mode, the fingerprint of the key the chapters use and the device) and
 empties the cache when it changes: then every chapter executes again. A fresh
 clone has no cache, so CI always executes every chapter.
 
+Two chapters at a time. Before the site build, the chapters the cache lacks execute in two worker
+processes (``tools/execute_parallel.py``; chapters that share a run folder stay in one worker, in
+order) straight into the cache, so the site build only renders them: on a 2-core machine one chapter
+alone leaves a core idle much of the time. ``CHAINMARK_BUILD_JOBS=1`` executes one chapter at a time
+(the default on a GPU or with a model of your own, whose copies would not fit twice); the per-chapter
+times of a parallel build are those of chapters sharing the machine (``timings.json`` says ``jobs``).
+
 Claims. The build runs strict (``CHAINMARK_CLAIMS=strict`` unless set): a
 sentence of the book that its run does not bear out fails the build, so the
 site never prints one. Set ``CHAINMARK_CLAIMS=soft`` to build with your own
@@ -46,6 +53,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 #: What a chapter's outputs depend on besides its own cells (globs relative to the book's root).
 FINGERPRINT_INPUTS = ("chainmark/**/*", "book/cmlab/**/*", "pyproject.toml", "book/pyproject.toml",
@@ -138,6 +146,34 @@ def restore_cached_outputs(book_dir: Path, build_dir: Path) -> int:
     return restored
 
 
+def execute_chapters(book_dir: Path, env: dict[str, str], log: Any) -> int:
+    """Execute the chapters the cache lacks in parallel workers (tools/execute_parallel.py) before the site build.
+
+    With one worker (``CHAINMARK_BUILD_JOBS=1``, a GPU, or a model of the reader's own) nothing happens here
+    and ``jupyter-book`` executes the chapters one by one, as it always did.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import execute_parallel
+    import participant_edition
+
+    jobs = execute_parallel.default_jobs()
+    if jobs < 2:
+        return 0
+    import yaml
+
+    config = yaml.safe_load((book_dir / "_config.yml").read_text("utf-8"))
+    timeout = int(config.get("execute", {}).get("timeout", 1800))
+    saved = dict(os.environ)
+    os.environ.update(env)  # the kernels inherit the build's environment (offline, no progress bars, claims, runs)
+    try:
+        return execute_parallel.execute_into_cache(
+            book_dir, [p.relative_to(book_dir).as_posix() for p in participant_edition.toc_chapters(book_dir)],
+            jobs, timeout, log)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def build(book_dir: Path) -> int:
     os.environ.setdefault("CHAINMARK_CLAIMS", "strict")
     book_dir = book_dir.resolve()
@@ -157,6 +193,10 @@ def build(book_dir: Path) -> int:
     log_path = book_dir / "_build.log"
     start = time.perf_counter()
     with open(log_path, "w") as log:
+        status = execute_chapters(book_dir, env, log)
+        if status != 0:
+            print(f"\nbuild_book: FAILED (a chapter raised while executing); log: {log_path}", file=sys.stderr)
+            return status
         proc = subprocess.Popen([str(jb), "build", "--all", str(book_dir)], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=env)
         assert proc.stdout is not None
@@ -187,10 +227,11 @@ def build(book_dir: Path) -> int:
         return 1
     timings = {Path(m.group(1)).relative_to(book_dir).as_posix(): float(m.group(2))
                for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}
+    jobs = len(set(re.findall(r"\(parallel worker (\d+)\)$", text, re.M))) or 1
     (build_dir / "timings.json").write_text(json.dumps(
-        {"total_build_seconds": round(elapsed, 1), "notebooks": timings}, indent=2))
+        {"total_build_seconds": round(elapsed, 1), "jobs": jobs, "notebooks": timings}, indent=2))
     (build_dir / FINGERPRINT_FILE).write_text(fingerprint + "\n")
-    reused = len(re.findall(r"Using cached notebook", text))
+    reused = len(re.findall(r"Using cached notebook", text)) - len(re.findall(r"\(parallel worker \d+\)$", text, re.M))
     print(f"build_book: ok in {elapsed:.0f} s ({len(timings)} chapters executed, {reused} from the cache, "
           f"{restored} executed copies restored from it); site in {build_dir / 'html'}")
     return 0

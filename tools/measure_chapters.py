@@ -91,7 +91,15 @@ def from_build(source: Path) -> dict[str, float]:
     """Seconds per notebook from build_book's timings.json or from a build log."""
     text = source.read_text()
     if source.suffix == ".json":
-        return {_relative(k): float(v) for k, v in json.loads(text)["notebooks"].items()}
+        data = json.loads(text)
+        if int(data.get("jobs", 1)) > 1:  # chapters that shared the CPU with another: not a reader's times
+            raise SystemExit(f"{source} comes from a build that executed {data['jobs']} chapters at a time; "
+                             "a chapter's time for a reader is measured alone: build with CHAINMARK_BUILD_JOBS=1, "
+                             "or use --run")
+        return {_relative(k): float(v) for k, v in data["notebooks"].items()}
+    if "(parallel worker" in text:
+        raise SystemExit(f"{source} comes from a build that executed chapters in parallel workers; build with "
+                         "CHAINMARK_BUILD_JOBS=1, or use --run")
     return {_relative(m.group(1)): float(m.group(2)) for m in EXECUTED.finditer(text)}
 
 

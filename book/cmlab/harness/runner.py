@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -445,7 +446,7 @@ def tpr(frame: Any, thresholds: float | Mapping[str, float], by: Sequence[str] =
     return wm.groupby(list(by))["hit"].mean().mul(100.0)
 
 
-__all__ = ["GridRun", "generate_resumable", "run_batch", "run_grid", "score_null_texts", "tpr"]
+__all__ = ["GridRun", "generate_once", "generate_resumable", "run_batch", "run_grid", "score_null_texts", "tpr"]
 
 
 def generate_resumable(
@@ -522,6 +523,72 @@ def generate_resumable(
         _append_batches(path, batches, done, secrets, max_batches=stop_after, progress=progress)
         fields = [f.name for f in dataclasses.fields(Generation)]
         return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
+
+
+#: Where :func:`generate_once` keeps its texts, under the runs folder.
+SHARED_DIR = "shared"
+
+
+def generate_once(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    config: Any = None,
+    gate: Any = None,
+    *,
+    runs_dir: str | os.PathLike | None = None,
+    batch_size: int = 8,
+    seed: int = GENERATION_SEED,
+    progress: bool = True,
+    **generate_kwargs: Any,
+) -> list[Any]:
+    """:func:`chainmark.generate`, made once and read back by every later caller that asks for the same texts.
+
+    Chapters that need the same live texts (5 and 5.1, 9 and 9.1) ask with the same arguments: the
+    first call stores them under ``runs_dir`` (default :func:`default_runs_dir`) in a folder named by a
+    hash of all that determines them (package version; model, device, dtype, weight checksum; tokenizer;
+    watermark settings with the key's fingerprint; gate; prompts; sampling arguments), later calls read
+    them back, and a chapter run alone generates what is missing. Storage is :func:`generate_resumable`'s:
+    the texts equal one ``generate(..., batch_size=batch_size, seed=seed)`` call's.
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a sequence of strings, not one string")
+    if "extra_processors" in generate_kwargs:
+        raise TypeError("generate_once cannot name a run made with extra_processors (code, not settings): "
+                        "use generate_resumable with a folder of your own")
+    prompts = list(prompts)
+    identity = {
+        "chainmark_version": __version__,
+        "model": _model_identity(model),
+        "tokenizer": getattr(tokenizer, "name_or_path", None),
+        "vocabulary": len(tokenizer) if hasattr(tokenizer, "__len__") else None,
+        "watermark": config.describe() if config is not None else None,
+        "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
+        "prompts": prompts,
+        "batch_size": batch_size,
+        "seed": int(seed),
+        "generate": dict(sorted(generate_kwargs.items())),
+    }
+    digest = hashlib.sha256(json.dumps(to_jsonable(identity), sort_keys=True).encode("utf-8")).hexdigest()[:20]
+    folder = Path(runs_dir) if runs_dir is not None else default_runs_dir()
+    return generate_resumable(folder / SHARED_DIR / digest, model, tokenizer, prompts, config, gate,
+                              batch_size=batch_size, seed=seed, progress=progress, **generate_kwargs)
+
+
+def _model_identity(model: Any) -> dict[str, Any]:
+    """What tells one loaded model from another: its name or path, device, dtype, size and a weight checksum."""
+    ident: dict[str, Any] = {"name": getattr(getattr(model, "config", None), "name_or_path", None),
+                             "device": str(getattr(model, "device", "")), "dtype": str(getattr(model, "dtype", ""))}
+    params = getattr(model, "parameters", None)
+    if callable(params):
+        import torch
+
+        with torch.no_grad():
+            weights = list(params())
+            ident["parameters"] = int(sum(w.numel() for w in weights))
+            # a few values from the first and last tensors: cheap, and different for another checkpoint
+            ident["checksum"] = [float(w.reshape(-1)[:4096].double().sum()) for w in (weights[0], weights[-1])]
+    return ident
 
 
 def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, Any]) -> Any:

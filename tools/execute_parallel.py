@@ -1,0 +1,164 @@
+"""Execute the book's chapters in parallel workers into Jupyter Book's execution cache, before the site is built.
+
+``jupyter-book build`` executes one chapter after another. On a 2-core machine a chapter leaves a core
+idle much of the time (kernel start, imports, plotting, single-threaded NumPy), so
+``tools/build_book.py`` first executes the chapters that are not in the cache in ``jobs`` worker
+processes, each chapter in a fresh kernel exactly as MyST-NB's cache mode would (same notebook, working
+folder, timeout and error handling), and stores each executed notebook in ``_build/.jupyter_cache``;
+the site build then finds every chapter there ("Using cached notebook").
+
+Chapters that share a run folder (chapter 5.1 reads chapter 5's texts, 7.2 chapter 7's, 9.1 chapter
+9's: generate once, read many) must run one after the other, so a worker takes a whole *group*, the
+chapters with the same leading number, in the table of contents' order. Groups go to the worker that
+is least loaded, longest first, by the chapters' recorded times (``book/data/chapter_timings.json``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+#: What the build log says of each chapter executed here (the pattern MyST-NB's own lines follow,
+#: which tools/build_book.py and tools/measure_ci.py read).
+EXECUTED_LINE = "{path}: Executed notebook in {seconds:.2f} seconds (parallel worker {worker})"
+FAILED_LINE = "{path}: Executing notebook failed: {error}"
+JOBS_ENV = "CHAINMARK_BUILD_JOBS"
+
+
+def default_jobs() -> int:
+    """Workers for this machine: ``$CHAINMARK_BUILD_JOBS``, else 2 with the embedded model on a CPU, else 1.
+
+    One worker on a GPU or with a model of the reader's own: two kernels would each hold a copy of it.
+    """
+    value = os.environ.get(JOBS_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{JOBS_ENV} must be a whole number of workers (1 or more), not {value!r}")
+        return int(value)
+    if os.environ.get("CHAINMARK_MODEL", "").strip():
+        return 1
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return 1
+    except ImportError:  # pragma: no cover - the book's install has torch
+        pass
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def chapter_group(path: str | os.PathLike) -> str:
+    """The group a chapter runs in: its leading number (``05`` for 05_detection and 05b_lr_detector)."""
+    name = Path(path).name
+    match = re.match(r"(\d+)", name)
+    return match.group(1) if match else name
+
+
+def plan_queues(notebooks: list[str], jobs: int, seconds: dict[str, float]) -> list[list[str]]:
+    """Split ``notebooks`` (in table-of-contents order) into ``jobs`` queues of whole groups, balanced by time.
+
+    A chapter with no recorded time counts as the median of the others. Each queue keeps the
+    table of contents' order, so within a group a chapter runs after the ones it reads from.
+    """
+    groups: dict[str, list[str]] = {}
+    for nb in notebooks:
+        groups.setdefault(chapter_group(nb), []).append(nb)
+    known = sorted(seconds.values())
+    typical = known[len(known) // 2] if known else 60.0
+    cost = {g: sum(seconds.get(nb, typical) for nb in members) for g, members in groups.items()}
+    queues: list[list[str]] = [[] for _ in range(max(1, jobs))]
+    loads = [0.0] * len(queues)
+    for g in sorted(groups, key=lambda g: -cost[g]):
+        i = loads.index(min(loads))
+        queues[i].extend(groups[g])
+        loads[i] += cost[g]
+    order = {nb: k for k, nb in enumerate(notebooks)}
+    return [sorted(q, key=order.__getitem__) for q in queues if q]
+
+
+def _execute_queue(queue: list[str], timeout: int, threads: int | None, worker: int) -> list[dict[str, Any]]:
+    """Execute each notebook of ``queue`` in a fresh kernel; stop at the first failure. Runs in a worker process."""
+    import nbformat
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    if threads:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    results = []
+    for path in queue:
+        nb = nbformat.read(path, as_version=4)
+        result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
+                                     meta_override=True)
+        ok = result.err is None
+        results.append({"path": path, "seconds": result.time, "worker": worker, "ok": ok,
+                        "notebook": nbformat.writes(nb) if ok else None,
+                        "error": None if ok else f"{type(result.err).__name__}\n{result.exc_string}"})
+        print(f"execute_parallel: worker {worker}: {Path(path).name} "
+              + (f"done in {result.time:.0f} s" if ok else f"FAILED ({type(result.err).__name__})"), flush=True)
+        if not ok:
+            break
+    return results
+
+
+def execute_into_cache(book_dir: Path, notebooks: list[str], jobs: int, timeout: int, log: Any = None) -> int:
+    """Execute the uncached ``notebooks`` (paths relative to ``book_dir``) in ``jobs`` workers into the cache.
+
+    Returns 0 when every chapter executed (or was cached already), 1 on the first failure, whose
+    traceback is written to ``log`` (and stdout) with the words the build looks for.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(book_dir / "_build" / ".jupyter_cache"))
+    todo = []
+    for rel in notebooks:
+        path = str(book_dir / rel)
+        try:
+            cache.match_cache_notebook(nbformat.read(path, as_version=4))
+        except KeyError:
+            todo.append(path)
+    if not todo:
+        return 0
+    recorded = book_dir / "book" / "data" / "chapter_timings.json"
+    seconds = {}
+    if recorded.exists():
+        seconds = {str(book_dir / k): float(v["seconds"])
+                   for k, v in json.loads(recorded.read_text("utf-8")).get("chapters", {}).items()}
+    queues = plan_queues(todo, jobs, seconds)
+    threads = max(1, (os.cpu_count() or 1) // len(queues)) if len(queues) > 1 else None
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        if log is not None:
+            log.write(line + "\n")
+            log.flush()
+
+    say(f"execute_parallel: {len(todo)} chapters in {len(queues)} workers: "
+        + " | ".join(", ".join(Path(p).stem for p in q) for q in queues))
+    start = time.perf_counter()
+    status = 0
+    with ProcessPoolExecutor(max_workers=len(queues)) as pool:
+        futures = [pool.submit(_execute_queue, q, timeout, threads, i + 1) for i, q in enumerate(queues)]
+        for future in futures:
+            for r in future.result():
+                if r["ok"]:
+                    cache.cache_notebook_bundle(
+                        CacheBundleIn(nbformat.reads(r["notebook"], as_version=4), r["path"],
+                                      data={"execution_seconds": r["seconds"]}),
+                        check_validity=False, overwrite=True)
+                    say(EXECUTED_LINE.format(path=r["path"], seconds=r["seconds"], worker=r["worker"]))
+                else:
+                    say(FAILED_LINE.format(path=r["path"], error=r["error"]))
+                    status = 1
+    say(f"execute_parallel: done in {time.perf_counter() - start:.0f} s")
+    return status
+
+
+if __name__ == "__main__":  # execute the given chapters into ./_build/.jupyter_cache
+    root = Path.cwd()
+    sys.exit(execute_into_cache(root, sys.argv[1:], default_jobs(), 1800))
