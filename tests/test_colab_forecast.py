@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from cmlab.harness.models import memory_needed
-from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, chapter_timings, colab_forecast,
-                                  colab_forecast_table, gpu_table)
+from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, chapter_timings, chapter_titles,
+                                  colab_forecast, colab_forecast_table, gpu_table)
 from cmlab.teaching.forecast import Step, step_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,3 +95,10 @@ def test_the_table_has_a_row_per_chapter_and_a_total():
     assert all(c == "does not fit" or re.fullmatch(r"[\d.]+( h)? / [\d.]+( h)?", c) for c in cells), cells
     assert (table[("Qwen2.5-7B-Instruct", "T4")] == "does not fit").all()
     assert list(gpu_table().index) == ["T4", "L4", "A100"]
+
+
+def test_chapter_titles_are_the_notebooks_first_headings():
+    titles = chapter_titles(ROOT)
+    assert set(titles) == set(CHAPTER_WORK)
+    assert titles["book/05_detection"].startswith("Detection")
+    assert chapter_titles(ROOT / "no-such-folder") == {}

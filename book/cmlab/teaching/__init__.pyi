@@ -9,6 +9,7 @@ from . import doctor as doctor
 from . import forecast as forecast
 from . import playground as playground
 from . import plots as plots
+from . import talks as talks
 from . import widgets as widgets
 from . import workshop as workshop
 from .claims import (
@@ -38,6 +39,7 @@ from .colab import (
     STEP_FLOOR_SECONDS as STEP_FLOOR_SECONDS,
     Work as Work,
     chapter_timings as chapter_timings,
+    chapter_titles as chapter_titles,
     colab_forecast as colab_forecast,
     colab_forecast_table as colab_forecast_table,
     gpu_table as gpu_table,
@@ -90,6 +92,13 @@ from .plots import (
     state_colour as state_colour,
     tokens_html as tokens_html,
 )
+from .talks import (
+    OUTLINES_FILE as OUTLINES_FILE,
+    TalkOutline as TalkOutline,
+    chapter_figures as chapter_figures,
+    load_outlines as load_outlines,
+    outline_markdown as outline_markdown,
+)
 from .widgets import (
     ALPHAS as ALPHAS,
     KS as KS,
@@ -117,4 +126,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_timings", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "OUTLINES_FILE", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -38,7 +38,7 @@ from cmlab.teaching.forecast import Step, step_seconds
 
 __all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "CPU_STEP_SECONDS", "FLOPS_SHARE", "FORECAST_MODELS",
            "ForecastModel", "Gpu", "LOAD_BYTES_PER_SECOND", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work",
-           "chapter_timings", "colab_forecast", "colab_forecast_table", "gpu_table"]
+           "chapter_timings", "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,21 @@ def chapter_timings(root: str | Path | None = None) -> dict[str, float]:
             data = json.loads(path.read_text("utf-8"))
             return {name.removesuffix(".ipynb"): float(entry["seconds"] if isinstance(entry, dict) else entry)
                     for name, entry in data["chapters"].items()}
+    return {}
+
+
+def chapter_titles(root: str | Path | None = None) -> dict[str, str]:
+    """Each chapter's title (its notebook's first heading), keyed ``book/NAME``; empty without the notebooks."""
+    here = Path(__file__).resolve().parents[3]
+    roots = [Path(root)] if root is not None else [Path.cwd(), Path.cwd().parent, here]
+    for base in roots:
+        if all((base / f"{c}.ipynb").is_file() for c in CHAPTER_WORK):
+            titles = {}
+            for chapter in CHAPTER_WORK:
+                cells = json.loads((base / f"{chapter}.ipynb").read_text("utf-8"))["cells"]
+                first = "".join(cells[0]["source"]).splitlines()[0] if cells else ""
+                titles[chapter] = first.lstrip("# ").strip() or chapter
+            return titles
     return {}
 
 
