@@ -163,6 +163,18 @@ def test_banner_is_silent_in_the_pages_configuration_and_one_line_elsewhere(monk
         assert word not in text, word
 
 
+def test_the_gguf_conversion_bar_is_silenced_and_restored():
+    """transformers' GGUF de-quantisation calls tqdm directly: inside the quiet block its bar is off."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    from cmlab.harness import models
+
+    original = gguf_utils.tqdm
+    with models._quiet_weight_loading():
+        assert gguf_utils.tqdm(range(3)).disable
+    assert gguf_utils.tqdm is original
+
+
 def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):
     """load_model hides transformers' "Loading weights" bar, and leaves the caller's setting as it was."""
     from transformers.utils import logging as hf_logging
