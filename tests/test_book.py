@@ -212,6 +212,25 @@ def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances
     assert ep.default_jobs() == 1  # a reader's own model: one copy of it in memory
 
 
+def test_the_build_benchmark_counts_the_decoding_the_chapters_forecast(tmp_path):
+    """benchmarks/bench_build.py's floor: the new tokens of each forecast's decoding steps, scoring left out."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_build
+
+    from cmlab.teaching.forecast import Expectation, Step
+
+    steps = [Step("pilot for the gate", 6, 48), Step("with and without the watermark", 32, 96),
+             Step("teacher-forced scoring passes", 40, 96, "score")]
+    shown = Expectation(steps, [1.0, 2.0, 3.0], 10**9, None, "RAM", 8, 0.1, 0.01, "cpu", "float32", "m")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("expect_generation(...)", outputs=[nbformat.v4.new_output(
+        "execute_result", data={"text/plain": str(shown)}, execution_count=1)]), nbformat.v4.new_code_cell("1")]
+    nbformat.write(nb, tmp_path / "05_detection.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_partition.ipynb")
+    assert bench_build.forecast_tokens(tmp_path) == {"book/05_detection.ipynb": 6 * 48 + 32 * 96,
+                                                      "book/01_partition.ipynb": 0}
+
+
 def test_the_execution_fingerprint_follows_the_key_and_the_device(monkeypatch):
     """Outputs made under one key (or device, or claims mode) are never reused under another."""
     sys.path.insert(0, str(ROOT / "tools"))

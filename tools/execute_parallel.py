@@ -86,8 +86,9 @@ def _execute_queue(queue: list[str], timeout: int, threads: int | None, worker: 
     import nbformat
     from jupyter_cache.executors.utils import single_nb_execution
 
-    if threads:
+    if threads:  # each kernel inherits this: one CPU thread per chapter when two share two cores
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        os.environ.setdefault("MKL_NUM_THREADS", str(threads))
     results = []
     for path in queue:
         nb = nbformat.read(path, as_version=4)
