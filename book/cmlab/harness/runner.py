@@ -124,7 +124,7 @@ def _append_batches(path: Path, batches: Sequence[_Batch], done: dict[Any, dict[
     todo = [b for b in batches if any(k not in done for k in b.keys)]
     total = sum(k not in done for b in todo for k in b.keys)
     # no bar when nothing is left to run (a resumed run): an empty "0/0" bar says nothing
-    bar = tqdm(total=total, desc=path.name, unit="gen", disable=not progress or total == 0)
+    bar = tqdm(total=total, desc=path.name, unit="gen", disable=not progress or total == 0 or _bars_off())
     written, stopped = 0, False
     with RecordWriter(path / RECORDS_FILE, secrets) as writer:
         for count, batch in enumerate(todo):
@@ -598,3 +598,9 @@ def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, A
         if k in values:
             values[k] = [math.nan if v is None else float(v) for v in values[k]]
     return cls(**values)
+
+
+def _bars_off() -> bool:
+    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
+    ignores the variable, and on the static site every bar is an empty widget."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")

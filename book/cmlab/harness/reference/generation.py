@@ -185,7 +185,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
     env = environment(model)
     written = 0
-    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not progress)
+    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not progress or _bars_off())
     for cell, batch in todo:
         if stop_after is not None and written >= stop_after:
             break
@@ -229,3 +229,9 @@ def status(root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL,
 
 
 __all__ = ["RunContext", "pending", "regenerate_command", "run", "status"]
+
+
+def _bars_off() -> bool:
+    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
+    ignores the variable, and on the static site every bar is an empty widget."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")
