@@ -200,18 +200,26 @@ def test_the_package_is_the_method_and_a_few_subpackages_as_the_readme_lists_the
     assert set(re.findall(r"^\| `book/cmlab/([a-z_]+)/`", layout, flags=re.M)) == lab == {"harness", "comparison", "teaching"}
 
 
+#: The page's bookkeeping (claims, glue, the run's banner): imported in a hidden cell, not the reader's API.
+BOOKKEEPING = {"claim", "claims_report", "glue", "banner"}
+HIDDEN = {"remove-cell", "remove-input"}
+
+
 def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
+    """Each chapter's import statements of the two packages, but a hidden cell's import of bookkeeping alone."""
     found = {}
     for nb in sorted((ROOT / "book").glob("*.ipynb")):
         statements = []
         for cell in json.loads(nb.read_text("utf-8"))["cells"]:
             if cell["cell_type"] != "code":
                 continue
+            hidden = bool(HIDDEN & set(cell.get("metadata", {}).get("tags", [])))
             source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
                                else line for line in "".join(cell["source"]).splitlines())
             for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("chainmark", "cmlab")):
-                    statements.append(node)
+                    if not (hidden and {a.name for a in node.names} <= BOOKKEEPING):
+                        statements.append(node)
                 elif isinstance(node, ast.Import) and any(a.name.startswith(("chainmark", "cmlab")) for a in node.names):
                     statements.append(node)
         found[nb.stem] = statements

@@ -124,6 +124,8 @@ def _mini_book(tmp_path: Path, cell_source: str, other: str | None = None) -> Pa
     book = tmp_path / "book"
     book.mkdir(parents=True)
     shutil.copy(ROOT / "_config.yml", book / "_config.yml")
+    (book / "tools").mkdir()  # the config's local Sphinx extension (no launch button on Markdown pages)
+    shutil.copy(ROOT / "tools" / "sphinx_launch.py", book / "tools" / "sphinx_launch.py")
     toc = "format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n"
     (book / "_toc.yml").write_text(toc + ("  - file: other\n" if other is not None else ""))
     (book / "intro.md").write_text("# Mini book\n\nA page.\n")

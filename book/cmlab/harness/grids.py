@@ -8,12 +8,12 @@ is an argument and never part of a result.
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from cmlab.comparison.attacks import ATTACK_SEED
+from cmlab.harness.settings import progress_bars_off
 
 #: Substitution rates of the robustness explorer (the default grid of :func:`robustness_grid`).
 DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
@@ -121,7 +121,7 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=max_new_tokens)
     cells = []
     grid = [(S, r) for S in S_values for r in rho_values]
-    for S, r in tqdm(grid, desc="S x rho grid", disable=not progress or _bars_off()):
+    for S, r in tqdm(grid, desc="S x rho grid", disable=not progress or progress_bars_off()):
         name = f"S{S}_rho{r:g}"
         method = ChainMarkMethod(ChainMarkConfig(key, S=S, rho=r, gate=gate), gates[r], name)
         records = _cell_records(model, tokenizer, method, prompts, batch_size, alpha, gen_kwargs)
@@ -254,9 +254,3 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
 
 __all__ = ["DELTAS", "attack_curve", "embedding_grid", "generate_example", "grid_cell", "robustness_grid",
            "simulate_watermarked_ids",]
-
-
-def _bars_off() -> bool:
-    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
-    ignores the variable, and on the static site every bar is an empty widget."""
-    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")

@@ -68,11 +68,10 @@ from chainmark.checks import check_alpha
 from chainmark.embed import Generation, generate, logits_width
 from cmlab.comparison.quality import score_tokens
 from chainmark.config import GENERATION_SEED
-from cmlab.harness.settings import get_settings
 from chainmark.jsonio import to_jsonable
 from chainmark.verdict import decide
 from cmlab.harness.runs import META_FILE, RECORDS_FILE, RecordWriter, lock_run_folder, read_records, write_meta
-from cmlab.harness.settings import default_runs_dir
+from cmlab.harness.settings import default_runs_dir, get_settings, progress_bars_off
 
 
 # --------------------------------------------------------------------------- resuming (both runners)
@@ -124,7 +123,7 @@ def _append_batches(path: Path, batches: Sequence[_Batch], done: dict[Any, dict[
     todo = [b for b in batches if any(k not in done for k in b.keys)]
     total = sum(k not in done for b in todo for k in b.keys)
     # no bar when nothing is left to run (a resumed run): an empty "0/0" bar says nothing
-    bar = tqdm(total=total, desc=path.name, unit="gen", disable=not progress or total == 0 or _bars_off())
+    bar = tqdm(total=total, desc=path.name, unit="gen", disable=not progress or total == 0 or progress_bars_off())
     written, stopped = 0, False
     with RecordWriter(path / RECORDS_FILE, secrets) as writer:
         for count, batch in enumerate(todo):
@@ -557,18 +556,13 @@ def generate_once(
         raise TypeError("generate_once cannot name a run made with extra_processors (code, not settings): "
                         "use generate_resumable with a folder of your own")
     prompts = list(prompts)
-    identity = {
-        "chainmark_version": __version__,
-        "model": _model_identity(model),
-        "tokenizer": getattr(tokenizer, "name_or_path", None),
-        "vocabulary": len(tokenizer) if hasattr(tokenizer, "__len__") else None,
-        "watermark": config.describe() if config is not None else None,
-        "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
-        "prompts": prompts,
-        "batch_size": batch_size,
-        "seed": int(seed),
-        "generate": dict(sorted(generate_kwargs.items())),
-    }
+    identity = {"chainmark_version": __version__, "model": _model_identity(model),
+                "tokenizer": getattr(tokenizer, "name_or_path", None),
+                "vocabulary": len(tokenizer) if hasattr(tokenizer, "__len__") else None,
+                "watermark": config.describe() if config is not None else None,
+                "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
+                "prompts": prompts, "batch_size": batch_size, "seed": int(seed),
+                "generate": dict(sorted(generate_kwargs.items()))}
     digest = hashlib.sha256(json.dumps(to_jsonable(identity), sort_keys=True).encode("utf-8")).hexdigest()[:20]
     folder = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     return generate_resumable(folder / SHARED_DIR / digest, model, tokenizer, prompts, config, gate,
@@ -598,9 +592,3 @@ def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, A
         if k in values:
             values[k] = [math.nan if v is None else float(v) for v in values[k]]
     return cls(**values)
-
-
-def _bars_off() -> bool:
-    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
-    ignores the variable, and on the static site every bar is an empty widget."""
-    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")

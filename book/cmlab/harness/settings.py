@@ -23,7 +23,7 @@ from chainmark.config import GENERATION_SEED
 from chainmark.keyfiles import KEY_FILE_ENV
 
 __all__ = ["COLAB_DRIVE", "RUNS_ENV", "SCALES", "SCALE_ENV", "SETTING_ENV", "Settings",
-           "default_dtype", "default_runs_dir", "get_settings", "use_settings"]
+           "default_dtype", "default_runs_dir", "get_settings", "progress_bars_off", "use_settings"]
 
 T = TypeVar("T")
 
@@ -248,3 +248,9 @@ def use_settings(model: str | None = None, scale: str | None = None, key_file: s
         else:
             os.environ[env] = str(value)
     return get_settings()  # a key file named here wins over $CHAINMARK_KEY (chainmark.keys reads the file first)
+
+
+def progress_bars_off() -> bool:
+    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
+    ignores the variable, and on the static site every bar would be an empty widget."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")

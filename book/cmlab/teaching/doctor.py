@@ -152,7 +152,7 @@ def _probe_generation() -> tuple[list[Check], float | None]:
 def _chapter_seconds() -> dict[str, float]:
     """The measured run time of each chapter (seconds), from the repository's record; empty when none is found."""
     for path in (Path.cwd() / "book" / "data" / "chapter_timings.json",
-                 Path(__file__).resolve().parents[2] / "book" / "data" / "chapter_timings.json"):
+                 Path(__file__).resolve().parents[3] / "book" / "data" / "chapter_timings.json"):
         if path.is_file():
             data = json.loads(path.read_text("utf-8"))
             return {name: float(entry["seconds"] if isinstance(entry, dict) else entry)

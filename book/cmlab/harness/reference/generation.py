@@ -16,7 +16,7 @@ from chainmark.gates import Gate
 from chainmark.jsonio import atomic_write
 from cmlab.harness.prompts import prompt_grid
 from cmlab.harness.runs import lock_run_folder
-from cmlab.harness.settings import get_settings
+from cmlab.harness.settings import get_settings, progress_bars_off
 from cmlab.harness.reference.protocol import EXPERIMENTS, PROTOCOL, Cell, PromptBatch, Protocol, cells, reference_key, topology_for
 from cmlab.harness.reference.store import (MANIFEST, PROVENANCE, encode_shard, environment, manifest_for, protocol_differences,
                     provenance_parts, read_provenance, reference_dir, shard_path, utc_now, weights_sha256)
@@ -185,7 +185,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
     env = environment(model)
     written = 0
-    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not progress or _bars_off())
+    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not progress or progress_bars_off())
     for cell, batch in todo:
         if stop_after is not None and written >= stop_after:
             break
@@ -229,9 +229,3 @@ def status(root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL,
 
 
 __all__ = ["RunContext", "pending", "regenerate_command", "run", "status"]
-
-
-def _bars_off() -> bool:
-    """Whether ``$TQDM_DISABLE`` asks for no progress bars (the book's build sets it): tqdm's notebook bar
-    ignores the variable, and on the static site every bar is an empty widget."""
-    return os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")
