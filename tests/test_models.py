@@ -189,3 +189,36 @@ def test_weight_loading_bar_is_silenced_and_the_setting_restored(monkeypatch):
         assert hf_logging.is_progress_bar_enabled() is before
     hf_logging.enable_progress_bar()
     assert seen == [False, False]
+
+
+def test_two_chapters_converting_at_once_keep_one_copy_and_neither_fails(tmp_path, monkeypatch):
+    """The build executes two chapters at a time; in a fresh home both may convert the GGUF at once. The one
+    that finishes second finds the other's copy in place (even when it appears between its check and its
+    rename) and keeps it instead of failing."""
+    import os
+
+    import transformers
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from cmlab.harness import models
+
+    tiny = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=32, n_positions=16))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: tiny)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"not read: from_pretrained is replaced")
+    target = tmp_path / "converted"
+    models._convert_gguf(gguf, target)  # the first chapter
+    assert (target / "model.safetensors").exists()
+    stamp = (target / "model.safetensors").stat().st_mtime_ns
+    models._convert_gguf(gguf, target)  # the second, after the first: keeps the first's copy
+    real_replace = os.replace
+
+    def other_chapter_first(src, dst):  # the other chapter renames its copy in just before this one
+        monkeypatch.setattr(os, "replace", real_replace)
+        raise OSError(39, "Directory not empty")
+
+    monkeypatch.setattr(Path, "exists", lambda self: False if self == target else os.path.exists(self))
+    monkeypatch.setattr(os, "replace", other_chapter_first)
+    models._convert_gguf(gguf, target)  # the race: no error
+    assert (target / "model.safetensors").stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []  # no temporary copy left behind

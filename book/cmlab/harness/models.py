@@ -297,10 +297,14 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         seen.add(ptr)
         state[key] = tensor.contiguous()
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    if target.exists():  # another process finished first; keep its copy
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
+    try:
+        if target.exists():
+            raise FileExistsError(target)
         os.replace(tmp, target)
+    except OSError:  # another process (a chapter beside this one) finished first: keep its copy
+        if not (target / "model.safetensors").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _resolve_device(device: str | None) -> str:
