@@ -22,9 +22,10 @@ clone has no cache, so CI always executes every chapter.
 Two chapters at a time. Before the site build, the chapters the cache lacks execute in two worker
 processes (``tools/execute_parallel.py``; chapters that share a run folder stay in one worker, in
 order) straight into the cache, so the site build only renders them: on a 2-core machine one chapter
-alone leaves a core idle much of the time. ``CHAINMARK_BUILD_JOBS=1`` executes one chapter at a time
-(the default on a GPU or with a model of your own, whose copies would not fit twice); the per-chapter
-times of a parallel build are those of chapters sharing the machine (``timings.json`` says ``jobs``).
+alone leaves a core idle much of the time (measured in ``execute_parallel.default_jobs``).
+``CHAINMARK_BUILD_JOBS=1`` executes one chapter at a time through ``jupyter-book`` (the default on a
+GPU or with a model of your own, whose copies would not fit twice); the per-chapter times of a
+parallel build are those of chapters sharing the machine (``timings.json`` says ``jobs``).
 
 Claims. The build runs strict (``CHAINMARK_CLAIMS=strict`` unless set): a
 sentence of the book that its run does not bear out fails the build, so the
@@ -150,7 +151,7 @@ def execute_chapters(book_dir: Path, env: dict[str, str], log: Any) -> int:
     """Execute the chapters the cache lacks in parallel workers (tools/execute_parallel.py) before the site build.
 
     With one worker (``CHAINMARK_BUILD_JOBS=1``, a GPU, or a model of the reader's own) nothing happens here
-    and ``jupyter-book`` executes the chapters one by one, as it always did.
+    and ``jupyter-book`` executes the chapters one by one.
     """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import execute_parallel
