@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cmlab.harness.models import memory_needed
 from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, chapter_timings, chapter_titles,
@@ -18,18 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def toc_chapters() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    out: list[str] = []
+    """The table of contents' chapters as ``book/NAME`` (the one walk over _toc.yml the tools share)."""
+    import sys
 
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e and (ROOT / f"{e['file']}.ipynb").exists():
-                out.append(e["file"])
-            walk(e.get("sections"))
+    sys.path.insert(0, str(ROOT / "tools"))
+    from measure_chapters import toc_notebooks
 
-    for part in toc["parts"]:
-        walk(part["chapters"])
-    return out
+    return [nb.removesuffix(".ipynb") for nb in toc_notebooks()]
 
 
 def test_every_chapter_has_its_long_steps_at_both_scales():
