@@ -182,8 +182,8 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
 
 
 def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances_the_load(monkeypatch):
-    """Chapters that share a run folder (5 and 5.1, 7 and 7.2, 9 and 9.1) run in one worker, in the table's
-    order; the groups are spread so that no worker carries much more than the longest group."""
+    """Chapters that share a run folder (4 and 4.1; 5, 5.1 and 5.2; 7 and 7.2; 9 and 9.1) run in one worker, in
+    the table's order; the groups are spread so that no worker carries much more than the longest group."""
     sys.path.insert(0, str(ROOT / "tools"))
     import execute_parallel as ep
     from measure_chapters import toc_notebooks
@@ -194,7 +194,8 @@ def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances
     queues = ep.plan_queues(notebooks, 2, seconds)
     assert sorted(nb for q in queues for nb in q) == sorted(notebooks) and len(queues) == 2
     where = {nb: i for i, q in enumerate(queues) for nb in q}
-    for first, reader in (("05_detection", "05b_lr_detector"), ("07_robustness", "07b_attacks"),
+    for first, reader in (("04_embedding", "04b_cost"), ("05_detection", "05a_false_positives"),
+                          ("05_detection", "05b_lr_detector"), ("07_robustness", "07b_attacks"),
                           ("09_audit", "09a_recalibration")):
         assert where[f"book/{first}.ipynb"] == where[f"book/{reader}.ipynb"]
         q = queues[where[f"book/{first}.ipynb"]]

@@ -247,7 +247,8 @@ def test_build_it_ran_in_the_build(chapter):
 
 
 #: Chapters whose tables report rates from runs: every rate there carries its interval.
-RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "05b_lr_detector", "06b_real_text",
+RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "05a_false_positives", "05b_lr_detector",
+                                                   "06b_real_text",
                                                    "06c_exact_test", "07_robustness", "07b_attacks",
                                                    "08_head_to_head", "08a_reference", "08b_kregular",
                                                    "09_audit", "09a_recalibration",

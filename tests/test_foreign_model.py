@@ -27,8 +27,9 @@ CHAPTERS = claims_robustness.toc_chapters()
 #: Calls that start a chapter's long steps: a forecast must be printed before the first of them.
 LONG_STEPS = ("generate(", "generate_once(", "generate_resumable(", "run_grid(", "embedding_grid(")
 #: Chapters whose long steps get a forecast (the others generate a reply or two at most).
-FORECAST_CHAPTERS = {"book/03_gates.ipynb", "book/04_embedding.ipynb", "book/05_detection.ipynb",
-                     "book/05b_lr_detector.ipynb", "book/06b_real_text.ipynb", "book/07_robustness.ipynb",
+FORECAST_CHAPTERS = {"book/03_gates.ipynb", "book/04_embedding.ipynb", "book/04b_cost.ipynb",
+                     "book/05_detection.ipynb", "book/05a_false_positives.ipynb", "book/05b_lr_detector.ipynb",
+                     "book/06b_real_text.ipynb", "book/07_robustness.ipynb",
                      "book/07b_attacks.ipynb", "book/08_head_to_head.ipynb", "book/08b_kregular.ipynb",
                      "book/09_audit.ipynb", "book/09a_recalibration.ipynb", "book/10_explorers.ipynb",
                      "book/00_first_run.ipynb"}

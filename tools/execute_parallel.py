@@ -7,9 +7,9 @@ processes, each chapter in a fresh kernel exactly as MyST-NB's cache mode would 
 folder, timeout and error handling), and stores each executed notebook in ``_build/.jupyter_cache``;
 the site build then finds every chapter there ("Using cached notebook").
 
-Chapters that share a run folder (chapter 5.1 reads chapter 5's texts, 7.2 chapter 7's, 9.1 chapter
-9's: generate once, read many) must run one after the other, so a worker takes a whole *group*, the
-chapters with the same leading number, in the table of contents' order. Groups go to the worker that
+Chapters that share a run folder (section 4.1 reads chapter 4's texts, 5.1 and 5.2 chapter 5's, 7.2
+chapter 7's, 9.1 chapter 9's: generate once, read many) must run one after the other, so a worker takes
+a whole *group*, the chapters with the same leading number, in the table of contents' order. Groups go to the worker that
 is least loaded, longest first, by the chapters' recorded times (``book/data/chapter_timings.json``).
 """
 from __future__ import annotations
