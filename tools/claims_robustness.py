@@ -173,7 +173,9 @@ def main() -> int:
     def one(task: tuple[str, Path, str]) -> dict:
         chapter, key_file, fingerprint = task
         tag = f"{fingerprint}-{Path(chapter).stem}"
-        result = execute(chapter, key_file, args.work / f"claims-{tag}.jsonl", args.work / "runs" / tag,
+        # one runs folder per key, as a build has one: a section reads what its chapter generated under the
+        # same key (chapter-major order runs a chapter under every key before the next chapter starts)
+        result = execute(chapter, key_file, args.work / f"claims-{tag}.jsonl", args.work / "runs" / fingerprint,
                          args.timeout, threads=args.threads)
         return {"key_fingerprint": fingerprint, "chapter": chapter, **result}
 
