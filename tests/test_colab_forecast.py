@@ -96,3 +96,59 @@ def test_chapter_titles_are_the_notebooks_first_headings():
     assert set(titles) == set(CHAPTER_WORK)
     assert titles["book/05_detection"].startswith("Detection")
     assert chapter_titles(ROOT / "no-such-folder") == {}
+
+
+#: A forecast line of an executed chapter: "  label: N texts x <= T tokens: time".
+_FORECAST_STEP = re.compile(r"^\s+(.+?): (\d+) texts x <= (\d+) tokens:", re.M)
+
+
+def printed_steps(executed: Path) -> list[tuple[int, int]]:
+    """(texts, new tokens) of every step an executed chapter's forecast lines listed, in order."""
+    steps = []
+    for cell in json.loads(executed.read_text("utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/plain", "") or out.get("text", "")
+            text = "".join(text) if isinstance(text, list) else text
+            if "expected on this machine" in text:
+                steps += [(int(n), int(t)) for _, n, t in _FORECAST_STEP.findall(text)]
+    return steps
+
+
+def uncovered_steps(chapter: str, executed: Path) -> list[tuple[int, int]]:
+    """The steps a chapter's executed page forecast that its smoke-scale work in CHAPTER_WORK lacks."""
+    listed = [(s.texts, s.new_tokens) for s in CHAPTER_WORK[chapter]["smoke"].steps]
+    missing = []
+    for step in printed_steps(executed):
+        if step in listed:
+            listed.remove(step)
+        else:
+            missing.append(step)
+    return missing
+
+
+def test_a_changed_run_size_is_caught_against_the_executed_page(tmp_path):
+    """The check below fails when a chapter's run size changes and CHAPTER_WORK does not follow."""
+    chapter = "book/08_head_to_head"
+    smoke = CHAPTER_WORK[chapter]["smoke"]
+    lines = "".join(f"  {s.label}: {s.texts} texts x <= {s.new_tokens} tokens: 1 s\n" for s in smoke.steps)
+    page = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        {"output_type": "execute_result", "data": {"text/plain": f"expected on this machine (x): about 1 s\n{lines}"}}]}]}
+    executed = tmp_path / "08_head_to_head.ipynb"
+    executed.write_text(json.dumps(page))
+    assert printed_steps(executed) and uncovered_steps(chapter, executed) == []
+    first = smoke.steps[0]
+    executed.write_text(json.dumps(page).replace(f": {first.texts} texts x", f": {first.texts + 1} texts x", 1))
+    assert uncovered_steps(chapter, executed) == [(first.texts + 1, first.new_tokens)]
+
+
+def test_the_smoke_work_is_what_the_built_chapters_forecast():
+    """CHAPTER_WORK is kept by hand: every step a chapter forecast when `make book` executed it (the book's
+    configuration: the smoke scale) must be listed with the same texts and tokens, or the Colab table drifts
+    from the chapters. Reads the executed pages the build left; the build comes first in `make test`."""
+    executed = ROOT / "_build" / "jupyter_execute" / "book"
+    if not executed.is_dir():
+        pytest.skip("no executed chapters: run `make book` first")
+    drift = {chapter: missing for chapter in CHAPTER_WORK
+             if (executed / f"{Path(chapter).name}.ipynb").is_file()
+             and (missing := uncovered_steps(chapter, executed / f"{Path(chapter).name}.ipynb"))}
+    assert not drift, f"forecast steps (texts, tokens) missing from CHAPTER_WORK's smoke scale: {drift}"
