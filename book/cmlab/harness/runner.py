@@ -543,7 +543,7 @@ def generate_once(
 ) -> list[Any]:
     """:func:`chainmark.generate`, made once and read back by every later caller that asks for the same texts.
 
-    Chapters that need the same live texts (5 and 5.1, 9 and 9.1) ask with the same arguments: the
+    Chapters that need the same live texts (4 and 4.1; 5, 5.1 and 5.2; 9 and 9.1) ask with the same arguments: the
     first call stores them under ``runs_dir`` (default :func:`default_runs_dir`) in a folder named by a
     hash of all that determines them (package version; model, device, dtype, weight checksum; tokenizer;
     watermark settings with the key's fingerprint; gate; prompts; sampling arguments), later calls read
