@@ -163,3 +163,40 @@ def test_exact_size_differs_from_alpha_where_the_statistic_is_coarse():
     # the exact size is the binomial tail above the cutoff, by construction
     c = cutoff(49, 0.5, 0.01)
     assert (c / 49 - 0.5) / math.sqrt(0.25 / 49) <= norm.isf(0.01) < ((c + 1) / 49 - 0.5) / math.sqrt(0.25 / 49)
+
+
+def test_prompt_rate_is_the_prompt_resampled_bootstrap_whatever_the_records_form():
+    """One interval per set of flags: records as dicts or as a table, in any order, give the interval of
+    cluster_bootstrap_rate over "domain/prompt_index" (the labels chapters 0 and 5 build themselves)."""
+    import pandas as pd
+
+    from cmlab.stats import cluster_bootstrap_rate, prompt_labels, prompt_rate
+
+    rng = np.random.default_rng(SEED)
+    records = [{"domain": d, "prompt_index": i} for d in ("code", "wiki") for i in range(40) for _ in range(3)]
+    flags = rng.random(len(records)) < 0.08
+    expected = cluster_bootstrap_rate(flags, [f"{r['domain']}/{r['prompt_index']}" for r in records])
+    assert prompt_rate(flags, records) == expected
+    table = pd.DataFrame(records).astype({"prompt_index": "int64"})
+    assert prompt_rate(pd.Series(flags), table) == expected
+    order = rng.permutation(len(records))
+    assert prompt_rate(flags[order], [records[j] for j in order]) == expected
+    assert list(prompt_labels(records[:2])) == ["code/0", "code/0"]
+    with pytest.raises(ValueError, match="prompt_index"):
+        prompt_labels([{"domain": "code", "prompt_index": 1.5}])
+    with pytest.raises(ValueError, match="one cluster per flag"):
+        prompt_rate(flags[:-1], records)
+
+
+def test_prompt_rate_on_the_reference_null_matches_every_page():
+    """The reference run's 1,200 unwatermarked replies at z_alpha (S = 5, alpha = 1%): 68 flagged, and the
+    interval that chapters 0, 5, 6.1, 7 and 8.1 print, 5.7% [4.2, 7.2]."""
+    from chainmark import z_alpha
+    from cmlab.harness.reference import load_reference
+    from cmlab.stats import prompt_rate
+
+    null = load_reference("null")
+    own = null[null.detector == "chainmark"]
+    est = prompt_rate(own.z.to_numpy() > z_alpha(0.01), own)
+    assert (est.hits, est.trials) == (68, 1200)
+    assert str(est) == "5.7% [4.2, 7.2] (68/1200)"

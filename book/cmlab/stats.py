@@ -4,7 +4,9 @@ The wheel's :mod:`chainmark.rates` gives a rate with its exact binomial
 interval and :mod:`chainmark.calibrate` the paper's calibration and the
 empirical threshold. What the book's experiments add lives here:
 :func:`cluster_bootstrap_rate` (a rate whose units share texts, resampled by
-text), :func:`exceedance_rate` (the share of scores above a threshold),
+text), :func:`prompt_rate` (a rate over the reference run's replies, three per
+prompt, resampled by prompt with the one labelling every page uses, so the same
+flags give the same interval everywhere), :func:`exceedance_rate` (the share of scores above a threshold),
 :func:`threshold_interval` (a bootstrap interval for an empirical threshold),
 :func:`lifted_threshold` (above every null score, as the paper does),
 :func:`split_halves` (a fitting and an evaluation half) and
@@ -22,8 +24,8 @@ from chainmark.checks import check_int, check_null_scores
 from chainmark.checks import is_number as _is_number
 from chainmark.rates import RateEstimate, clopper_pearson, rate_estimate
 
-__all__ = ["cluster_bootstrap_rate", "exceedance_rate", "judge_against", "lifted_threshold", "split_halves",
-           "threshold_interval"]
+__all__ = ["cluster_bootstrap_rate", "exceedance_rate", "judge_against", "lifted_threshold", "prompt_labels",
+           "prompt_rate", "split_halves", "threshold_interval"]
 
 
 def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boot: int = 2000,
@@ -61,6 +63,37 @@ def cluster_bootstrap_rate(flags: Any, clusters: Any, level: float = 0.95, n_boo
     low, high = np.quantile(rates, [tail, 1.0 - tail])
     return RateEstimate(int(values.sum()), int(values.size), float(values.mean()), float(low), float(high),
                         float(level))
+
+
+def prompt_labels(records: Any) -> np.ndarray:
+    """Each reference reply's prompt as ``"domain/prompt_index"`` (e.g. ``"code/7"``), the cluster label of
+    :func:`prompt_rate`.
+
+    ``records`` is a table with columns ``domain`` and ``prompt_index`` (``load_reference``) or a sequence of
+    mappings with those keys (``load_texts``); the index is written as an integer, so both give the same labels.
+    """
+    if hasattr(records, "columns"):
+        domains, indices = list(records["domain"]), list(records["prompt_index"])
+    else:
+        domains, indices = [r["domain"] for r in records], [r["prompt_index"] for r in records]
+    labels = []
+    for domain, index in zip(domains, indices):
+        if isinstance(index, bool) or not float(index).is_integer():
+            raise ValueError(f"prompt_index must be an integer, got {index!r}")
+        labels.append(f"{domain}/{int(index)}")
+    return np.asarray(labels, dtype=object)
+
+
+def prompt_rate(flags: Any, records: Any, level: float = 0.95) -> RateEstimate:
+    """Share of True flags over the reference run's replies, its interval from resampling prompts.
+
+    The run holds three unwatermarked replies per prompt, which share a topic and its token pairs, so they
+    are not independent texts: :func:`cluster_bootstrap_rate` over :func:`prompt_labels` (its defaults:
+    2,000 resamples, seed 0). Every page rates those replies through this function, so the same flags give
+    the same interval wherever they are shown. ``records`` holds one record (or table row) per flag, in the
+    same order.
+    """
+    return cluster_bootstrap_rate(flags, prompt_labels(records), level)
 
 
 def exceedance_rate(z: Any, threshold: float, level: float = 0.95) -> RateEstimate:
