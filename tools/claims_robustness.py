@@ -29,7 +29,7 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +133,17 @@ def summarise(rows: list[dict], chapters: list[str], n_keys: int) -> dict:
             "keys": n_keys, "chapters": out}
 
 
+def run_task(task: tuple[str, Path, str, Path, int, int | None]) -> dict:
+    """One chapter under one key (a worker process's job): the row the summary is made of."""
+    chapter, key_file, fingerprint, work, timeout, threads = task
+    tag = f"{fingerprint}-{Path(chapter).stem}"
+    # one runs folder per key, as a build has one: a section reads what its chapter generated under the
+    # same key (chapter-major order runs a chapter under every key before the next chapter starts)
+    result = execute(chapter, key_file, work / f"claims-{tag}.jsonl", work / "runs" / fingerprint, timeout,
+                     threads=threads)
+    return {"key_fingerprint": fingerprint, "chapter": chapter, **result}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=5)
@@ -170,17 +181,12 @@ def main() -> int:
             if not any(r["key_fingerprint"] == fingerprint and r["chapter"] == chapter for r in rows):
                 todo.append((chapter, key_file, fingerprint))
 
-    def one(task: tuple[str, Path, str]) -> dict:
-        chapter, key_file, fingerprint = task
-        tag = f"{fingerprint}-{Path(chapter).stem}"
-        # one runs folder per key, as a build has one: a section reads what its chapter generated under the
-        # same key (chapter-major order runs a chapter under every key before the next chapter starts)
-        result = execute(chapter, key_file, args.work / f"claims-{tag}.jsonl", args.work / "runs" / fingerprint,
-                         args.timeout, threads=args.threads)
-        return {"key_fingerprint": fingerprint, "chapter": chapter, **result}
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for row in pool.map(one, todo):
+    # worker processes, not threads: two notebook clients in threads of one process can wait forever on a
+    # kernel that has finished (seen on chapter 6 with the foreign model: the kernel idle, the client waiting
+    # 15 minutes); each process has its own client, its own ZeroMQ context and its own event loop
+    tasks = [(chapter, key_file, fingerprint, args.work, args.timeout, args.threads) for chapter, key_file, fingerprint in todo]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for row in pool.map(run_task, tasks):
             rows.append(row)
             with done_file.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
