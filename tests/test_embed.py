@@ -433,39 +433,67 @@ class _NaiveChainMark:
         return out
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [42, 7, 2026])
-def test_operating_point_generation_matches_a_plain_reference_step(model_and_tokenizer, seed):
-    """At the paper's operating point (S = 5, rho = 0.5, high-entropy gate) the optimised
-    processor, on its CPU row path and its batched path, generates exactly the tokens and
-    gate decisions of a plainly written step on the embedded model (several prompts, seeds)."""
-    from transformers import LogitsProcessorList
+class _Lockstep:
+    """The plain step and both paths of the optimised processor, called on the same ids and scores at every step
+    of one generation: each step's processed scores must be identical (bitwise), and the plain step's go on to
+    sampling. Generating three times, once per processor, would draw the same tokens only if the three agreed at
+    every step: comparing them at every step checks that on every row, and costs one generation instead of three."""
 
-    from chainmark.embed import calibrate_gate, logits_width
-    from chainmark.embed import chat_prompt
+    def __init__(self, naive: "_NaiveChainMark", procs: dict[str, ChainMarkLogitsProcessor]):
+        self.naive, self.procs, self.steps = naive, procs, 0
+
+    def __call__(self, input_ids, scores):
+        expected = self.naive(input_ids, scores.clone())
+        for name, proc in self.procs.items():
+            got = proc(input_ids, scores.clone())
+            assert torch.equal(got, expected), f"{name}: the processed scores differ at step {self.steps}"
+        self.steps += 1
+        return expected
+
+
+@pytest.fixture(scope="module")
+def operating_point(model_and_tokenizer):
+    """The paper's operating point (S = 5, rho = 0.5, high-entropy gate) with its gate calibrated once on a pilot."""
+    from chainmark.embed import calibrate_gate
 
     model, tok = model_and_tokenizer
+    cfg = ChainMarkConfig(b"operating-point-test-key", S=5, rho=0.5, gate="high_entropy")
     prompts = ["Explain photosynthesis in a comprehensive way.", "Write a short story about a lighthouse keeper.",
                "Why is the sky blue?", "What does a compiler do?"]
+    return cfg, calibrate_gate(model, tok, prompts[:2], "high_entropy", 0.5, max_new_tokens=16), prompts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [42, 7, 2026])
+def test_operating_point_generation_matches_a_plain_reference_step(model_and_tokenizer, operating_point, seed):
+    """At the paper's operating point (S = 5, rho = 0.5, high-entropy gate) the optimised
+    processor, on its CPU row path and its batched path, generates exactly the tokens and
+    gate decisions of a plainly written step on the embedded model (several prompts, seeds).
+
+    The three steps run in lockstep in one generation (:class:`_Lockstep`): at each of the 40 steps every
+    row's processed scores are the plain step's bit for bit, so each processor, generating alone with the
+    same seed, would sample the plain step's tokens."""
+    from transformers import LogitsProcessorList
+
+    from chainmark.embed import chat_prompt, logits_width
+
+    model, tok = model_and_tokenizer
+    cfg, gate, prompts = operating_point
     V = logits_width(model)
-    cfg = ChainMarkConfig(b"operating-point-test-key", S=5, rho=0.5, gate="high_entropy")
-    gate = calibrate_gate(model, tok, prompts[:2], "high_entropy", 0.5, max_new_tokens=16)
     enc = tok([chat_prompt(tok, p) for p in prompts], return_tensors="pt", padding=True, add_special_tokens=False)
-
-    def run(proc):
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=40,
-                                 min_new_tokens=40, logits_processor=LogitsProcessorList([proc]),
-                                 pad_token_id=tok.pad_token_id)
-        return out[:, enc["input_ids"].shape[1]:].tolist()
-
     naive = _NaiveChainMark(cfg, gate, V)
-    expected = run(naive)
+    procs = {}
+    for row_path in (True, False):
+        procs[f"row_path={row_path}"] = ChainMarkLogitsProcessor(cfg, gate, vocab_size=V, record_signals=True)
+        procs[f"row_path={row_path}"].row_path = row_path
+    lockstep = _Lockstep(naive, procs)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model.generate(**enc, do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=40,
+                       min_new_tokens=40, logits_processor=LogitsProcessorList([lockstep]),
+                       pad_token_id=tok.pad_token_id)
+    assert lockstep.steps == 40
     expected_gated = np.array(naive.gated).T
     assert 0 < expected_gated.mean() < 1  # the gate really opens and closes at this operating point
-    for row_path in (True, False):
-        proc = ChainMarkLogitsProcessor(cfg, gate, vocab_size=V, record_signals=True)
-        proc.row_path = row_path
-        assert run(proc) == expected, f"row_path={row_path}"
-        np.testing.assert_array_equal(torch.stack(proc.gated, 1).numpy(), expected_gated)
+    for name, proc in procs.items():
+        np.testing.assert_array_equal(torch.stack(proc.gated, 1).numpy(), expected_gated, err_msg=name)
