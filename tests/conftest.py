@@ -2,16 +2,38 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: Where the test run keeps Python's compiled bytecode when the environment forbids writing it beside the sources.
+PYCACHE = ROOT / "_build" / "pycache"
+
+
+def share_compiled_bytecode(environ=os.environ) -> bool:
+    """Under ``PYTHONDONTWRITEBYTECODE`` (set on some machines, the 2-core development machine among them) no
+    process keeps the bytecode it compiles, and the install compiles none (PIP_COMPILE=0): every kernel and
+    command-line subprocess of the suite compiled torch, transformers, pandas and matplotlib again, about 9 s
+    each (a chapter's imports 15 s, 6 s from compiled bytecode). The suite then keeps it in ``_build/pycache``
+    (``PYTHONPYCACHEPREFIX``: nothing is written beside the sources or into the environment), shared by this
+    process and every process it starts. The code that runs is the same; returns whether it changed anything."""
+    if not environ.get("PYTHONDONTWRITEBYTECODE") or environ.get("PYTHONPYCACHEPREFIX"):
+        return False
+    environ.pop("PYTHONDONTWRITEBYTECODE")
+    environ["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    sys.dont_write_bytecode, sys.pycache_prefix = False, str(PYCACHE)  # this process's own later imports
+    return True
+
+
+share_compiled_bytecode()
 
 #: ``make test`` stamps the end of each phase here (see the Makefile); the last line of the run reads it.
 MAKE_CLOCK = ROOT / "_build" / ".make_test_clock"
@@ -102,31 +124,44 @@ def foreign(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="session")
-def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
-    """Every chapter executed on the foreign model, each under a fresh key in its own kernel, two at a time
-    (tests/test_foreign_model.py checks them; tests/test_participant_edition.py reads their Build it checks).
+def execute_on_foreign_model(jobs: dict[str, str], foreign: Path, work: Path) -> dict[str, dict]:
+    """Execute notebooks (name -> path) on the foreign model, each in its own kernel under a fresh key, in soft
+    claim mode at the smoke scale, two at a time; name -> ``claims_robustness.execute``'s result.
 
     On this tiny model most of a chapter's time is its kernel's start, imports and small computations on one
     core, so two kernels of one CPU thread each finish the set in a little over half the time of one after
-    the other (issue 41); each chapter still runs alone in its kernel, as a reader's would."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    the other (issue 41); each chapter still runs alone in its kernel, as a reader's would. The two workers
+    are processes (spawned, as tools/execute_parallel.py's are): notebook clients driven from two threads of
+    one process once waited on an idle kernel until the 900 s timeout."""
+    env = {"CHAINMARK_MODEL": str(foreign), "CHAINMARK_SCALE": "smoke"}  # the kernels take their settings from it
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {name: pool.submit(_execute_one, path, work / Path(name).stem, env) for name, path in jobs.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def _execute_one(notebook: str, folder: Path, env: dict[str, str]) -> dict:
+    """One notebook in its own kernel (a worker process of :func:`execute_on_foreign_model`)."""
+    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
     from chainmark.keyfiles import write_key_file
 
+    os.environ.update(env)
+    os.environ.pop("CHAINMARK_EDITION", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file = folder / "teaching-or-not.key"
+    write_key_file(key_file)
+    return claims_robustness.execute(notebook, key_file, folder / "claims.jsonl", folder / "runs",
+                                     timeout=900, threads=1, keep_notebook=True)
+
+
+@pytest.fixture(scope="session")
+def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
+    """Every chapter executed on the foreign model, each under a fresh key in its own kernel, two at a time
+    (:func:`execute_on_foreign_model`; tests/test_foreign_model.py checks them, tests/test_participant_edition.py
+    reads their Build it checks)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import claims_robustness
+
     work = tmp_path_factory.mktemp("foreign-runs")
-
-    def execute(chapter: str) -> tuple[str, dict]:
-        folder = work / Path(chapter).stem
-        folder.mkdir()
-        key_file = folder / "teaching-or-not.key"
-        write_key_file(key_file)
-        return chapter, claims_robustness.execute(chapter, key_file, folder / "claims.jsonl", folder / "runs",
-                                                  timeout=900, threads=1, keep_notebook=True)
-
-    with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
-        env.setenv("CHAINMARK_MODEL", str(foreign))
-        env.setenv("CHAINMARK_SCALE", "smoke")
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return dict(pool.map(execute, claims_robustness.toc_chapters()))
+    return execute_on_foreign_model({c: c for c in claims_robustness.toc_chapters()}, foreign, work)

@@ -17,7 +17,6 @@ import os
 import re
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -214,30 +213,17 @@ def participant_runs(foreign, tmp_path_factory) -> dict[str, dict]:
     kernels of one thread at a time, in soft claim mode: what is tested is the edition's code path (the
     skeletons, the checks, the package's versions taking over), which is the same on any model, and a
     chapter costs seconds instead of minutes."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import claims_robustness
-
-    from chainmark.keyfiles import write_key_file
+    from conftest import execute_on_foreign_model
 
     work = tmp_path_factory.mktemp("participant")
     jobs = {f"{p.stem}-unfilled": edition.participant_notebook(read(p), p.name) for p in BUILD_CHAPTERS}
     jobs["01_partition-broken"] = broken_partition(read(ROOT / "book" / "01_partition.ipynb"))
-
-    def run(job: tuple[str, object]) -> tuple[str, dict]:
-        name, nb = job
-        folder = work / name
-        folder.mkdir()
-        nbformat.write(nb, folder / "chapter.ipynb")
-        write_key_file(folder / "key.key")
-        return name, claims_robustness.execute(str(folder / "chapter.ipynb"), folder / "key.key", folder / "claims.jsonl",
-                                               folder / "runs", timeout=900, threads=1, keep_notebook=True)
-
-    with pytest.MonkeyPatch.context() as env:  # the kernels take their settings from this environment
-        env.setenv("CHAINMARK_MODEL", str(foreign))
-        env.setenv("CHAINMARK_SCALE", "smoke")
-        env.delenv("CHAINMARK_EDITION", raising=False)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            return dict(pool.map(run, jobs.items()))
+    paths = {}
+    for name, nb in jobs.items():
+        (work / name).mkdir()
+        nbformat.write(nb, work / name / "chapter.ipynb")
+        paths[name] = str(work / name / "chapter.ipynb")
+    return execute_on_foreign_model(paths, foreign, work)
 
 
 @pytest.mark.slow
