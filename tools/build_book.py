@@ -65,7 +65,9 @@ PARTICIPANT_ZIP = "chainmark-participant-edition.zip"  # inside _build/html, lin
 
 #: The environment that keeps progress bars (tqdm's, the Hub's, transformers') out of an executed chapter:
 #: tqdm reads ``TQDM_DISABLE`` when a kernel imports it, so every bar a chapter or a library draws is off.
-NO_PROGRESS_BARS = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+NO_PROGRESS_BARS = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                    # no reader moves a slider during a build: chapter 6 shows its live widget only without this
+                    "CHAINMARK_HEADLESS": "1"}
 
 ERROR_MARKERS = ("Executing notebook failed", "CellExecutionError", "Notebook exception",
                  "An error occurred while executing the following cell")

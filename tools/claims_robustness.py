@@ -62,7 +62,7 @@ def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, t
     log.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "CHAINMARK_KEY"}
     env.update({"CHAINMARK_KEY_FILE": str(key_file), "CHAINMARK_CLAIMS": "soft", "CHAINMARK_CLAIMS_LOG": str(log),
-                "CHAINMARK_CHAPTER": chapter, "CHAINMARK_RUNS": str(runs), "HF_HUB_OFFLINE": "1"})
+                "CHAINMARK_CHAPTER": chapter, "CHAINMARK_RUNS": str(runs), "CHAINMARK_HEADLESS": "1", "HF_HUB_OFFLINE": "1"})
     if threads:
         env.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
     path = ROOT / chapter
