@@ -7,8 +7,9 @@ and failure modes") compares fixes on unwatermarked text. This module runs
 the same comparison on any null corpus: every recipe is a rule "flag a text
 when its statistic exceeds a threshold", fitted on one half of the null
 (split by prompt, so no prompt is on both sides), judged by its FPR on the
-other half and its TPR on watermarked text, each with a Clopper-Pearson
-interval.
+other half and its TPR on watermarked text, each with a 95% interval: the
+held-out null texts resampled by group (texts of one prompt share its topic),
+the watermarked texts (one a prompt) by Clopper-Pearson.
 
 The paper names its failure modes without defining them; the definitions
 here are this book's reading, stated in :data:`RECIPE_NOTES`.
@@ -23,7 +24,7 @@ import numpy as np
 
 from chainmark.calibrate import min_null_samples, recalibrate, z_alpha
 from chainmark.rates import RateEstimate, rate_estimate
-from cmlab.stats import lifted_threshold, split_halves
+from cmlab.stats import cluster_bootstrap_rate, lifted_threshold, split_halves
 from chainmark.detection import valid_transitions
 from chainmark.significance import z_score
 from chainmark.partition import states_of
@@ -124,7 +125,7 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     """Fit every recipe on half of a null corpus and judge it on the other half and on watermarked text.
 
     ``null_groups`` gives each null text's group (its prompt): the split keeps a group
-    whole. The stopword list and the token frequencies come from the fit half only.
+    whole, and the held-out FPR's interval resamples groups (:func:`~cmlab.stats.cluster_bootstrap_rate`). The stopword list and the token frequencies come from the fit half only.
     The quantile recipe needs :func:`~chainmark.calibrate.min_null_samples` texts in the fit half.
     """
     if len(null_ids) != len(null_groups):
@@ -158,8 +159,8 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
                      "quantile": lambda: recalibrate(fit_z, alpha, "quantile"),
                      "lift": lambda: lifted_threshold(fit_z, 0.5)}.get(recipe, lambda: za)()
         wm_z = np.array([s[recipe] for s in wm_stats])
-        out.append(RecipeResult(recipe, float(threshold), rate_estimate(null_z[~in_fit] > threshold),
-                                rate_estimate(wm_z > threshold)))
+        fpr = cluster_bootstrap_rate(null_z[~in_fit] > threshold, groups[~in_fit])
+        out.append(RecipeResult(recipe, float(threshold), fpr, rate_estimate(wm_z > threshold)))
     return out
 
 
