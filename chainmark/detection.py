@@ -20,6 +20,7 @@ model, is :mod:`cmlab.comparison.lrdetect`; this module needs neither torch nor 
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -45,8 +46,8 @@ class DetectionResult(Verdict):
     """What the model-free detector found in one token sequence: a :class:`~chainmark.verdict.Verdict`.
 
     ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
-    ``scored_mask[i]`` whether it was counted (all of them unless
-    ``distinct_pairs=True``). ``n_transitions`` (the verdict's ``n_scored``)
+    ``scored_mask[i]`` whether it was counted (all of them under the
+    z-test, ``test="z"``). ``n_transitions`` (the verdict's ``n_scored``)
     counts the scored transitions and ``n_valid`` (its ``n_hits``) the legal
     ones among them; ``p0 = k/S``.
     """
@@ -256,7 +257,7 @@ def unpack_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike 
 
 
 def detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
-                    distinct_pairs: object, test: object = None) -> tuple[Topology, float, str]:
+                   test: object = None) -> tuple[Topology, float, str]:
     """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
 
     Everything is checked before any id is read, so a bad argument is
@@ -268,14 +269,26 @@ def detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
     topo = resolve_topology(topology, S)
     if topo.k is None:
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
-    if not isinstance(distinct_pairs, (bool, np.bool_)):
-        raise TypeError(f"distinct_pairs must be True or False, got {type(distinct_pairs).__name__}")
-    if test is None:
-        return topo, alpha, "distinct" if distinct_pairs else "z"
-    test = check_test(test)
-    if distinct_pairs and test != "distinct":
-        raise ValueError(f"distinct_pairs=True is the 'distinct' test; it cannot be combined with test={test!r}")
-    return topo, alpha, test
+    return topo, alpha, "z" if test is None else check_test(test)
+
+
+def _generation_type() -> type | None:
+    """:class:`chainmark.embed.Generation` if it is imported (no Generation exists before), without importing torch."""
+    return getattr(sys.modules.get("chainmark.embed"), "Generation", None)
+
+
+def _ids_and_key(token_ids: Any, key: Key | ChainMarkConfig | None) -> tuple[Any, Key | ChainMarkConfig]:
+    """The ids to score and the key: a Generation gives its token ids and, when no key is given, its config."""
+    generation = _generation_type()
+    if generation is not None and isinstance(token_ids, generation):
+        if key is None and token_ids.config is None:
+            raise ValueError("this Generation carries no configuration (it was generated without a watermark): "
+                             "pass the ChainMarkConfig (or the key) to detect it")
+        return token_ids.token_ids, token_ids.config if key is None else key
+    if key is None:
+        raise TypeError("key must be bytes or str, or a ChainMarkConfig, got None (only a Generation carries "
+                        "its own configuration)")
+    return token_ids, key
 
 
 def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, test: str,
@@ -319,11 +332,10 @@ def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
 
 def detect(
     token_ids: Any,
-    key: Key | ChainMarkConfig,
+    key: Key | ChainMarkConfig | None = None,
     S: int | None = None,
     topology: TopologyLike | None = None,
     alpha: float = 0.01,
-    distinct_pairs: bool = False,
     vocab_size: int | None = None,
     *,
     test: str | None = None,
@@ -335,15 +347,15 @@ def detect(
     ``key`` is the secret key with ``S`` (default 5) and ``topology``
     (default clockwork) beside it, or the :class:`~chainmark.config.ChainMarkConfig`
     the text was generated with, which carries all three: ``detect(ids,
-    config)``. A batch (a 2-D array or tensor, or a list of sequences) is a
-    ``ValueError``: score it with :func:`detect_batch`, which always returns
-    a list.
+    config)``. A :class:`~chainmark.embed.Generation` may stand for the ids;
+    it carries its config, so ``detect(generation)`` needs no key. A batch
+    (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
+    score it with :func:`detect_batch`, which always returns a list.
 
-    ``distinct_pairs=True`` scores each distinct (t_i, t_{i+1}) pair once:
-    repeated n-grams otherwise count several times and break the
-    independence the z-test assumes. ``test`` picks the test by name
-    (:data:`TESTS`): ``"z"`` (the default, every transition), ``"distinct"``
-    (the same as ``distinct_pairs=True``) or ``"exact"``, the binomial test
+    ``test`` picks the test by name (:data:`TESTS`): ``"z"`` (the default,
+    every transition), ``"distinct"`` (each distinct (t_i, t_{i+1}) pair
+    once: repeated n-grams otherwise count several times and break the
+    independence the z-test assumes) or ``"exact"``, the binomial test
     on a spanning forest of the text (:func:`spanning_forest`), whose size
     is at most alpha for every text over a uniformly random key (a fixed
     key's rate on a corpus is what :mod:`chainmark.auditor.keyaudit` measures); the
@@ -351,19 +363,19 @@ def detect(
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
+    token_ids, key = _ids_and_key(token_ids, key)
     key, S, topology = unpack_config(key, S, topology)
-    topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
+    topo, alpha, test = detection_args(key, S, topology, alpha, test)
     _reject_batch(token_ids)
     return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
 
 
 def detect_batch(
     batch: Any,
-    key: Key | ChainMarkConfig,
+    key: Key | ChainMarkConfig | None = None,
     S: int | None = None,
     topology: TopologyLike | None = None,
     alpha: float = 0.01,
-    distinct_pairs: bool = False,
     vocab_size: int | None = None,
     *,
     test: str | None = None,
@@ -374,10 +386,12 @@ def detect_batch(
     so strip padding first; scored in one vectorised pass) or an iterable of
     sequences of any lengths (lists, arrays, tensors). The other arguments
     are those of :func:`detect`. One text (a flat sequence of ids) is an
-    error naming :func:`detect`.
+    error naming :func:`detect`. A list of Generations may stand for the
+    rows; without a key they must carry one configuration, which is used.
     """
+    batch, key = _batch_and_key(batch, key)
     key, S, topology = unpack_config(key, S, topology)
-    topo, alpha, test = detection_args(key, S, topology, alpha, distinct_pairs, test)
+    topo, alpha, test = detection_args(key, S, topology, alpha, test)
     if isinstance(batch, (str, bytes)):
         raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
     ndim = getattr(batch, "ndim", None)
@@ -401,6 +415,22 @@ def detect_batch(
     return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in rows]
 
 
+def _batch_and_key(batch: Any, key: Key | ChainMarkConfig | None) -> tuple[Any, Key | ChainMarkConfig]:
+    """Rows and key for :func:`detect_batch`: Generations become their token ids, their one config the key."""
+    generation = _generation_type()
+    if generation is None or not isinstance(batch, (list, tuple)) or \
+            not any(isinstance(row, generation) for row in batch):
+        return _ids_and_key(batch, key)
+    if key is not None:
+        return [row.token_ids if isinstance(row, generation) else row for row in batch], key
+    if not all(isinstance(row, generation) for row in batch):
+        raise TypeError("key must be given unless every row is a Generation carrying its configuration")
+    configs = [_ids_and_key(row, None)[1] for row in batch]
+    if len({(key_bytes(c.key), c.S, c.topo) for c in configs}) > 1:
+        raise ValueError("the generations carry different configurations: detect each group with its own config")
+    return [row.token_ids for row in batch], configs[0]
+
+
 def detect_text(
     text: str,
     tokenizer: Any,
@@ -408,7 +438,6 @@ def detect_text(
     S: int | None = None,
     topology: TopologyLike | None = None,
     alpha: float = 0.01,
-    distinct_pairs: bool = False,
     vocab_size: int | None = None,
     *,
     test: str | None = None,
@@ -426,4 +455,4 @@ def detect_text(
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if vocab_size is None:
         vocab_size = len(tokenizer)
-    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, distinct_pairs, vocab_size, test=test)
+    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, vocab_size, test=test)

@@ -350,6 +350,9 @@ class Generation:
     ``states`` describes the step that produced ``token_ids[i]``;
     ``prev_state`` is the state of the prompt's last token (where the walk
     starts) and ``prompt_ids`` the exact prompt tokens the model saw.
+    ``config`` is the configuration it was watermarked with (None: not
+    watermarked), so ``detect(generation)`` needs no key; it holds the key
+    and is never written to a record.
     """
 
     prompt: str
@@ -362,6 +365,7 @@ class Generation:
     states: list[int] | None
     prev_state: int | None
     prompt_ids: list[int] = field(default_factory=list, repr=False)
+    config: ChainMarkConfig | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_tokens(self) -> int:
@@ -410,7 +414,7 @@ def generate(
     Prompts are user messages rendered through the chat template (``chat=True``)
     or raw text. Batches are left-padded; batch ``b`` is sampled with seed
     ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
-    Returns one :class:`Generation` per prompt, in order.
+    Returns one :class:`Generation` per prompt, in order, each carrying ``config``.
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
@@ -480,5 +484,6 @@ def generate(
                 states=table[ids].tolist() if table is not None else None,
                 prev_state=int(table[p_ids[-1]]) if table is not None and p_ids else None,
                 prompt_ids=p_ids,
+                config=config,
             ))
     return results

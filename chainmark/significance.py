@@ -81,7 +81,7 @@ def _check_z(z: object) -> float:
 def first_occurrences(ids: np.ndarray) -> np.ndarray:
     """Mask over transitions: True where the pair (t_i, t_{i+1}) appears for the first time.
 
-    With ``distinct_pairs=True`` only these transitions are scored, so a
+    The distinct test (``test="distinct"``) scores only these transitions, so a
     phrase the text repeats counts once (compare ``ignore_repeated_ngrams``
     in lm-watermarking). A pair's legality is a function of the pair, so a
     repeat adds no new evidence, only correlated copies of old evidence.

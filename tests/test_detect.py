@@ -245,7 +245,7 @@ def test_vocab_size_checks_range_and_agrees():
     ({"alpha": 0.0}, ValueError), ({"alpha": 1.0}, ValueError), ({"alpha": True}, TypeError),
     ({"alpha": "0.01"}, TypeError), ({"S": 1}, ValueError), ({"S": 2.5}, TypeError),
     ({"topology": "spiral"}, ValueError), ({"key": 12345}, TypeError),
-    ({"distinct_pairs": "yes"}, TypeError),
+    ({"test": "yes"}, ValueError), ({"distinct_pairs": True}, TypeError),  # one spelling: test="distinct"
     ({"topology": Topology.soft_cycle(6)}, ValueError),  # S mismatch
 ])
 def test_bad_arguments_raise_clear_errors(kwargs, exc):
@@ -317,11 +317,11 @@ def test_batches_equal_per_row_results():
     for r, res in zip(matrix, rows):
         _same(res, detect(r, b"k", 5))
     assert rows[2].is_watermarked and rows[2].phi == 1.0
-    # the same rows as a list of lists, and with distinct_pairs (the per-row path)
+    # the same rows as a list of lists, and with the distinct test (the per-row path)
     for res, r in zip(detect_batch(matrix.tolist(), b"k", 5), matrix):
         _same(res, detect(r.tolist(), b"k", 5))
-    for res, r in zip(detect_batch(matrix, b"k", 5, distinct_pairs=True), matrix):
-        _same(res, detect(r, b"k", 5, distinct_pairs=True))
+    for res, r in zip(detect_batch(matrix, b"k", 5, test="distinct"), matrix):
+        _same(res, detect(r, b"k", 5, test="distinct"))
 
 
 def test_ragged_batches():
@@ -397,12 +397,12 @@ def test_the_return_type_does_not_depend_on_the_shape():
         assert isinstance(detect(one, b"k", 5), DetectionResult)
     batches = [matrix, matrix.tolist(), ragged, torch.tensor(matrix), matrix[:1], matrix[:0], [], [[]]]
     for batch in batches:  # a batch: always a list, equal to per-row detect
-        for distinct in (False, True):
-            out = detect_batch(batch, b"k", 5, distinct_pairs=distinct)
+        for test in ("z", "distinct"):
+            out = detect_batch(batch, b"k", 5, test=test)
             assert isinstance(out, list) and len(out) == len(batch)
             for res, row in zip(out, batch):
                 assert isinstance(res, DetectionResult)
-                _same(res, detect(row, b"k", 5, distinct_pairs=distinct))
+                _same(res, detect(row, b"k", 5, test=test))
     from_generator = detect_batch((row for row in matrix), b"k", 5)  # any iterable of rows
     for res, row in zip(from_generator, matrix, strict=True):
         _same(res, detect(row, b"k", 5))
@@ -428,17 +428,17 @@ def test_first_occurrences_marks_each_pair_once():
     assert first_occurrences(unsigned).tolist() == [True, True, False, True]
 
 
-def test_distinct_pairs_scores_repeats_once():
+def test_the_distinct_test_scores_repeats_once():
     ids = [10, 20, 10, 20, 10, 20, 30]
-    res = detect(ids, b"k", 5, distinct_pairs=True)
+    res = detect(ids, b"k", 5, test="distinct")
     assert res.n_transitions == 3 and res.n_tokens == 7
     assert res.scored_mask.tolist() == [True, True, False, False, False, True]
     assert res.n_valid == int(res.valid_mask[res.scored_mask].sum())
     plain = detect(ids, b"k", 5)
     assert plain.n_transitions == 6
-    # with no repeated pair the option changes nothing
+    # with no repeated pair the distinct test is the z-test
     fresh = np.random.default_rng(1).permutation(VOCAB)[:100]
-    _same(detect(fresh, b"k", 5, distinct_pairs=True), detect(fresh, b"k", 5))
+    _same(detect(fresh, b"k", 5, test="distinct"), detect(fresh, b"k", 5))
 
 
 def _z_test_fpr(m, p0, alpha):
@@ -459,7 +459,7 @@ def test_null_false_positive_rate_on_random_tokens():
     assert lo <= hits <= hi, (hits, expected * trials)
 
 
-def test_distinct_pairs_restores_the_null_on_repetitive_text():
+def test_the_distinct_test_restores_the_null_on_repetitive_text():
     # a 20-token phrase repeated 10 times: its 20 distinct pairs are counted 10 times each,
     # so plain phi has ~10x the null variance; scoring each pair once restores the test
     rng = np.random.default_rng(77)
@@ -470,7 +470,7 @@ def test_distinct_pairs_restores_the_null_on_repetitive_text():
         texts.append(np.tile(block, 10))
     plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha))
     distinct = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha,
-                                                          distinct_pairs=True))
+                                                          test="distinct"))
     exp_distinct = _z_test_fpr(20, 0.2, alpha)  # 19 in-phrase pairs + the wrap-around pair
     lo, hi = binom.interval(0.999, trials, exp_distinct)
     assert lo <= distinct <= hi, (distinct, exp_distinct * trials)
@@ -678,6 +678,52 @@ def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_t
         assert np.allclose(sig, g.entropy, atol=2e-3)
         res = lr_detect(g.token_ids, key, gate_probabilities(sig[1:], gate), n_null=5000)
         assert res.is_watermarked
+
+
+@pytest.mark.slow
+def test_a_generation_carries_its_config_to_detect(generations):
+    key, _, plain, marked, _ = generations
+    cfg = marked[0].config
+    assert cfg.key == key and all(g.config is cfg for g in marked) and all(g.config is None for g in plain)
+    for g in marked:
+        _same(detect(g), detect(g.token_ids, cfg))
+    for res, g in zip(detect_batch(marked), marked, strict=True):
+        _same(res, detect(g.token_ids, cfg))
+    with pytest.raises(ValueError, match="carries no configuration"):
+        detect(plain[0])
+    _same(detect(plain[0], cfg), detect(plain[0].token_ids, cfg))  # an unwatermarked text, tested under cfg
+
+
+def _generation(ids, config=None):
+    from chainmark.embed import Generation
+
+    n = len(ids)
+    return Generation("p", list(ids), "t", [1.0] * n, [0.5] * n, [True] * n, [True] * n, None, None, config=config)
+
+
+def test_detect_takes_a_generation_in_place_of_ids_and_key():
+    from chainmark.config import ChainMarkConfig
+
+    cfg = ChainMarkConfig(b"k" * 16, S=7, topology="soft_cycle")
+    ids = walk_ids(b"k" * 16, 7, 60, np.random.default_rng(5), offsets=(1, 2))  # a soft-cycle walk
+    g = _generation(ids, cfg)
+    _same(detect(g), detect(ids, cfg))
+    _same(detect(g, test="exact"), detect(ids, cfg, test="exact"))
+    _same(detect(g, b"other"), detect(ids, b"other"))  # a key given wins over the generation's config
+    with pytest.raises(TypeError, match="carries S"):
+        detect(g, S=5)
+    with pytest.raises(ValueError, match="carries no configuration.*pass the ChainMarkConfig"):
+        detect(_generation(ids))
+    with pytest.raises(TypeError, match="key must be bytes or str"):
+        detect(ids)  # only a Generation carries its own configuration
+    rows = [g, _generation(ids[:30], cfg)]
+    for res, row in zip(detect_batch(rows), rows, strict=True):
+        _same(res, detect(row.token_ids, cfg))
+    with pytest.raises(ValueError, match="different configurations"):
+        detect_batch([g, _generation(ids, ChainMarkConfig(b"j" * 16, S=7))])
+    with pytest.raises(TypeError, match="every row is a Generation"):
+        detect_batch([g, ids])
+    assert "config" not in repr(g) and g == _generation(ids)  # not shown, not compared
 
 
 # ---------------------------------------------------------------- one verdict type, one decision rule

@@ -71,7 +71,7 @@ def test_detect_never_crashes_and_stays_in_range(data, key, S, alpha, distinct):
     ids, regime = data.draw(token_arrays())
     topology = data.draw(topologies(S))
     vocab = VOCAB if regime != "huge" else None
-    res = detect(ids, key, S=S, topology=topology, alpha=alpha, distinct_pairs=distinct, vocab_size=vocab)
+    res = detect(ids, key, S=S, topology=topology, alpha=alpha, test="distinct" if distinct else "z", vocab_size=vocab)
     check_result(res, len(ids), S, alpha)
     if not distinct:
         assert res.n_transitions == max(len(ids) - 1, 0)
@@ -101,18 +101,18 @@ def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     rng = np.random.default_rng(seed)
     high = data.draw(st.sampled_from([3, VOCAB]))
     matrix = rng.integers(0, high, size=(rows, width))
-    batch = detect_batch(matrix, key, S=S, topology=topology, distinct_pairs=distinct)
+    batch = detect_batch(matrix, key, S=S, topology=topology, test="distinct" if distinct else "z")
     assert isinstance(batch, list) and len(batch) == rows
     for row, res in zip(matrix, batch):
-        one = detect(row, key, S=S, topology=topology, distinct_pairs=distinct)
+        one = detect(row, key, S=S, topology=topology, test="distinct" if distinct else "z")
         assert (res.phi, res.z, res.p_value, res.is_watermarked, res.n_valid, res.n_transitions) == \
                (one.phi, one.z, one.p_value, one.is_watermarked, one.n_valid, one.n_transitions)
         assert np.array_equal(res.valid_mask, one.valid_mask)
     # ragged lists of lists: every row scored alone
     ragged = [matrix[i, : rng.integers(0, width + 1)].tolist() for i in range(rows)]
     assume(len(ragged) > 0)
-    for row, res in zip(ragged, detect_batch(ragged, key, S=S, topology=topology, distinct_pairs=distinct)):
-        one = detect(row, key, S=S, topology=topology, distinct_pairs=distinct)
+    for row, res in zip(ragged, detect_batch(ragged, key, S=S, topology=topology, test="distinct" if distinct else "z")):
+        one = detect(row, key, S=S, topology=topology, test="distinct" if distinct else "z")
         assert (res.z, res.n_valid, res.n_transitions) == (one.z, one.n_valid, one.n_transitions)
 
 

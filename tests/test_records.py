@@ -438,7 +438,7 @@ def _fake_generate(calls):
         for p in prompts:
             ids = np.random.default_rng([zlib.crc32(p.encode()), seed]).integers(0, V, size=5).tolist()
             out.append(Generation(p, ids, p.upper(), [0.5, float("nan"), 1.0, 2.0, 0.1], [0.1] * 5,
-                                  [True] * 5, [False] * 5, None, None, [1, 2]))
+                                  [True] * 5, [False] * 5, None, None, [1, 2], config=config))
         return out
 
     return generate
@@ -468,6 +468,21 @@ def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_p
     calls.clear()
     again = R.generate_resumable(folder, None, None, prompts, batch_size=2, seed=10, progress=False)
     assert calls == [] and [(g.prompt, g.token_ids) for g in again] == [(g.prompt, g.token_ids) for g in whole]
+
+
+def test_a_generations_config_is_never_written_and_comes_back_with_the_run(tmp_path, monkeypatch):
+    from chainmark.detection import detect
+
+    monkeypatch.setattr(R, "generate", _fake_generate([]))
+    cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
+    made = R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], cfg, batch_size=1, progress=False)
+    records = RS.read_records(tmp_path)
+    assert records and all("config" not in r for r in records)
+    blob = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert KEY not in blob and KEY.hex().encode() not in blob
+    again = R.generate_resumable(tmp_path, None, None, ["a", "b"], cfg, batch_size=1, progress=False)
+    assert all(g.config is cfg for g in made + again)  # read back with the run's configuration
+    assert detect(again[0]).to_dict() == detect(again[0].token_ids, cfg).to_dict()
 
 
 def test_generate_resumable_names_the_setting_that_changed(tmp_path, monkeypatch):

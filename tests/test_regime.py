@@ -46,7 +46,7 @@ def _verdict(z: float = 0.0, p: float = 0.5, n_tokens: int = 100, n_scored: int 
 def test_a_published_document_round_trips_through_the_file(tmp_path):
     doc = regime_document(KEY, 3, 0.001, topology="soft_cycle", threshold=3.5, tokenizer_name="org/tok",
                           tokenizer=_Vocab(), tokenizer_revision="0123abcd", n_min=200, rho=0.5,
-                          gate="high_entropy", distinct_pairs=True, recalibration={"method": "sd", "n_null": 500})
+                          gate="high_entropy", test="distinct", recalibration={"method": "sd", "n_null": 500})
     path = tmp_path / "regime.json"
     regime = Regime.from_document(doc)
     path.write_text(regime.to_json() + "\n", "utf-8")
@@ -163,7 +163,7 @@ def test_the_regime_and_the_detector_agree_where_no_threshold_is_set():
 
 def test_explicit_options_win_over_the_document_and_the_document_over_the_defaults():
     doc = regime_document(KEY, 3, 0.05, topology="soft_cycle", threshold=1.8, tokenizer_name="org/tok",
-                          tokenizer=_Vocab(), tokenizer_revision="abc", n_min=40, distinct_pairs=True)
+                          tokenizer=_Vocab(), tokenizer_revision="abc", n_min=40, test="distinct")
     assert Regime.resolve() == Regime()
     assert Regime.resolve(None, S=7, threshold=None) == Regime(S=7)
     from_doc = Regime.resolve(doc)

@@ -109,7 +109,7 @@ CASES = [
      ["token_ids", "[0, 49151]"]),
     ("detect key int", lambda: detect([1, 2], 12345), TypeError, ["key", "bytes"]),
     ("detect key on empty input", lambda: detect([], None), TypeError, ["key", "bytes"]),
-    ("detect distinct_pairs str", lambda: detect([1, 2], KEY, distinct_pairs="yes"), TypeError, ["distinct_pairs"]),
+    ("detect test bool", lambda: detect([1, 2], KEY, test=True), ValueError, ["test must be one of"]),
     ("detect 3-D", lambda: detect(np.zeros((2, 2, 2), dtype=int), KEY), ValueError, ["token_ids"]),
     ("detect 2-D", lambda: detect(np.zeros((2, 3), dtype=int), KEY), ValueError, ["token_ids", "detect_batch"]),
     ("detect list of lists", lambda: detect([[1, 2], [3, 4]], KEY), ValueError, ["token_ids", "detect_batch"]),

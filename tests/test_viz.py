@@ -7,7 +7,7 @@ from cmlab.teaching.plots import source_html, state_colour, tokens_html
 def test_source_html_shows_the_real_source():
     html = source_html(detect)
     assert "chainmark.detection.detect" in html
-    assert "def" in html and "distinct_pairs" in html
+    assert "def" in html and "vocab_size" in html
 
 
 def test_tokens_html_escapes_and_marks_gated_tokens():

@@ -269,7 +269,7 @@ def _config_parts(key: Key | ChainMarkConfig, S: object, topology: TopologyLike 
     key, S, topology = unpack_config(key, S, topology)
     if isinstance(topology, Topology) and topology.k is None:
         raise ValueError("anytime detection needs a k-regular topology (p0 = k/S exactly); this one is irregular")
-    topo, _, _ = detection_args(key, S, topology, 0.5, False)  # S, the key's type and the topology, checked
+    topo, _, _ = detection_args(key, S, topology, 0.5)  # S, the key's type and the topology, checked
     rho = config_rho if config_rho is not None else (_DEFAULT_RHO if rho is None else check_rho(rho))
     return key, topo, float(rho)
 

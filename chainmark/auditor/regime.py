@@ -68,7 +68,6 @@ def regime_document(
     n_min: int | None = None,
     rho: float | None = None,
     gate: str | None = None,
-    distinct_pairs: bool = False,
     recalibration: dict[str, Any] | None = None,
     test: str | None = None,
     key_audit: dict[str, Any] | None = None,
@@ -81,7 +80,8 @@ def regime_document(
     fingerprint so that an auditor's tokenizer can be checked against it;
     ``tokenizer_revision`` records the Hub revision (commit hash) it was
     loaded at, so an auditor loads the same files. ``test`` names the test
-    (:data:`chainmark.detection.TESTS`); the exact test publishes no z threshold.
+    (:data:`chainmark.detection.TESTS`); the exact test publishes no z threshold, and
+    the distinct test also sets the document's ``distinct_pairs``, which older readers look at.
     ``key_audit``, the key's certificate, must fit the regime (:meth:`Regime.check_certificate`).
     """
     from ..checks import check_alpha, check_states
@@ -107,7 +107,7 @@ def regime_document(
 
         tokenizer = load_tokenizer(tokenizer_name, revision=tokenizer_revision)
     regime = Regime(
-        S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=bool(distinct_pairs),
+        S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=test == "distinct",
         n_min=n_min, tokenizer=tokenizer_name, tokenizer_revision=tokenizer_revision,
         tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
         vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
@@ -310,7 +310,7 @@ def published_regime_problems(doc: Any) -> list[str]:
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
 _OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
-_OPTIONS = ("S", "topology", "alpha", "threshold", "distinct_pairs", "test", "n_min", "tokenizer", "tokenizer_revision")
+_OPTIONS = ("S", "topology", "alpha", "threshold", "test", "n_min", "tokenizer", "tokenizer_revision")
 
 
 class RegimeError(ValueError):
@@ -569,10 +569,8 @@ class Regime:
             raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {_OPTIONS}")
         regime = cls.from_document(document) if document is not None else cls()
         given = {k: v for k, v in options.items() if v is not None}
-        if given.get("distinct_pairs") and "test" not in given:  # --distinct-pairs alone names the distinct test
-            given["test"] = "distinct"
         if "test" in given:  # a test named here replaces the document's, distinct pairs and z threshold included
-            given.setdefault("distinct_pairs", given["test"] == "distinct")
+            given["distinct_pairs"] = given["test"] == "distinct"
             if given["test"] == "exact":
                 given["threshold"] = None
         regime = dataclasses.replace(regime, **given)

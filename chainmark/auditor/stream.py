@@ -198,8 +198,7 @@ class StreamingDetector:
     DENSE_IDS_MAX = 1 << 24
 
     def __post_init__(self) -> None:
-        self._topo, self.alpha, self.test = detection_args(self.key, self.S, self.topology, self.alpha, False,
-                                                            self.test)
+        self._topo, self.alpha, self.test = detection_args(self.key, self.S, self.topology, self.alpha, self.test)
         self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
         self._dense = self.vocab_size is not None and self.vocab_size <= self.DENSE_IDS_MAX

@@ -12,8 +12,8 @@ from ..auditor.regime import Regime, parse_regime_text, published_regime_problem
 from ..limits import DEFAULT_MAX_TEXT_BYTES, MAX_REGIME_BYTES
 from .common import UsageError, warn
 
-__all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "read_certificate", "read_input",
-           "read_inputs", "regime_topology", "tokenizer_label", "warn_if_not_private"]
+__all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "named_test", "read_certificate",
+           "read_input", "read_inputs", "regime_topology", "tokenizer_label", "warn_if_not_private"]
 
 
 # ---------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> 
     """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published
     document, the document over the defaults."""
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
-                          distinct_pairs=args.distinct_pairs, test=_default_test(args, document),
+                          test=_default_test(args, document),
                           n_min=args.min_tokens,
                           tokenizer=args.tokenizer,
                           tokenizer_revision=args.tokenizer_revision)
@@ -277,9 +277,17 @@ def _default_test(args: argparse.Namespace, document: dict[str, Any] | None) -> 
     """The test an audit applies when nothing names one: the exact test, whose false-positive rate holds for
     every text. A published regime keeps its own (one without "test" means the paper's z-test, or distinct
     pairs), and a --threshold or --distinct-pairs given alone asks for the z statistic they apply to."""
-    if args.test is not None or document is not None or args.threshold is not None or args.distinct_pairs:
-        return args.test
+    test = named_test(args)
+    if test is not None or document is not None or args.threshold is not None:
+        return test
     return "exact"
+
+
+def named_test(args: argparse.Namespace) -> str | None:
+    """The test the options name: --test, or --distinct-pairs (the same as --test distinct); None if neither."""
+    if args.distinct_pairs and args.test not in (None, "distinct"):
+        raise UsageError(f"--distinct-pairs is the distinct test; it cannot be combined with --test {args.test}")
+    return "distinct" if args.distinct_pairs else args.test
 
 
 def regime_topology(regime: Regime) -> Any:

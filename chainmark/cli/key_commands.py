@@ -11,7 +11,7 @@ from typing import Any
 from ..auditor.regime import Regime, regime_document
 from ..limits import MAX_STATES
 from .common import EXIT_OK, UsageError, create_file, finite_float, float_in, int_at_least, int_in, out_path
-from .inputs import load_key, load_tokenizer, read_certificate, tokenizer_label, warn_if_not_private
+from .inputs import load_key, load_tokenizer, named_test, read_certificate, tokenizer_label, warn_if_not_private
 
 __all__ = ["add_commands"]
 
@@ -140,8 +140,7 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                               tokenizer_name=tokenizer_label(args.tokenizer), tokenizer=tokenizer,
                               tokenizer_revision=args.tokenizer_revision,
                               n_min=args.n_min, rho=args.rho, gate=args.gate,
-                              distinct_pairs=args.distinct_pairs,
-                              test=args.test or (None if args.distinct_pairs or args.threshold is not None else "exact"),
+                              test=named_test(args) or (None if args.threshold is not None else "exact"),
                               key_audit=read_certificate(args.certificate) if args.certificate else None,
                               trades_fpr_for_power=args.trades_fpr_for_power,
                               recalibration=args.recalibrated)

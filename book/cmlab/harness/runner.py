@@ -507,11 +507,12 @@ def generate_resumable(
         def produce() -> Iterator[tuple[int, dict[str, Any]]]:
             gens = generate(model, tokenizer, chunk, config, gate, batch_size=batch_size, seed=seed + b,
                             **generate_kwargs)
-            for offset, g in enumerate(gens):
-                yield lo + offset, {"index": lo + offset, **dataclasses.asdict(g)}
+            for offset, g in enumerate(gens):  # g.config (it holds the key) is never written
+                yield lo + offset, {"index": lo + offset, **{k: getattr(g, k) for k in fields}}
 
         return _Batch(tuple(range(lo, lo + len(chunk))), produce, f"batch {b + 1}")
 
+    fields = [f.name for f in dataclasses.fields(Generation) if f.name != "config"]
     ignore = ("n_prompts", "model") if model is None else ("n_prompts",)
     with _open_run(path, meta, secrets, key_of, ignore=ignore, update_meta=model is not None) as done:
         batches = [batch(b) for b in range(math.ceil(len(prompts) / batch_size))]
@@ -520,8 +521,7 @@ def generate_resumable(
             raise ValueError(f"model is None, but {len(todo)} of {len(batches)} batches in {path} are still "
                              "to generate: pass the model (None only reads back a finished run)")
         _append_batches(path, batches, done, secrets, max_batches=stop_after, progress=progress)
-        fields = [f.name for f in dataclasses.fields(Generation)]
-        return [_generation_from_record(Generation, fields, done[i]) for i in sorted(done)]
+        return [_generation_from_record(Generation, fields, done[i], config) for i in sorted(done)]
 
 
 #: Where :func:`generate_once` keeps its texts, under the runs folder.
@@ -585,10 +585,10 @@ def _model_identity(model: Any) -> dict[str, Any]:
     return ident
 
 
-def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, Any]) -> Any:
-    """A Generation back from its JSON line (JSON has no NaN: missing floats come back as NaN)."""
+def _generation_from_record(cls: Any, fields: Sequence[str], rec: Mapping[str, Any], config: Any) -> Any:
+    """A Generation back from its JSON line with the run's config (JSON has no NaN: missing floats come back as NaN)."""
     values = {k: rec[k] for k in fields if k in rec}
     for k in ("entropy", "gap"):
         if k in values:
             values[k] = [math.nan if v is None else float(v) for v in values[k]]
-    return cls(**values)
+    return cls(**values, config=config)
