@@ -221,6 +221,42 @@ def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances
     assert ep.default_jobs() == 1  # a reader's own model: one copy of it in memory
 
 
+def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
+    """One kernel runs a worker's queue, but a chapter does not see what the one before it left: names, the
+    working folder, environment variables, Matplotlib settings, or the book's packages' state (claims checked,
+    caches); a failing chapter stops the queue with its error, and ``CHAINMARK_WARM_KERNELS`` is checked."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import execute_parallel as ep
+
+    first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, matplotlib, cmlab.teaching.claims as c\n"
+        "leftover = 1\nos.environ['CHAINMARK_LEFTOVER'] = '1'\nmatplotlib.rcParams['lines.linewidth'] = 9\n"
+        "c._outcomes.append('a claim of the first chapter')\nos.chdir('..')")])
+    second = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, sys, pathlib, matplotlib, cmlab.teaching.claims as c\n"
+        "print(sorted(k for k in globals() if k == 'leftover'), os.environ.get('CHAINMARK_LEFTOVER'),\n"
+        "      matplotlib.rcParams['lines.linewidth'], len(c._outcomes), pathlib.Path.cwd().name, os.getpid())")])
+    failing = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise ValueError('this chapter fails')")])
+    book = tmp_path / "book"
+    book.mkdir()
+    for name, nb in (("01_a", first), ("02_b", second), ("03_c", failing), ("04_d", second)):
+        nbformat.write(nb, book / f"{name}.ipynb")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "book") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    results = ep._execute_queue([str(book / f"{n}.ipynb") for n in ("01_a", "02_b", "01_a", "02_b", "03_c", "04_d")],
+                                120, None, 1, warm=True)
+    assert [r["ok"] for r in results] == [True, True, True, True, False]  # stopped at the failure
+    assert "ValueError" in results[-1]["error"] and "this chapter fails" in results[-1]["error"]
+    printed = [nbformat.reads(r["notebook"], as_version=4).cells[0].outputs[0]["text"].split() for r in results[1:4:2]]
+    for words in printed:  # no leftover name or variable, the line width not 9, no claims, the chapter's folder
+        assert words[:2] == ["[]", "None"] and words[2] != "9" and words[3:5] == ["0", "book"], words
+    assert printed[0][5] == printed[1][5]  # one kernel process for the queue
+    monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "yes")
+    with pytest.raises(ValueError, match="CHAINMARK_WARM_KERNELS"):
+        ep.warm_kernels()
+    monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "0")
+    assert ep.warm_kernels() is False
+
+
 def test_the_build_benchmark_counts_the_decoding_the_chapters_forecast(tmp_path):
     """benchmarks/bench_build.py's floor: the new tokens of each forecast's decoding steps, scoring left out."""
     sys.path.insert(0, str(ROOT / "benchmarks"))

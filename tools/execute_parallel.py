@@ -11,6 +11,15 @@ Chapters that share a run folder (section 4.1 reads chapter 4's texts, 5.1 and 5
 chapter 7's, 9.1 chapter 9's: generate once, read many) must run one after the other, so a worker takes
 a whole *group*, the chapters with the same leading number, in the table of contents' order. Groups go to the worker that
 is least loaded, longest first, by the chapters' recorded times (``book/data/chapter_timings.json``).
+
+A worker keeps one kernel for its whole queue (``$CHAINMARK_WARM_KERNELS``, on unless ``0``): before each
+chapter but the first, the kernel's namespace is emptied and what a chapter may change in the process
+(working folder, environment, import path, Matplotlib's settings, warning filters) is put back as the
+first chapter found it, and ``chainmark`` and ``cmlab`` are imported afresh (their caches and the claims
+checked start empty), so a chapter runs as in a fresh kernel without paying again for the
+kernel's start and the imports of torch, transformers, pandas and Matplotlib (15–20 s a chapter here).
+Readers, the foreign-model and participant runs, and ``tools/run_notebook.py`` still use a fresh kernel
+per chapter.
 """
 from __future__ import annotations
 
@@ -28,6 +37,38 @@ from typing import Any
 EXECUTED_LINE = "{path}: Executed notebook in {seconds:.2f} seconds (parallel worker {worker})"
 FAILED_LINE = "{path}: Executing notebook failed: {error}"
 JOBS_ENV = "CHAINMARK_BUILD_JOBS"
+WARM_ENV = "CHAINMARK_WARM_KERNELS"
+
+#: Run in a worker's kernel before every chapter: the first time it notes the process's state, later times
+#: it empties the namespace and restores that state (what a fresh kernel would give the chapter).
+_FRESH_START = r"""
+import sys as _sys, types as _types
+_state = _sys.modules.get("_chainmark_fresh_start")
+if _state is None:
+    import copy, os, warnings
+    import matplotlib
+    import matplotlib.pyplot
+    _state = _sys.modules["_chainmark_fresh_start"] = _types.ModuleType("_chainmark_fresh_start")
+    _state.cwd, _state.env, _state.path = os.getcwd(), dict(os.environ), list(_sys.path)
+    _state.rc, _state.filters = copy.deepcopy(dict(matplotlib.rcParams)), list(warnings.filters)
+else:
+    get_ipython().run_line_magic("reset", "-f")
+    import os, sys, warnings
+    import matplotlib
+    import matplotlib.pyplot as plt
+    _state = sys.modules["_chainmark_fresh_start"]
+    plt.close("all")
+    matplotlib.rcParams.update(_state.rc)
+    warnings.filters[:] = _state.filters
+    os.chdir(_state.cwd)
+    os.environ.clear()
+    os.environ.update(_state.env)
+    sys.path[:] = _state.path
+    for name in [n for n in sys.modules if n.split(".")[0] in ("chainmark", "cmlab")]:
+        del sys.modules[name]  # the book's packages are imported afresh: their caches and claims start empty
+    get_ipython().run_line_magic("reset", "-f")  # and the names this cell made
+    __import__("gc").collect()
+"""
 
 
 def default_jobs() -> int:
@@ -85,27 +126,81 @@ def plan_queues(notebooks: list[str], jobs: int, seconds: dict[str, float]) -> l
     return [q for q in queues if q]
 
 
-def _execute_queue(queue: list[str], timeout: int, threads: int | None, worker: int) -> list[dict[str, Any]]:
-    """Execute each notebook of ``queue`` in a fresh kernel; stop at the first failure. Runs in a worker process."""
+def warm_kernels() -> bool:
+    """Whether a worker keeps one kernel for its queue: ``$CHAINMARK_WARM_KERNELS`` unless ``0`` (on by default)."""
+    value = os.environ.get(WARM_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{WARM_ENV} must be 0 (a fresh kernel per chapter) or 1 (one kernel per worker), not {value!r}")
+    return value != "0"
+
+
+def _run_notebook(nb: Any, cwd: str, timeout: int, km: Any) -> tuple[Any, BaseException | None, str]:
+    """Execute ``nb`` in place on the kernel ``km`` manages (started here if it is not), as MyST-NB would.
+
+    Returns the kernel manager, the error (None when every cell ran) and its traceback."""
+    import traceback
+
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    execution = nb.metadata.get("execution", {})  # a notebook's own timeout or allow_errors win, as in MyST-NB
+    client = NotebookClient(nb, km=km, timeout=execution.get("timeout", timeout),
+                            allow_errors=execution.get("allow_errors", False), resources={"metadata": {"path": cwd}})
+    if km is None:
+        client.km = km = client.create_kernel_manager()  # created here but owned by the caller: kept alive
+        client.owns_km = False
+    try:
+        client.execute()
+        return km, None, ""
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
+        return km, err, traceback.format_exc()
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+
+
+def _shutdown(km: Any) -> None:
+    from nbclient.util import run_sync
+
+    if km is not None and km.has_kernel:
+        run_sync(km.shutdown_kernel)(now=True)
+
+
+def _execute_queue(queue: list[str], timeout: int, threads: int | None, worker: int,
+                   warm: bool = True) -> list[dict[str, Any]]:
+    """Execute each notebook of ``queue``, in one kernel when ``warm`` (reset between chapters, see
+    :data:`_FRESH_START`) or each in a fresh one; stop at the first failure. Runs in a worker process."""
     import nbformat
-    from jupyter_cache.executors.utils import single_nb_execution
 
     if threads:  # each kernel inherits this: one CPU thread per chapter when two share two cores
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         os.environ.setdefault("MKL_NUM_THREADS", str(threads))
-    results = []
-    for path in queue:
-        nb = nbformat.read(path, as_version=4)
-        result = single_nb_execution(nb, cwd=str(Path(path).parent), timeout=timeout, allow_errors=False,
-                                     meta_override=True)
-        ok = result.err is None
-        results.append({"path": path, "seconds": result.time, "worker": worker, "ok": ok,
-                        "notebook": nbformat.writes(nb) if ok else None,
-                        "error": None if ok else f"{type(result.err).__name__}\n{result.exc_string}"})
-        print(f"execute_parallel: worker {worker}: {Path(path).name} "
-              + (f"done in {result.time:.0f} s" if ok else f"FAILED ({type(result.err).__name__})"), flush=True)
-        if not ok:
-            break
+    results, km = [], None
+    try:
+        for path in queue:
+            nb = nbformat.read(path, as_version=4)
+            cwd = str(Path(path).parent)
+            start = time.perf_counter()
+            if not warm:
+                _shutdown(km)
+                km = None
+            error, trace = None, ""
+            if warm:  # the first time, note the fresh kernel's state; later, empty the kernel and restore it
+                fresh_start = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(_FRESH_START)])
+                km, error, trace = _run_notebook(fresh_start, cwd, 300, km)
+            if error is None:
+                km, error, trace = _run_notebook(nb, cwd, timeout, km)
+            seconds = time.perf_counter() - start
+            ok = error is None
+            results.append({"path": path, "seconds": seconds, "worker": worker, "ok": ok,
+                            "notebook": nbformat.writes(nb) if ok else None,
+                            "error": None if ok else f"{type(error).__name__}\n{trace}"})
+            print(f"execute_parallel: worker {worker}: {Path(path).name} "
+                  + (f"done in {seconds:.0f} s" if ok else f"FAILED ({type(error).__name__})"), flush=True)
+            if not ok:
+                break
+    finally:
+        _shutdown(km)
     return results
 
 
@@ -148,7 +243,8 @@ def execute_into_cache(book_dir: Path, notebooks: list[str], jobs: int, timeout:
     start = time.perf_counter()
     status = 0
     with ProcessPoolExecutor(max_workers=len(queues)) as pool:
-        futures = [pool.submit(_execute_queue, q, timeout, threads, i + 1) for i, q in enumerate(queues)]
+        warm = warm_kernels()
+        futures = [pool.submit(_execute_queue, q, timeout, threads, i + 1, warm) for i, q in enumerate(queues)]
         for future in futures:
             for r in future.result():
                 if r["ok"]:
