@@ -250,6 +250,7 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
     for words in printed:  # no leftover name or variable, the line width not 9, no claims, the chapter's folder
         assert words[:2] == ["[]", "None"] and words[2] != "9" and words[3:5] == ["0", "book"], words
     assert printed[0][5] == printed[1][5]  # one kernel process for the queue
+    assert [nbformat.reads(r["notebook"], as_version=4).cells[0].execution_count for r in results[:4]] == [1] * 4
     monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "yes")
     with pytest.raises(ValueError, match="CHAINMARK_WARM_KERNELS"):
         ep.warm_kernels()

@@ -64,10 +64,17 @@ else:
     os.environ.clear()
     os.environ.update(_state.env)
     sys.path[:] = _state.path
+    if "ipywidgets" in sys.modules:  # a widget's callbacks would keep the last chapter's model and texts alive
+        sys.modules["ipywidgets"].Widget.close_all()
+    getattr(warnings, "_filters_mutated", lambda: None)()  # a warning shown before is shown again
+    once = getattr(sys.modules.get("transformers.utils.logging"), "warning_once", None)
+    if once is not None and hasattr(once, "cache_clear"):  # transformers' warn-once memory
+        once.cache_clear()
     for name in [n for n in sys.modules if n.split(".")[0] in ("chainmark", "cmlab")]:
         del sys.modules[name]  # the book's packages are imported afresh: their caches and claims start empty
     get_ipython().run_line_magic("reset", "-f")  # and the names this cell made
     __import__("gc").collect()
+get_ipython().execution_count = 0  # IPython counts this cell: the chapter's first cell is then In [1], as when fresh
 """
 
 
