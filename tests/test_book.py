@@ -251,6 +251,14 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
         assert words[:2] == ["[]", "None"] and words[2] != "9" and words[3:5] == ["0", "book"], words
     assert printed[0][5] == printed[1][5]  # one kernel process for the queue
     assert [nbformat.reads(r["notebook"], as_version=4).cells[0].execution_count for r in results[:4]] == [1] * 4
+    # the site build finds each executed chapter in jupyter-cache: same hash as the chapter as written (a cell's
+    # execution timestamps would change it, and every chapter would execute a second time)
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(tmp_path / "cache"))
+    hashed = [cache.create_hashed_notebook(nb)[1] for nb in
+              (nbformat.read(book / "01_a.ipynb", as_version=4), nbformat.reads(results[0]["notebook"], as_version=4))]
+    assert hashed[0] == hashed[1]
     monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "yes")
     with pytest.raises(ValueError, match="CHAINMARK_WARM_KERNELS"):
         ep.warm_kernels()

@@ -151,7 +151,9 @@ def _run_notebook(nb: Any, cwd: str, timeout: int, km: Any) -> tuple[Any, BaseEx
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     execution = nb.metadata.get("execution", {})  # a notebook's own timeout or allow_errors win, as in MyST-NB
-    client = NotebookClient(nb, km=km, timeout=execution.get("timeout", timeout),
+    # record_timing=False, as jupyter-cache's own executor: timestamps in a cell's metadata would change the
+    # notebook's hash, and the site build would miss the cache and execute every chapter again
+    client = NotebookClient(nb, km=km, timeout=execution.get("timeout", timeout), record_timing=False,
                             allow_errors=execution.get("allow_errors", False), resources={"metadata": {"path": cwd}})
     if km is None:
         client.km = km = client.create_kernel_manager()  # created here but owned by the caller: kept alive
