@@ -421,6 +421,23 @@ def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
         cluster_bootstrap_rate([True, False], [0])
 
 
+def test_a_clustered_interval_is_never_narrower_than_the_binomial_one_of_its_units() -> None:
+    """A few flags among many small clusters: the percentile bootstrap alone put the upper limit of one flag
+    in 600 texts (200 prompts of three) at 0.5%, below the binomial limit of independent texts."""
+    from chainmark.rates import clopper_pearson
+    from cmlab.stats import cluster_bootstrap_rate
+
+    clusters = np.repeat(np.arange(200), 3)
+    for hits in (1, 2, 3, 6, 30):
+        flags = np.zeros(600, dtype=bool)
+        flags[np.arange(hits) * 3] = True                  # one flag in each of the first clusters
+        est = cluster_bootstrap_rate(flags, clusters)
+        low, high = clopper_pearson(hits, 600)
+        assert est.low <= low + 1e-12 and est.high >= high - 1e-12, (hits, str(est))
+    highs = [cluster_bootstrap_rate(np.arange(600) < 3 * h, clusters).high for h in range(1, 8)]
+    assert highs == sorted(highs)                          # more flags, never a lower upper limit
+
+
 def test_threshold_interval_brackets_the_threshold_and_narrows_with_more_null_texts() -> None:
     from cmlab.stats import threshold_interval
 
