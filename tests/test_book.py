@@ -229,6 +229,7 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
     import execute_parallel as ep
 
     first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "print(sorted(k for k in ('copy', 'os', '_state', 'matplotlib') if k in globals()))\n"
         "import os, matplotlib, cmlab.teaching.claims as c\n"
         "leftover = 1\nos.environ['CHAINMARK_LEFTOVER'] = '1'\nmatplotlib.rcParams['lines.linewidth'] = 9\n"
         "c._outcomes.append('a claim of the first chapter')\nos.chdir('..')")])
@@ -246,6 +247,8 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
                                 120, None, 1, warm=True)
     assert [r["ok"] for r in results] == [True, True, True, True, False]  # stopped at the failure
     assert "ValueError" in results[-1]["error"] and "this chapter fails" in results[-1]["error"]
+    first_run = nbformat.reads(results[0]["notebook"], as_version=4).cells[0].outputs[0]["text"]
+    assert first_run.strip() == "[]", first_run  # the first chapter finds none of the fresh start's own names
     printed = [nbformat.reads(r["notebook"], as_version=4).cells[0].outputs[0]["text"].split() for r in results[1:4:2]]
     for words in printed:  # no leftover name or variable, the line width not 9, no claims, the chapter's folder
         assert words[:2] == ["[]", "None"] and words[2] != "9" and words[3:5] == ["0", "book"], words

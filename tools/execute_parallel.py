@@ -72,8 +72,8 @@ else:
         once.cache_clear()
     for name in [n for n in sys.modules if n.split(".")[0] in ("chainmark", "cmlab")]:
         del sys.modules[name]  # the book's packages are imported afresh: their caches and claims start empty
-    get_ipython().run_line_magic("reset", "-f")  # and the names this cell made
-    __import__("gc").collect()
+get_ipython().run_line_magic("reset", "-f")  # the names this cell made, so that no chapter finds them
+__import__("gc").collect()
 get_ipython().execution_count = 0  # IPython counts this cell: the chapter's first cell is then In [1], as when fresh
 """
 
