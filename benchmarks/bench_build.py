@@ -56,7 +56,7 @@ def seconds_per_token(batch: int = 8, new_tokens: int = 48) -> float:
     """Wall seconds per new token when the embedded model decodes one batch with the watermark, measured now."""
     from chainmark.config import ChainMarkConfig
     from chainmark.embed import calibrate_gate, generate
-    from chainmark.keyfiles import book_key
+    from chainmark.auditor.keyfiles import book_key
     from cmlab.harness.models import load_model
     from cmlab.harness.prompts import load_prompts
 

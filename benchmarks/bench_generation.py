@@ -54,7 +54,7 @@ from transformers.generation.logits_process import WatermarkLogitsProcessor  # n
 
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.embed import ChainMarkLogitsProcessor, calibrate_gate, generate, logits_width  # noqa: E402
-from chainmark.keyfiles import book_key  # noqa: E402
+from chainmark.auditor.keyfiles import book_key  # noqa: E402
 from chainmark.embed import chat_prompt  # noqa: E402
 from cmlab.harness.models import load_model  # noqa: E402
 

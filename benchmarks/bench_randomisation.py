@@ -28,7 +28,7 @@ from chainmark.detection import detect
 from chainmark.keys import hkdf
 from chainmark.partition import state_table, states_of
 from chainmark.randomisation import key_randomisation_test
-from chainmark.segments import detect_segments
+from chainmark.auditor.segments import detect_segments
 
 VOCAB = 49152
 KEY = b"benchmark key of thirty-two bytes"

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
 
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
 
     docs = base_documents()
     rows, ok = [], True

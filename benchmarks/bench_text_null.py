@@ -1,4 +1,4 @@
-"""Benchmark: what a text's own null over random keys costs (``chainmark.repetition``), against scoring the
+"""Benchmark: what a text's own null over random keys costs (``chainmark.auditor.repetition``), against scoring the
 text as ``chainmark detect`` does, from its characters (tokenize, then the z-test: the baseline), in one run.
 
     .venv/bin/python benchmarks/bench_text_null.py [--sizes 1000 10000 100000 700000] [--repeats 5]
@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from cmlab.harness.corpora import shipped_texts  # noqa: E402
 from chainmark.detection import detect  # noqa: E402
-from chainmark.repetition import null_fpr, text_null  # noqa: E402
+from chainmark.auditor.repetition import null_fpr, text_null  # noqa: E402
 from chainmark.auditor.tokenizer import load_tokenizer  # noqa: E402
 from chainmark.topology import Topology  # noqa: E402
 

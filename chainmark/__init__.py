@@ -23,10 +23,11 @@ __version__ = "0.1.0"
 
 #: The method's modules (``cm.<module>``). Names are imported on first use (PEP 562),
 #: so ``import chainmark`` and the auditor's command line pay for torch only when a model-based name is touched.
-METHOD_MODULES = ("keys", "keyfiles", "partition", "topology", "gates", "gate_signals", "config", "embed",
-                  "detection", "significance", "verdict", "calibrate", "rates", "repetition", "randomisation",
-                  "segments")
+METHOD_MODULES = ("keys", "partition", "topology", "gates", "gate_signals", "config", "embed", "detection",
+                  "significance", "verdict", "calibrate", "randomisation")
 SUBPACKAGES = ("auditor", "cli")
+#: The auditor's modules that a few top-level names come from (key files, measured rates, spans in a document).
+AUDITOR_EXPORTS = ("auditor.keyfiles", "auditor.rates", "auditor.segments")
 
 #: The names at the top, each used by at least two chapters or by the README (``tests/test_architecture.py``
 #: checks both ways). Every other name of a method module is reached through it: ``cm.calibrate.s_star_exact``.
@@ -46,4 +47,5 @@ TOP_LEVEL = (
     "min_null_samples", "recalibrate", "excess_kurtosis", "rate_estimate", "clopper_pearson",
 )
 
-__getattr__, __dir__ = lazy_exports(__name__, __file__, METHOD_MODULES, SUBPACKAGES, only=TOP_LEVEL)
+__getattr__, __dir__ = lazy_exports(__name__, __file__, METHOD_MODULES + AUDITOR_EXPORTS, SUBPACKAGES,
+                                     only=TOP_LEVEL)

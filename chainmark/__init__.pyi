@@ -11,16 +11,24 @@ from . import detection as detection
 from . import embed as embed
 from . import gate_signals as gate_signals
 from . import gates as gates
-from . import keyfiles as keyfiles
 from . import keys as keys
 from . import partition as partition
 from . import randomisation as randomisation
-from . import rates as rates
-from . import repetition as repetition
-from . import segments as segments
 from . import significance as significance
 from . import topology as topology
 from . import verdict as verdict
+from .auditor.keyfiles import (
+    book_key as book_key,
+    load_key as load_key,
+    write_key_file as write_key_file,
+)
+from .auditor.rates import (
+    clopper_pearson as clopper_pearson,
+    rate_estimate as rate_estimate,
+)
+from .auditor.segments import (
+    detect_segments as detect_segments,
+)
 from .calibrate import (
     exact_fpr as exact_fpr,
     excess_kurtosis as excess_kurtosis,
@@ -56,11 +64,6 @@ from .gate_signals import (
 from .gates import (
     Gate as Gate,
 )
-from .keyfiles import (
-    book_key as book_key,
-    load_key as load_key,
-    write_key_file as write_key_file,
-)
 from .keys import (
     derive_key as derive_key,
     generate_key as generate_key,
@@ -73,13 +76,6 @@ from .partition import (
 )
 from .randomisation import (
     key_randomisation_test as key_randomisation_test,
-)
-from .rates import (
-    clopper_pearson as clopper_pearson,
-    rate_estimate as rate_estimate,
-)
-from .segments import (
-    detect_segments as detect_segments,
 )
 from .significance import (
     first_occurrences as first_occurrences,

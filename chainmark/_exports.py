@@ -17,10 +17,12 @@ __all__ = [ "lazy_exports"]
 
 
 def _exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
-    """Every name in the ``__all__`` of each module, mapped to its module; a name in two modules is an error."""
+    """Every name in the ``__all__`` of each module, mapped to its module; a name in two modules is an error.
+
+    A module may sit in a subpackage (``"auditor.rates"``)."""
     found: dict[str, str] = {}
     for module in modules:
-        tree = ast.parse((package_dir / f"{module}.py").read_text("utf-8"))
+        tree = ast.parse((package_dir / f"{module.replace('.', '/')}.py").read_text("utf-8"))
         names = next((ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)), None)
         if names is None:
@@ -57,7 +59,7 @@ def lazy_exports(package: str, package_file: str, modules: Sequence[str], subpac
             return sorted(names())
         module = names().get(name)  # a function named like its module (detect, entropy) wins over the module
         if module is None:
-            if name in subpackages or name in modules:
+            if name in subpackages or (name in modules and "." not in name):
                 return importlib.import_module(f"{package}.{name}")
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(f"{package}.{module}"), name)
@@ -65,6 +67,6 @@ def lazy_exports(package: str, package_file: str, modules: Sequence[str], subpac
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(names()) | set(subpackages) | set(modules))
+        return sorted(set(names()) | set(subpackages) | {m for m in modules if "." not in m})
 
     return __getattr__, __dir__

@@ -15,7 +15,7 @@ Binomial(n - 1, p0), the true size of the Gaussian z-test is computable too
 :func:`recalibrate` sets a new threshold from null z-scores of a corpus
 (the SD recipe mu + z_alpha sigma, or an order-statistic quantile), on a
 corpus of at least :func:`min_null_samples` texts. Measured rates and their
-exact intervals are :mod:`chainmark.rates`; the experiments' statistics
+exact intervals are :mod:`chainmark.auditor.rates`; the experiments' statistics
 (bootstrap intervals, split halves, the lifted threshold) are the book's lab.
 """
 from __future__ import annotations

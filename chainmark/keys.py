@@ -4,7 +4,7 @@ Keys are bytes and are never printed. Per-deployment keys are derived from a
 master key with HKDF (RFC 5869, HMAC-SHA-256, standard library ``hmac``). A
 key is identified in logs and records only by its fingerprint, a truncated
 hash that cannot be reversed. Key files, the environment and the book's
-published teaching key are :mod:`chainmark.keyfiles`.
+published teaching key are :mod:`chainmark.auditor.keyfiles`.
 """
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def _execute_one(notebook: str, folder: Path, env: dict[str, str]) -> dict:
     sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
 
     os.environ.update(env)
     os.environ.pop("CHAINMARK_EDITION", None)

@@ -19,11 +19,11 @@ import pytest
 from chainmark import cli
 from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid, default_prior
 from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
-from chainmark.rates import clopper_pearson_lower, clopper_pearson_upper
+from chainmark.auditor.rates import clopper_pearson_lower, clopper_pearson_upper
 from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect, valid_transitions
-from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
+from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
 from chainmark.keys import hkdf, key_fingerprint
 from chainmark.partition import state_table
 from chainmark.significance import spanning_forest

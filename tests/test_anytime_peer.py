@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from chainmark.rates import clopper_pearson_lower, clopper_pearson_upper
+from chainmark.auditor.rates import clopper_pearson_lower, clopper_pearson_upper
 from cmlab.comparison import (PEER_CAP, PEER_COMPONENTS, PEER_ENDPOINT_WEIGHT, peer_bets, peer_crossing,
                                   peer_log_e)
 

@@ -22,7 +22,7 @@ from cmlab.harness import reference
 from chainmark.auditor.corpus_input import AuditError, corpus_batches
 from chainmark.auditor.corpus import parts_folder, read_audit, run_audit
 from chainmark.detection import detect_text
-from chainmark.keyfiles import write_key_file
+from chainmark.auditor.keyfiles import write_key_file
 from chainmark.keys import key_fingerprint
 from chainmark.auditor.regime import Regime
 from chainmark.auditor.tokenizer import load_tokenizer
@@ -338,7 +338,7 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
 def test_the_audit_reports_segments_per_document(tmp_path, docs):
     """--segments: each document's spans by the window scan, the same on one process as detect_segments says."""
     from chainmark.randomisation import key_seed
-    from chainmark.segments import detect_segments
+    from chainmark.auditor.segments import detect_segments
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:60])
     run_audit(source, tmp_path / "out.jsonl", KEY, regime(), id_field="id", batch_docs=25, segments=199)

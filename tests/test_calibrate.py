@@ -17,7 +17,7 @@ from scipy import stats
 from chainmark.calibrate import (PAPER_ALPHAS, PAPER_NS, PAPER_RHOS, calibration_table, critical_count, exact_fpr,
                                  hoeffding_fpr_bound, midpoint_threshold, midpoint_z, min_null_samples, null_p0,
                                  predicted_z, recalibrate, s_star, z_alpha)
-from chainmark.rates import clopper_pearson, rate_estimate
+from chainmark.auditor.rates import clopper_pearson, rate_estimate
 from cmlab.stats import exceedance_rate, lifted_threshold, split_halves
 from chainmark.significance import p_value, z_score
 from chainmark.detection import score_states
@@ -424,7 +424,7 @@ def test_cluster_bootstrap_widens_the_interval_when_units_share_a_text():
 def test_a_clustered_interval_is_never_narrower_than_the_binomial_one_of_its_units() -> None:
     """A few flags among many small clusters: the percentile bootstrap alone put the upper limit of one flag
     in 600 texts (200 prompts of three) at 0.5%, below the binomial limit of independent texts."""
-    from chainmark.rates import clopper_pearson
+    from chainmark.auditor.rates import clopper_pearson
     from cmlab.stats import cluster_bootstrap_rate
 
     clusters = np.repeat(np.arange(200), 3)
@@ -456,7 +456,7 @@ def test_threshold_interval_brackets_the_threshold_and_narrows_with_more_null_te
 
 
 def test_judge_against_reads_the_interval_not_the_point() -> None:
-    from chainmark.rates import rate_estimate
+    from chainmark.auditor.rates import rate_estimate
     from cmlab.stats import judge_against
 
     est = rate_estimate([True] * 95 + [False] * 5)      # 95% [88.7, 98.4]
@@ -468,7 +468,7 @@ def test_judge_against_reads_the_interval_not_the_point() -> None:
 
 
 def test_cluster_bootstrap_gives_a_real_interval_when_no_or_every_unit_is_flagged() -> None:
-    from chainmark.rates import clopper_pearson
+    from chainmark.auditor.rates import clopper_pearson
     from cmlab.stats import cluster_bootstrap_rate
 
     clusters = np.repeat(np.arange(16), 6)                 # 16 texts, 6 windows each

@@ -27,7 +27,7 @@ from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from chainmark.partition import state_table
-from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
+from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
 from chainmark.keys import derive_key, key_fingerprint
 from cli_support import KEY, ByteTokenizer, watermarked_text
 

@@ -156,7 +156,7 @@ def test_a_regime_records_the_exact_test_and_decides_by_its_p_value():
 
 def test_the_command_line_runs_the_exact_test_and_publishes_it(tmp_path, capsys, monkeypatch):
     from chainmark import cli
-    from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV
+    from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
 
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)

@@ -171,7 +171,7 @@ def test_a_fifo_is_refused_instead_of_blocking(tmp_path, in_process):
 
 
 def test_weak_keys_are_named_by_detect_and_refused_as_a_master(tmp_path, in_process):
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
     from chainmark.keys import weak_key_reason
 
     (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")

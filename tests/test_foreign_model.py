@@ -79,7 +79,7 @@ def test_the_chapter_runs_to_its_end_on_another_model(chapter, foreign, foreign_
 def test_a_model_too_large_for_the_device_is_refused_before_loading_in_a_chapter(foreign, tmp_path, monkeypatch):
     """Chapter 0 on the small foreign model, with the device's free memory simulated below what it needs: the
     chapter stops at load_model with the refusal and its advice, before any weight is read."""
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
 
     monkeypatch.setenv("CHAINMARK_MODEL", str(foreign))
     monkeypatch.setenv("CHAINMARK_DEVICE_MEMORY_GB", "0.3")

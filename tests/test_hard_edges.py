@@ -29,7 +29,7 @@ from cmlab.harness import adapters as A
 from cmlab.harness import runs as RS
 from chainmark.detection import _circulant_offsets, detect, detect_batch
 from cmlab.comparison.lrdetect import lr_detect
-from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
+from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
 from chainmark.keys import key_fingerprint
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table

@@ -115,7 +115,7 @@ def test_a_fixed_seed_lets_one_text_be_flagged_more_than_alpha_and_the_keys_seed
     """A 60-token text without repeats, relabelled 400 ways and the relabelling kept whose seed-0 null is lightest
     in its tail, is flagged well above alpha with seed 0 (exactly: the statistic is binomial under a random key);
     with the default, a seed derived from each key, its rate over 20,000 SHA-256 keys stays at or below alpha."""
-    from chainmark.rates import clopper_pearson_upper
+    from chainmark.auditor.rates import clopper_pearson_upper
 
     rng = np.random.default_rng(2026)
     texts = [rng.permutation(60) * 7 + 3 for _ in range(400)]

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.rates import clopper_pearson, clopper_pearson_upper
+from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
 from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, KEYS_TRIED_NOTE, audit_key,
                                        certificate_problems, certify, _corpus_fingerprint, format_audit,
                                        minimum_documents, read_certificate, recheck_certificate, seal)
-from chainmark.keyfiles import KEY_ENV, KEY_FILE_ENV
+from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
 from chainmark.keys import key_fingerprint
 
 KEY = b"key-audit-test-key-0123456789abcdef"

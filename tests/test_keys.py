@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chainmark.keyfiles import (KEY_ENV, KEY_FILE_ENV, book_key, key_file_is_private, load_key, read_key_file,
+from chainmark.auditor.keyfiles import (KEY_ENV, KEY_FILE_ENV, book_key, key_file_is_private, load_key, read_key_file,
                                 write_key_file)
 from chainmark.keys import _hkdf_extract, derive_key, generate_key, hkdf, hkdf_expand, key_fingerprint
 
@@ -195,7 +195,7 @@ def test_load_key_bad_hex_does_not_echo_the_value(monkeypatch):
 
 
 def test_book_key_is_the_public_teaching_key_unless_the_reader_names_one(tmp_path, monkeypatch):
-    from chainmark.keyfiles import TEACHING_LABEL, book_key_source, teaching_key
+    from chainmark.auditor.keyfiles import TEACHING_LABEL, book_key_source, teaching_key
     from chainmark.keys import hkdf
 
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)

@@ -508,11 +508,11 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
 
 @pytest.mark.slow
 def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference_key) -> None:
-    """The page's window scan gives chainmark.segments.spans_above's spans at the page's threshold, and the page
+    """The page's window scan gives chainmark.auditor.segments.spans_above's spans at the page's threshold, and the page
     rings the tokens of the spans it finds in a sample with a pasted watermarked passage."""
     from chainmark.detection import valid_transitions
     from chainmark.partition import state_table, states_of
-    from chainmark.segments import spans_above, window_lengths
+    from chainmark.auditor.segments import spans_above, window_lengths
     from cmlab.teaching.playground import segment_thresholds
     from chainmark.topology import resolve_topology
 

@@ -296,7 +296,7 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
     not a later "p0 must lie in (0, 1)" from deep inside."""
     from chainmark import cli
     from chainmark.cli.common import EXIT_USAGE
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
     from chainmark.auditor.regime import published_regime_problems, regime_digest
 
     base = {"format": REGIME_FORMAT, "scheme": "chainmark"}

@@ -1,4 +1,4 @@
-"""A text's own null over a random key (chainmark.repetition): exact moments, the predicted FPR, the warning."""
+"""A text's own null over a random key (chainmark.auditor.repetition): exact moments, the predicted FPR, the warning."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from chainmark.repetition import null_fpr, pair_counts, repetition_warning, text_null
+from chainmark.auditor.repetition import null_fpr, pair_counts, repetition_warning, text_null
 from chainmark.topology import Topology, cycle_topology
 
 Z_ALPHA = float(norm.isf(0.01))

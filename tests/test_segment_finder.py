@@ -4,13 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chainmark.rates import rate_estimate
+from chainmark.auditor.rates import rate_estimate
 from chainmark.config import ChainMarkConfig
 from cmlab.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segments, mixed_config,
                                      read_segment_records, segment_summary)
 from chainmark.keys import hkdf
 from chainmark.partition import state_table
-from chainmark.segments import cover_segments, detect_segments, scan_maximum, window_lengths, window_z
+from chainmark.auditor.segments import cover_segments, detect_segments, scan_maximum, window_lengths, window_z
 
 KEY = b"\x05" * 32
 VOCAB = 5000
@@ -186,7 +186,7 @@ def test_the_command_line_reports_character_spans_with_the_embedded_tokenizer(tm
 
     from chainmark import cli
     from chainmark.auditor.tokenizer import load_tokenizer
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
 
     config = mixed_config()
     doc = load_mixed_documents(design="one_100_in_2000")[0]
@@ -210,7 +210,7 @@ def test_detect_segments_runs_in_the_model_free_install(tmp_path):
     import json
 
     from chainmark.auditor.tokenizer import load_tokenizer
-    from chainmark.keyfiles import write_key_file
+    from chainmark.auditor.keyfiles import write_key_file
     from test_architecture import _core_python
 
     doc = load_mixed_documents(design="one_200_in_2000")[1]
@@ -242,7 +242,7 @@ def test_a_fixed_seed_lets_one_window_be_flagged_more_than_alpha_and_the_keys_se
     drawn from seed 0 the worst of 60 windows has a family-wise error above alpha over a random key (estimated on
     40,000 independent re-drawn keys); with the default seed, derived from each key, that window's rate over
     20,000 SHA-256 keys stays at or below alpha (95% upper bound)."""
-    from chainmark.rates import clopper_pearson_lower, clopper_pearson_upper
+    from chainmark.auditor.rates import clopper_pearson_lower, clopper_pearson_upper
     from chainmark.randomisation import legal_transitions_null
     from chainmark.topology import resolve_topology
 

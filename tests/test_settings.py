@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from cmlab.harness import settings as settings_mod
-from chainmark.keyfiles import read_key_file, teaching_key
+from chainmark.auditor.keyfiles import read_key_file, teaching_key
 from chainmark.keys import key_fingerprint
 from chainmark.auditor.tokenizer import DEFAULT_MODEL
 from cmlab.harness.settings import SETTING_ENV, default_dtype, get_settings, use_settings
@@ -78,7 +78,7 @@ def test_the_settings_cell_sets_every_value_and_none_returns_to_the_start(tmp_pa
     assert stat.S_IMODE(key_file.stat().st_mode) & 0o077 == 0  # created owner-only
     key = read_key_file(key_file)
     # what the chapters then read
-    from chainmark.keyfiles import book_key, book_key_source
+    from chainmark.auditor.keyfiles import book_key, book_key_source
     from cmlab.harness.settings import default_runs_dir
 
     assert book_key_source() == "key file" and book_key() == key and default_runs_dir() == runs
@@ -117,7 +117,7 @@ def test_the_settings_cell_refuses_bad_values_clearly(tmp_path):
 
 
 def test_a_key_file_named_in_the_cell_wins_over_a_hex_key_in_the_environment(tmp_path, monkeypatch):
-    from chainmark.keyfiles import book_key
+    from chainmark.auditor.keyfiles import book_key
 
     monkeypatch.setenv("CHAINMARK_KEY", bytes(range(32)).hex())
     use_settings(key_file=tmp_path / "k.bin")

@@ -1,6 +1,6 @@
 """The built site never contains the secret key the book was built with.
 
-The book's key comes from ``chainmark.keyfiles.book_key()`` (the environment or
+The book's key comes from ``chainmark.auditor.keyfiles.book_key()`` (the environment or
 a per-machine key file), the same call the chapters make while the site is
 built. Every file of ``_build/html`` and of the executed notebooks in
 ``_build/jupyter_execute`` is searched, as bytes, for the key in every
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chainmark.keyfiles import book_key
+from chainmark.auditor.keyfiles import book_key
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT = [ROOT / "_build" / "html", ROOT / "_build" / "jupyter_execute"]

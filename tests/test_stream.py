@@ -13,8 +13,8 @@ import pytest
 from chainmark import cli
 from chainmark.significance import TESTS
 from chainmark.detection import detect, detect_text
-from chainmark.keyfiles import write_key_file
-from chainmark.repetition import repetition_warning
+from chainmark.auditor.keyfiles import write_key_file
+from chainmark.auditor.repetition import repetition_warning
 from chainmark.auditor.stream import (StreamingDetector, UncuttableText, _cut_keeps_tokens, decoded_chunks,
                               detect_text_stream, stream_text, _text_pieces)
 from chainmark.auditor.tokenizer import load_tokenizer
@@ -128,7 +128,7 @@ def test_decoding_in_blocks_keeps_multibyte_characters_whole(size):
 
 
 def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokenizer):
-    from chainmark.repetition import null_fpr, pair_counts, pair_null, text_null
+    from chainmark.auditor.repetition import null_fpr, pair_counts, pair_null, text_null
     from chainmark.topology import Topology
 
     clockwork = Topology.clockwork(5)
@@ -278,7 +278,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
 
 def test_pair_counts_are_kept_up_to_a_cap_and_then_dropped_so_memory_stays_flat(monkeypatch):
     import chainmark.auditor.stream as stream_module
-    from chainmark.repetition import pair_counts
+    from chainmark.auditor.repetition import pair_counts
 
     rng = np.random.default_rng(5)
     ids = rng.integers(0, 300, 4000)

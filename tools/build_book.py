@@ -90,7 +90,7 @@ def execution_fingerprint(book_dir: Path) -> str:
 
 def run_key_fingerprint() -> str:
     """The fingerprint of the key the chapters will use (the reader's own, or the public teaching key)."""
-    from chainmark.keyfiles import book_key
+    from chainmark.auditor.keyfiles import book_key
     from chainmark.keys import key_fingerprint
 
     return key_fingerprint(book_key())

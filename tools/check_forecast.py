@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from cmlab.teaching.forecast import duration, expect_generation  # noqa: E402
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.embed import calibrate_gate, generate  # noqa: E402
-from chainmark.keyfiles import book_key  # noqa: E402
+from chainmark.auditor.keyfiles import book_key  # noqa: E402
 from cmlab.harness.models import load_model  # noqa: E402
 from cmlab.harness.prompts import load_prompts  # noqa: E402
 from cmlab.harness.settings import get_settings  # noqa: E402

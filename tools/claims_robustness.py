@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from chainmark.keyfiles import read_key_file, teaching_key, write_key_file
+from chainmark.auditor.keyfiles import read_key_file, teaching_key, write_key_file
 from chainmark.keys import key_fingerprint  # noqa: E402
 
 

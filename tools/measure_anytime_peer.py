@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chainmark.auditor.anytime import anytime_detect, bet_grid  # noqa: E402
-from chainmark.rates import clopper_pearson_lower, clopper_pearson_upper  # noqa: E402
+from chainmark.auditor.rates import clopper_pearson_lower, clopper_pearson_upper  # noqa: E402
 from cmlab.comparison.anytime_peer import peer_crossing  # noqa: E402
 from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.detection import valid_transitions  # noqa: E402

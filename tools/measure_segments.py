@@ -17,7 +17,7 @@ The scan's re-drawn keys are seeded from the key and the document's name
 (:func:`chainmark.randomisation.key_seed`), so its error rate is the one a
 deployment sees.
 
-Methods: ``scan`` (:func:`chainmark.segments.detect_segments`: windows on a
+Methods: ``scan`` (:func:`chainmark.auditor.segments.detect_segments`: windows on a
 geometric grid, their maximum calibrated by re-drawing the key), ``cover``
 (the ported peer: the geometry cover with Bonferroni-corrected exact tests per
 interval) and ``whole`` (the whole-text exact test, which finds no span: it
@@ -39,7 +39,7 @@ from chainmark.detection import detect
 from cmlab.harness.mixed import MIXED_FILE, load_mixed_documents, match_segments, mixed_config
 from chainmark.keys import hkdf
 from chainmark.randomisation import key_seed
-from chainmark.segments import cover_segments, detect_segments
+from chainmark.auditor.segments import cover_segments, detect_segments
 
 RESULTS = MIXED_FILE.with_name("results.jsonl.gz")
 METHODS = ("scan", "cover", "whole")

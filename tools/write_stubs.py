@@ -39,6 +39,8 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     pkg = importlib.import_module(package)
     here = Path(pkg.__file__).parent
     modules = tuple(getattr(pkg, modules_attr)) if modules_attr else ()
+    if package == "chainmark":  # a few top-level names come from auditor modules
+        modules += tuple(pkg.AUDITOR_EXPORTS)
     subs = tuple(getattr(pkg, subpackages)) if isinstance(subpackages, str) else tuple(subpackages or ())
     names = _exported_names(here, modules) if modules else {}
     if package in ONLY:
@@ -47,7 +49,7 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
              "", 'Written by ``tools/write_stubs.py`` from the modules\' ``__all__``: do not edit."""',
              "from __future__ import annotations", ""]
     # a function named like a module wins over the module, as at run time
-    for sub in sorted(set(subs) | {m for m in modules if m not in names}):
+    for sub in sorted(set(subs) | {m for m in modules if m not in names and "." not in m}):
         lines.append(f"from . import {sub} as {sub}")
     by_module: dict[str, list[str]] = {}
     for name, module in names.items():

@@ -1,6 +1,6 @@
 """The experiments' statistics: intervals when units share a text, thresholds with their uncertainty, splits.
 
-The wheel's :mod:`chainmark.rates` gives a rate with its exact binomial
+The wheel's :mod:`chainmark.auditor.rates` gives a rate with its exact binomial
 interval and :mod:`chainmark.calibrate` the paper's calibration and the
 empirical threshold. What the book's experiments add lives here:
 :func:`cluster_bootstrap_rate` (a rate whose units share texts, resampled by
@@ -22,7 +22,7 @@ import numpy as np
 from chainmark.calibrate import min_null_samples, recalibrate
 from chainmark.checks import check_int, check_null_scores
 from chainmark.checks import is_number as _is_number
-from chainmark.rates import RateEstimate, clopper_pearson, rate_estimate
+from chainmark.auditor.rates import RateEstimate, clopper_pearson, rate_estimate
 
 __all__ = ["cluster_bootstrap_rate", "exceedance_rate", "judge_against", "lifted_threshold", "prompt_labels",
            "prompt_rate", "split_halves", "threshold_interval"]

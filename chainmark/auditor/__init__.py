@@ -1,7 +1,8 @@
 """The auditor's toolkit: what a platform needs to check text for the watermark without a model.
 
-The tokenizer, streaming detection of long inputs, anytime-valid detection of text as it arrives,
-corpus audits (one process or Dask), the published regime and the key audit.
+Key files and the book's teaching key, the tokenizer, streaming detection of long inputs, anytime-valid
+detection of text as it arrives, watermarked spans in a mixed document, what a text's repeats do to its null,
+measured rates with exact intervals, corpus audits (one process or Dask), the published regime and the key audit.
 Everything here runs in the model-free install.
 """
 from __future__ import annotations
@@ -9,5 +10,6 @@ from __future__ import annotations
 from .._exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "regime", "stream", "tokenizer",)
+MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "keyfiles", "rates", "regime", "repetition", "segments",
+           "stream", "tokenizer")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)

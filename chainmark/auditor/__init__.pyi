@@ -7,7 +7,11 @@ from . import anytime as anytime
 from . import corpus as corpus
 from . import corpus_input as corpus_input
 from . import keyaudit as keyaudit
+from . import keyfiles as keyfiles
+from . import rates as rates
 from . import regime as regime
+from . import repetition as repetition
+from . import segments as segments
 from . import stream as stream
 from . import tokenizer as tokenizer
 from .anytime import (
@@ -49,6 +53,26 @@ from .keyaudit import (
     recheck_certificate as recheck_certificate,
     seal as seal,
 )
+from .keyfiles import (
+    KEY_ENV as KEY_ENV,
+    KEY_FILE_ENV as KEY_FILE_ENV,
+    TEACHING_LABEL as TEACHING_LABEL,
+    book_key as book_key,
+    book_key_source as book_key_source,
+    key_file_is_private as key_file_is_private,
+    load_key as load_key,
+    read_key_file as read_key_file,
+    teaching_key as teaching_key,
+    write_key_file as write_key_file,
+)
+from .rates import (
+    RateEstimate as RateEstimate,
+    clopper_pearson as clopper_pearson,
+    clopper_pearson_lower as clopper_pearson_lower,
+    clopper_pearson_upper as clopper_pearson_upper,
+    rate_estimate as rate_estimate,
+    trials_to_bound as trials_to_bound,
+)
 from .regime import (
     GUARANTEES as GUARANTEES,
     REGIME_FORMAT as REGIME_FORMAT,
@@ -60,6 +84,24 @@ from .regime import (
     regime_document as regime_document,
     regime_problems as regime_problems,
     tokenizer_fingerprint as tokenizer_fingerprint,
+)
+from .repetition import (
+    TextNull as TextNull,
+    null_fpr as null_fpr,
+    pair_counts as pair_counts,
+    pair_null as pair_null,
+    repetition_warning as repetition_warning,
+    text_null as text_null,
+)
+from .segments import (
+    Segment as Segment,
+    SegmentsResult as SegmentsResult,
+    cover_segments as cover_segments,
+    detect_segments as detect_segments,
+    scan_maximum as scan_maximum,
+    spans_above as spans_above,
+    window_lengths as window_lengths,
+    window_z as window_z,
 )
 from .stream import (
     PAIR_COUNT_MAX as PAIR_COUNT_MAX,
@@ -83,4 +125,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "Regime", "RegimeError", "StreamingDetector", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "certificate_problems", "certify", "corpus_batches", "decoded_chunks", "default_model_name", "default_prior", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "load_tokenizer", "minimum_documents", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "read_audit", "read_batch", "read_certificate", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "run_audit", "score_batch", "score_many", "seal", "stream_text", "text_pieces", "tokenizer_fingerprint"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_batch", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]

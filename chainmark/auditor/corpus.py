@@ -29,7 +29,7 @@ every number in a row (p-value, flag, q-value) to come from that regime's test, 
 test, absent from the row, would contradict the flag beside them and could not be checked from the output.
 
 With ``segments`` the audit also searches each document for watermarked spans (the window scan of
-:mod:`chainmark.segments`, its family-wise p-value by re-drawn keys seeded from the key and the document id), in two more
+:mod:`chainmark.auditor.segments`, its family-wise p-value by re-drawn keys seeded from the key and the document id), in two more
 columns; a document long enough to be scored in pieces is not searched (its columns are null).
 
 On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
@@ -147,10 +147,10 @@ def _columns(segments: int | None) -> tuple[str, ...]:
 
 def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], key: bytes, topo: Topology,
                   alpha: float, draws: int) -> dict[str, list]:
-    """Each document's spans by the window scan (:func:`chainmark.segments.detect_segments`), its re-drawn
+    """Each document's spans by the window scan (:func:`chainmark.auditor.segments.detect_segments`), its re-drawn
     keys seeded from the key and the document id (:func:`chainmark.randomisation.key_seed`); a document longer than a piece (scored in pieces) is not searched."""
     from ..randomisation import key_seed
-    from ..segments import detect_segments
+    from .segments import detect_segments
 
     spans: list[str | None] = []
     p_values: list[float | None] = []
@@ -329,7 +329,7 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
                          f"(1/alpha - 1), got {segments!r}")
     if tokenizer is not None:
         _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
-    from ..rates import clopper_pearson
+    from .rates import clopper_pearson
 
     start = time.perf_counter()
     out = Path(out)

@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..calibrate import recalibrate
-from ..rates import clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, trials_to_bound
+from .rates import clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, trials_to_bound
 from ..checks import check_alpha
 from ..significance import TESTS, check_test
 from ..detection import detect

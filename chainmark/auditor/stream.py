@@ -25,7 +25,7 @@ that :func:`~chainmark.detection.detect_text` returns for the whole text (same
 counts, phi, z and p-value; no per-transition masks) together with the
 text's repeated-pair share; :func:`stream_text` gives the fed detector itself,
 which with ``count_pairs`` also holds every pair's multiplicity, from which
-:mod:`chainmark.repetition` computes the text's own null and its warning.
+:mod:`chainmark.auditor.repetition` computes the text's own null and its warning.
 """
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ class StreamingDetector:
     alpha: float = 0.01
     test: str = "z"
     vocab_size: int | None = None
-    count_pairs: bool = False  # keep every pair's multiplicity too (the text's own null: chainmark.repetition)
+    count_pairs: bool = False  # keep every pair's multiplicity too (the text's own null: chainmark.auditor.repetition)
 
     #: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without
     #: ``vocab_size``, the ids seen are kept in a sorted array instead.
@@ -341,7 +341,7 @@ class StreamingDetector:
 
     def pair_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The text's distinct pairs (as token labels a, b: ids, or numbers in order of first appearance) and
-        their multiplicities, as :func:`chainmark.repetition.pair_counts` gives them (needs ``count_pairs``,
+        their multiplicities, as :func:`chainmark.auditor.repetition.pair_counts` gives them (needs ``count_pairs``,
         and a text of at most :data:`PAIR_COUNT_MAX` distinct pairs: see :attr:`pairs_counted`)."""
         if not self.count_pairs:
             raise ValueError("this StreamingDetector was made without count_pairs=True: it kept no multiplicities")

@@ -251,7 +251,7 @@ def _read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]
 # ---------------------------------------------------------------------------
 def _cmd_detect(args: argparse.Namespace) -> int:
     from ..keys import key_fingerprint
-    from ..repetition import pair_null, repetition_warning
+    from ..auditor.repetition import pair_null, repetition_warning
 
     published = load_regime(args.regime) if args.regime else None
     regime = detect_regime(args, published)
@@ -306,8 +306,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
 def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer: Any, key: bytes, regime: Regime,
                      topo: Any) -> int:
-    """``detect --segments``: each input's watermarked spans (:func:`chainmark.segments.detect_segments`)."""
-    from ..segments import detect_segments
+    """``detect --segments``: each input's watermarked spans (:func:`chainmark.auditor.segments.detect_segments`)."""
+    from ..auditor.segments import detect_segments
 
     if (1.0 / (args.draws + 1)) > regime.alpha:
         raise UsageError(f"--draws {args.draws} cannot reach alpha = {regime.alpha:g}: use at least "

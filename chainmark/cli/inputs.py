@@ -21,7 +21,7 @@ __all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokeni
 # ---------------------------------------------------------------------------
 def load_key(path: str | None) -> bytes:
     """The key of ``--key-file`` (else the environment's), with a warning when it is weak or readable by others."""
-    from .. import keyfiles
+    from ..auditor import keyfiles
     from ..keys import weak_key_reason
 
     try:
@@ -43,7 +43,7 @@ def load_key(path: str | None) -> bytes:
 
 def warn_if_not_private(path: str) -> None:
     """Warn (never fail) when a key file may be read by users other than its owner."""
-    from ..keyfiles import key_file_is_private
+    from ..auditor.keyfiles import key_file_is_private
 
     try:
         private = key_file_is_private(path)

@@ -84,7 +84,7 @@ def _recalibration(text: str) -> dict[str, Any]:
 def _cmd_keygen(args: argparse.Namespace) -> int:
     """Write a key file and print its fingerprint. The fingerprint is printed (and flushed) first: if standard
     output cannot take it, no key is written, so a key never exists without the fingerprint that names it."""
-    from ..keyfiles import read_key_file
+    from ..auditor.keyfiles import read_key_file
     from ..keys import derive_key, generate_key, key_fingerprint, weak_key_reason
 
     if (args.from_master is None) != (args.context is None):
@@ -122,7 +122,7 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def _write_key(out: Path, key: bytes | None) -> bytes:
     """Create the key file ``out`` (never over an existing file or link); a usage error if it cannot be written."""
-    from ..keyfiles import write_key_file
+    from ..auditor.keyfiles import write_key_file
 
     try:
         return write_key_file(out, key)

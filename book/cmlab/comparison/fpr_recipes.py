@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from chainmark.calibrate import min_null_samples, recalibrate, z_alpha
-from chainmark.rates import RateEstimate, rate_estimate
+from chainmark.auditor.rates import RateEstimate, rate_estimate
 from cmlab.stats import cluster_bootstrap_rate, lifted_threshold, split_halves
 from chainmark.detection import valid_transitions
 from chainmark.significance import z_score

@@ -314,7 +314,7 @@
     return Math.max(0, Math.floor((allowed - excess) / 2) + 1);
   }
 
-  /* The window scan of chainmark.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
+  /* The window scan of chainmark.auditor.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
      transitions at every start, flagged when z > threshold; flagged windows that overlap or touch joined into
      regions; each region, padded by its longest flagged window, segmented in two states (legal at p0, or at
      the rate of the region's strongest window; a switch costs log(m)); runs of at least minWindow that

@@ -1,6 +1,6 @@
 """Mixed documents: unwatermarked text with ChainMark replies pasted in at known places.
 
-The segment finder (:func:`chainmark.segments.detect_segments`) is measured on
+The segment finder (:func:`chainmark.auditor.segments.detect_segments`) is measured on
 documents built only from what ships with the package: unwatermarked text
 (the prose of the Python Language Reference, :mod:`cmlab.harness.corpora`,
 and the reference run's unwatermarked replies) with slices of the reference
@@ -226,7 +226,7 @@ def segment_summary(records: Sequence[dict[str, Any]]) -> Any:
     """
     import pandas as pd
 
-    from chainmark.rates import rate_estimate
+    from chainmark.auditor.rates import rate_estimate
     from cmlab.stats import cluster_bootstrap_rate
 
     frame = pd.DataFrame(records)
@@ -263,12 +263,12 @@ def boundary_summary(records: Sequence[dict[str, Any]], methods: Sequence[str] =
     One row per (case, method) of :data:`BOUNDARY_CASES`: the passages, the share found, the 10%, 25% and 50%
     quantiles of the intersection over union (a missed passage counts 0), the share below IoU 0.7 of all
     passages and of those found, and the mean start and end offsets of the found spans in tokens (negative:
-    the span starts or ends early). Shares are :class:`~chainmark.rates.RateEstimate` with 95% intervals
+    the span starts or ends early). Shares are :class:`~chainmark.auditor.rates.RateEstimate` with 95% intervals
     (passages as units; the two passages of one document share it, which the interval ignores).
     """
     import pandas as pd
 
-    from chainmark.rates import rate_estimate
+    from chainmark.auditor.rates import rate_estimate
 
     rows = []
     for case, design in BOUNDARY_CASES.items():

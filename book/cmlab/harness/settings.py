@@ -20,7 +20,7 @@ from typing import TypeVar
 from chainmark.auditor.tokenizer import DEFAULT_MODEL, MODEL_ENV, default_model_name  # noqa: F401  (DEFAULT_MODEL: the run-wide default)
 from cmlab.comparison.attacks import ATTACK_SEED
 from chainmark.config import GENERATION_SEED
-from chainmark.keyfiles import KEY_FILE_ENV
+from chainmark.auditor.keyfiles import KEY_FILE_ENV
 
 __all__ = ["COLAB_DRIVE", "RUNS_ENV", "SCALES", "SCALE_ENV", "SETTING_ENV", "Settings",
            "default_dtype", "default_runs_dir", "get_settings", "progress_bars_off", "use_settings"]
@@ -124,7 +124,7 @@ class Settings:
 
     def rows(self) -> dict[str, str]:
         """What the settings cell shows: one line per setting, the key by its fingerprint only."""
-        from chainmark.keyfiles import book_key, book_key_source
+        from chainmark.auditor.keyfiles import book_key, book_key_source
         from chainmark.keys import key_fingerprint
 
         source = book_key_source()
@@ -229,7 +229,7 @@ def use_settings(model: str | None = None, scale: str | None = None, key_file: s
     if key_file is not None:
         key_path = Path(key_file).expanduser()
         _mount_drive_for(key_path)
-        from chainmark.keyfiles import read_key_file, write_key_file
+        from chainmark.auditor.keyfiles import read_key_file, write_key_file
 
         if key_path.exists():
             read_key_file(key_path)  # a clear error now, not in the middle of a chapter

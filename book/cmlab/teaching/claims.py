@@ -62,7 +62,7 @@ def book_configuration() -> dict[str, bool]:
     the default scale for the device and a CPU; the published site is built
     in it, and a reader's run with the defaults on a CPU is in it too.
     """
-    from chainmark.keyfiles import book_key_source
+    from chainmark.auditor.keyfiles import book_key_source
     from chainmark.auditor.tokenizer import DEFAULT_MODEL
     from cmlab.harness.settings import get_settings
 
@@ -100,7 +100,7 @@ def _log(outcome: ClaimOutcome, mode: str) -> None:
     path = os.environ.get(CLAIMS_LOG_ENV, "").strip()
     if not path:
         return
-    from chainmark.keyfiles import book_key
+    from chainmark.auditor.keyfiles import book_key
     from chainmark.keys import key_fingerprint
 
     row = {**asdict(outcome), "mode": mode, "chapter": os.environ.get(CHAPTER_ENV, ""),

@@ -120,7 +120,7 @@ def _probe_generation() -> tuple[list[Check], float | None]:
         from chainmark.detection import detect
         from chainmark.config import ChainMarkConfig
         from chainmark.embed import generate
-        from chainmark.keyfiles import book_key
+        from chainmark.auditor.keyfiles import book_key
         from cmlab.harness.models import load_model
     except ImportError as exc:
         return [Check("embedded model", "fail", f"cannot import the generation code ({exc.name})",

@@ -181,15 +181,15 @@ def _state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
 # ---------------------------------------------------------------------------
 def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
                        lengths: Sequence[int] = _SEGMENT_LENGTHS, seed: int = 0) -> dict[str, Any]:
-    """The window scan's thresholds (:func:`chainmark.segments.spans_above`) for texts of each length class.
+    """The window scan's thresholds (:func:`chainmark.auditor.segments.spans_above`) for texts of each length class.
 
     For each length n, the largest window z of ``draws`` texts whose n states are all independent and uniform
     (a text without repeated tokens under a random key); the threshold is the one
-    :func:`chainmark.segments.detect_segments` would use with that null, so a text of at most n tokens and no
+    :func:`chainmark.auditor.segments.detect_segments` would use with that null, so a text of at most n tokens and no
     repeats gets a span with probability at most ``alpha``. For a real text, which repeats tokens, it is an
     approximation (the page says so); ``chainmark detect --segments`` simulates the text's own null.
     """
-    from chainmark.segments import scan_maximum, window_lengths
+    from chainmark.auditor.segments import scan_maximum, window_lengths
     from chainmark.detection import valid_transitions
     from chainmark.topology import resolve_topology
 

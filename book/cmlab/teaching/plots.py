@@ -142,7 +142,7 @@ def run_differences(model: Any = None) -> list[str]:
     teaching key, the embedded model, the default scale and a CPU. ``model`` (else the last model
     :func:`cmlab.harness.models.load_model` returned) names the device a GPU run is on.
     """
-    from chainmark.keyfiles import book_key, book_key_source
+    from chainmark.auditor.keyfiles import book_key, book_key_source
     from chainmark.keys import key_fingerprint
     from cmlab.harness.models import last_loaded
     from cmlab.harness.settings import get_settings

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import beta, binomtest
 
-from .checks import check_alpha, check_int
-from .checks import is_number as _is_number
+from ..checks import check_alpha, check_int
+from ..checks import is_number as _is_number
 
 __all__ = ["RateEstimate", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "rate_estimate",
            "trials_to_bound"]

@@ -15,9 +15,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from .keys import generate_key, hkdf
-from .limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
-from .partition import key_bytes
+from ..keys import generate_key, hkdf
+from ..limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
+from ..partition import key_bytes
 
 __all__ = ["KEY_ENV", "KEY_FILE_ENV", "TEACHING_LABEL", "book_key", "book_key_source", "key_file_is_private",
            "load_key", "read_key_file", "teaching_key", "write_key_file"]

@@ -36,8 +36,8 @@ from scipy.signal import fftconvolve
 from scipy.special import ndtr
 from scipy.stats import binom
 
-from .checks import check_alpha
-from .topology import Topology
+from ..checks import check_alpha
+from ..topology import Topology
 
 #: The false-positive rate, as a multiple of alpha, above which the warning speaks.
 _WARN_FACTOR = 2.0

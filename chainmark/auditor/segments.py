@@ -31,12 +31,12 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import bdtrc
 
-from .checks import check_alpha, check_int
-from .config import ChainMarkConfig
-from .detection import valid_transitions
-from .partition import Key, as_token_array, states_of
-from .randomisation import key_randomisation_test, resolve_config
-from .topology import TopologyLike
+from ..checks import check_alpha, check_int
+from ..config import ChainMarkConfig
+from ..detection import valid_transitions
+from ..partition import Key, as_token_array, states_of
+from ..randomisation import key_randomisation_test, resolve_config
+from ..topology import TopologyLike
 
 __all__ = ["Segment", "SegmentsResult", "cover_segments", "detect_segments", "scan_maximum", "spans_above",
            "window_lengths", "window_z"]
