@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from chainmark.keys import hkdf
 from chainmark.partition import state_table, states_of
@@ -32,6 +33,7 @@ from chainmark.auditor.segments import detect_segments
 
 VOCAB = 49152
 KEY = b"benchmark key of thirty-two bytes"
+CONFIG = ChainMarkConfig(KEY, S=5)
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -54,11 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
     ids = rng.choice(VOCAB, size=args.n, p=weights / weights.sum())
-    detect(ids, KEY, 5, vocab_size=VOCAB)  # warm the state table, as an auditor with one key is
-    once = median_seconds(lambda: detect(ids, KEY, 5, vocab_size=VOCAB), args.repeats * 3)
-    redraw = median_seconds(lambda: key_randomisation_test(ids, KEY, 5, draws=args.draws, vocab_size=VOCAB),
+    detect(ids, CONFIG, vocab_size=VOCAB)  # warm the state table, as an auditor with one key is
+    once = median_seconds(lambda: detect(ids, CONFIG, vocab_size=VOCAB), args.repeats * 3)
+    redraw = median_seconds(lambda: key_randomisation_test(ids, CONFIG, draws=args.draws, vocab_size=VOCAB),
                             args.repeats)
-    scan = median_seconds(lambda: detect_segments(ids, KEY, 5, draws=args.draws, vocab_size=VOCAB), args.repeats)
+    scan = median_seconds(lambda: detect_segments(ids, CONFIG, draws=args.draws, vocab_size=VOCAB), args.repeats)
     out = {"n": args.n, "draws": args.draws, "distinct_tokens": int(np.unique(ids).size),
            "detect_seconds": once, "randomisation_seconds": redraw, "scan_seconds": scan,
            "randomisation_over_detect": redraw / once, "scan_over_detect": scan / once}

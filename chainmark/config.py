@@ -3,14 +3,18 @@
 One object travels from generation to detection, as transformers carries one
 watermarking config from ``generate()`` to its detector: ``generate(model,
 tokenizer, prompts, config)`` embeds with it and ``detect(ids, config)``
-scores with its key, S and topology. Its published half, without the key, is
+scores with its key, S and topology, as the streaming, anytime and segment
+detectors and the key-randomisation test do (they take nothing else in its
+place: :func:`takes_config`). Its published half, without the key, is
 the auditor's :class:`chainmark.auditor.regime.Regime` (``Regime.from_config``).
 Model-free, so an auditor's install can hold one.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from .gates import Gate, check_gate_kind
 from .checks import check_rho
@@ -19,7 +23,7 @@ from .partition import Key, key_bytes
 from .checks import check_num_states
 from .topology import Topology, TopologyLike, resolve_topology
 
-__all__ = ["GENERATION_SEED", "ChainMarkConfig"]
+__all__ = ["GENERATION_SEED", "ChainMarkConfig", "takes_config"]
 
 #: The generation seed of the paper's protocol (the substitution attack's is
 #: :data:`cmlab.comparison.attacks.ATTACK_SEED`, 43).
@@ -69,3 +73,28 @@ class ChainMarkConfig:
             f"gate {self.gate!r} at rho = {self.rho} needs a threshold tau: calibrate it on a "
             "pilot with chainmark.embed.calibrate_gate(...) and pass gate=..."
         )
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def takes_config(carried: tuple[str, ...] = ("key", "S", "topology")) -> Callable[[_F], _F]:
+    """Make a function whose ``config`` argument is a :class:`ChainMarkConfig` refuse the loose form (a key with
+    S and the topology beside it) with a TypeError that says what to pass, before Python's own binding error."""
+    def wrap(func: _F) -> _F:
+        names = list(inspect.signature(func).parameters)
+        at = names.index("config")
+        shown = ", ".join(f"{name}=..." for name in carried if name != "key")
+        what = ", ".join(carried[:-1]) + " and " + carried[-1]
+
+        @functools.wraps(func)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            config = args[at] if len(args) > at else kwargs.get("config")
+            loose = [name for name in carried if name in kwargs]
+            if not isinstance(config, ChainMarkConfig) or loose:
+                got = f"got {type(config).__name__}" + (f" and {', '.join(loose)}" if loose else "")
+                raise TypeError(f"{func.__qualname__.removesuffix('.__init__')} takes one ChainMarkConfig in place "
+                                f"of the {what}: pass ChainMarkConfig(key, {shown}) ({got})")
+            return func(*args, **kwargs)
+        return checked  # type: ignore[return-value]
+    return wrap

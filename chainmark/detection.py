@@ -33,8 +33,8 @@ from .significance import check_test, first_occurrences, forest_mask, log_p_valu
 from .topology import Topology, TopologyLike, resolve_topology
 from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
-__all__ = ["DetectionResult", "detect", "detect_batch", "detect_text", "detection_args", "unpack_config",
-           "score_states", "valid_transitions", "verdict_of"]
+__all__ = ["DetectionResult", "counts_result", "detect", "detect_batch", "detect_text", "detection_args",
+           "unpack_config", "score_states", "valid_transitions"]
 
 # --------------------------------------------------------------------------
 # statistics
@@ -147,33 +147,44 @@ def _check_states(states: np.ndarray, S: int) -> np.ndarray:
     return states
 
 
-def verdict_of(phi: float, z: float, p: float, flagged: bool, n_tokens: int, m: int, c: int, topology: Topology,
-             alpha: float, valid: np.ndarray, scored: np.ndarray) -> DetectionResult:
-    """The detector's result from its numbers (shared with the streaming detector, which has no masks)."""
+def _verdict(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
+             numbers: tuple[float, float, float, bool], masks: tuple[np.ndarray, np.ndarray]) -> DetectionResult:
+    """The detector's result from its counts, its (phi, z, p, flagged) and its (valid, scored) masks."""
+    phi, z, p, flagged = numbers
     return DetectionResult(phi=phi, z=z, p_value=p, is_watermarked=flagged, n_tokens=n_tokens, n_scored=m,
                            n_hits=c, p0=topology.p0, alpha=alpha, S=topology.S, k=int(topology.k),
-                           valid_mask=valid, scored_mask=scored)
+                           valid_mask=masks[0], scored_mask=masks[1])
 
 
 def _empty_result(n_tokens: int, topology: Topology, alpha: float) -> DetectionResult:
     empty = np.zeros(0, dtype=bool)
     valid = np.zeros(max(n_tokens - 1, 0), dtype=bool)
-    return verdict_of(0.0, 0.0, 1.0, False, n_tokens, 0, 0, topology, alpha, valid if n_tokens >= 2 else empty,
-                    np.zeros_like(valid) if n_tokens >= 2 else empty)
+    masks = (valid, np.zeros_like(valid)) if n_tokens >= 2 else (empty, empty)
+    return _verdict(n_tokens, 0, 0, topology, alpha, (0.0, 0.0, 1.0, False), masks)
+
+
+def counts_result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float, test: str = "z",
+                  masks: tuple[np.ndarray, np.ndarray] | None = None) -> DetectionResult:
+    """phi, z, p-value and decision from m scored transitions of which c are legal, by ``test``'s tail.
+
+    The one counts-to-verdict step of :func:`detect` and the streaming
+    detector (which keeps no masks: ``masks`` None leaves them empty).
+    """
+    if masks is None:
+        empty = np.zeros(0, dtype=bool)
+        masks = (empty, empty)
+    phi, z, p = transition_statistics(c, m, topology.p0, test)
+    flagged = m > 0 and bool(decide(z=z, p_value=p, alpha=alpha))
+    return _verdict(n_tokens, m, c, topology, alpha, (phi, z, p, flagged), masks)
 
 
 def _result(n_tokens: int, m: int, c: int, topology: Topology, alpha: float,
             valid: np.ndarray, scored: np.ndarray, exact: bool = False) -> DetectionResult:
-    """phi, z, p-value and decision from m scored transitions of which c are legal.
-
-    The p-value is the normal tail of z, or with ``exact`` the binomial tail
-    P(Binomial(m, p0) >= c); z is reported either way.
-    """
+    """The result of m scored transitions of which c are legal: the normal tail of z, or with ``exact`` the
+    binomial tail P(Binomial(m, p0) >= c); z is reported either way."""
     if m == 0:
         return _empty_result(n_tokens, topology, alpha)
-    phi, z, p = transition_statistics(c, m, topology.p0, "exact" if exact else "z")
-    return verdict_of(phi, z, p, bool(decide(z=z, p_value=p, alpha=alpha)), n_tokens, m, c, topology, alpha,
-                    valid, scored)
+    return counts_result(n_tokens, m, c, topology, alpha, "exact" if exact else "z", (valid, scored))
 
 
 def score_states(
@@ -325,8 +336,8 @@ def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
     flagged = decide(z=z, p_value=p, alpha=alpha)
     scored = np.ones(m, dtype=bool)
     scored.flags.writeable = False  # one mask shared by every row
-    return [verdict_of(float(phi[r]), float(z[r]), float(p[r]), bool(flagged[r]), n, m, int(counts[r]), topo,
-                     alpha, valid[r], scored)
+    return [_verdict(n, m, int(counts[r]), topo, alpha, (float(phi[r]), float(z[r]), float(p[r]), bool(flagged[r])),
+                     (valid[r], scored))
             for r in range(rows)]
 
 

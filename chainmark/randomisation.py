@@ -29,13 +29,13 @@ from typing import Any, Callable
 import numpy as np
 
 from .checks import check_int
-from .config import ChainMarkConfig
-from .detection import unpack_config, valid_transitions
+from .config import ChainMarkConfig, takes_config
+from .detection import valid_transitions
 from .partition import Key, as_token_array, key_bytes, states_of
 from .topology import Topology, TopologyLike, resolve_topology
 
 __all__ = ["RandomisationResult", "key_randomisation_test", "key_seed", "legal_count", "legal_transitions_null",
-           "monte_carlo_p_value", "resolve_config"]
+           "monte_carlo_p_value"]
 
 #: A statistic maps a (rows, transitions) boolean legal matrix to one value per row.
 Statistic = Callable[[np.ndarray], np.ndarray]
@@ -69,14 +69,11 @@ def legal_count(legal: np.ndarray) -> np.ndarray:
     return np.count_nonzero(legal, axis=-1)
 
 
-def resolve_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, Topology]:
-    """The key and the checked k-regular topology, from a :class:`ChainMarkConfig` or given one by one
-    (S = 5 and clockwork by default, as :func:`chainmark.detect` takes them)."""
-    key, S, topology = unpack_config(key, S, topology)
-    topo = resolve_topology(topology, S)
-    if topo.k is None:
+def _regular(config: ChainMarkConfig) -> Topology:
+    """The configuration's topology, which must be k-regular (the null rate p0 = k/S)."""
+    if config.topo.k is None:
         raise ValueError("the key-randomisation test needs a k-regular topology (p0 = k/S); this one is irregular")
-    return key, topo
+    return config.topo
 
 
 def _check_draws(draws: object) -> int:
@@ -157,15 +154,15 @@ class RandomisationResult:
                 "draws": self.draws, "exceedances": self.exceedances}
 
 
-def key_randomisation_test(token_ids: object, key: Key | ChainMarkConfig, S: object = None,
-                           topology: TopologyLike | None = None, *, statistic: Statistic = legal_count,
+@takes_config()
+def key_randomisation_test(token_ids: object, config: ChainMarkConfig, *, statistic: Statistic = legal_count,
                            mask: object = None, draws: int = 999, seed: int | None = None,
                            vocab_size: int | None = None) -> RandomisationResult:
     """The Monte Carlo p-value of ``statistic`` on this text under ``draws`` re-drawn keys.
 
-    ``key`` is the key the text is tested for (or the generation's
-    :class:`ChainMarkConfig`, which carries S and the topology); the observed
-    statistic is computed with it, the null with uniformly random states.
+    ``config`` is the :class:`ChainMarkConfig` the text is tested for, as
+    :func:`chainmark.detect` takes it; the observed statistic is computed
+    with its key, the null with uniformly random states.
     ``mask`` (a boolean array over the n - 1 transitions, e.g.
     :func:`chainmark.significance.forest_mask`) scores a subset of
     transitions. Larger statistics are evidence of the watermark.
@@ -175,7 +172,7 @@ def key_randomisation_test(token_ids: object, key: Key | ChainMarkConfig, S: obj
     number of draws. Give ``seed`` only to reproduce draws: with a fixed seed
     the guarantee holds on average over seeds, not for every text.
     """
-    key, topo = resolve_config(key, S, topology)
+    key, topo = config.key, _regular(config)
     draws, seed = _check_draws(draws), _check_seed(seed, key)
     ids = _text_ids(token_ids)
     keep = None

@@ -132,14 +132,14 @@ def test_real_sha256_keys_through_the_package_stay_valid(texts):
     for i in range(2000):
         key = hkdf(f"anytime null key {i}".encode(), b"chainmark/tests/anytime")
         for name, ids in texts.items():
-            counts[name] += anytime_detect(ids, key, S=S, alpha=ALPHA).crossed
+            counts[name] += anytime_detect(ids, ChainMarkConfig(key, S=S), alpha=ALPHA).crossed
     assert clopper_pearson_upper(sum(counts.values()), 2000 * len(texts)) <= ALPHA, counts
     assert all(clopper_pearson_lower(c, 2000) <= ALPHA for c in counts.values()), counts
 
 
 def test_scored_transitions_are_the_exact_tests_spanning_forest(texts):
     ids = texts["Apache licence"]
-    res, exact = anytime_detect(ids, KEY, S=S), detect(ids, KEY, S=S, test="exact")
+    res, exact = anytime_detect(ids, ChainMarkConfig(KEY, S=S)), detect(ids, KEY, S=S, test="exact")
     assert (res.n_scored, res.n_legal, res.n_tokens) == (exact.n_scored, exact.n_hits, ids.size)
     assert res.n_scored == int(spanning_forest(ids).sum())
 
@@ -165,31 +165,31 @@ def test_a_watermarked_walk_crosses_early():
     res = anytime_detect(ids, ChainMarkConfig(key=KEY, S=S, rho=0.5), alpha=ALPHA)
     assert res.crossed and res.is_watermarked and res.crossing_token < 300, res
     assert res.max_log_e_value >= math.log(1 / ALPHA) and res.log_e_value > math.log(1 / ALPHA)
-    assert not anytime_detect(ids, hkdf(b"another key", b"chainmark/tests/anytime"), S=S).crossed
+    assert not anytime_detect(ids, ChainMarkConfig(hkdf(b"another key", b"chainmark/tests/anytime"), S=S)).crossed
 
 
 def test_fed_in_pieces_or_one_id_at_a_time_equals_the_whole():
     rng = np.random.default_rng(4)
     ids = np.concatenate([rng.integers(0, VOCAB, 700), walk(rng, 400, 0.4), rng.integers(0, VOCAB, 300)])
     offsets = [(3 * i, 3 * i + 2) for i in range(ids.size)]
-    whole = anytime_detect(ids, KEY, S=S, offsets=offsets, vocab_size=VOCAB)
+    whole = anytime_detect(ids, ChainMarkConfig(KEY, S=S), offsets=offsets, vocab_size=VOCAB)
     assert whole.crossed and whole.crossing_char == offsets[whole.crossing_token][1]
     for vocab_size in (VOCAB, None):  # the ids seen as flags per vocabulary entry, or a sorted array
-        pieces = AnytimeDetector(KEY, S=S, vocab_size=vocab_size)
+        pieces = AnytimeDetector(ChainMarkConfig(KEY, S=S), vocab_size=vocab_size)
         cuts = np.sort(rng.choice(ids.size, size=30, replace=False))
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, ids.size]):
             pieces.update(ids[lo:hi], offsets[lo:hi])
         assert pieces.result() == whole
-    single = AnytimeDetector(KEY, S=S)
+    single = AnytimeDetector(ChainMarkConfig(KEY, S=S))
     for i, t in enumerate(ids[:900].tolist()):
         single.update(t, [offsets[i]])
-    assert single.result() == anytime_detect(ids[:900], KEY, S=S, offsets=offsets[:900])
+    assert single.result() == anytime_detect(ids[:900], ChainMarkConfig(KEY, S=S), offsets=offsets[:900])
 
 
 def test_max_and_final_e_are_the_e_process_itself():
     """log E at each scored transition, recomputed from the counts: the result's final and largest values."""
     ids = walk(np.random.default_rng(5), 400, 0.2)
-    res = anytime_detect(ids, KEY, S=S)
+    res = anytime_detect(ids, ChainMarkConfig(KEY, S=S))
     legal = valid_transitions(state_table(KEY, VOCAB, S)[ids], TOPO)[spanning_forest(ids)]
     logs = bet_grid(0.2, 0.5).log_e(np.cumsum(legal), np.arange(1, legal.size + 1))
     assert res.log_e_value == logs[-1] and res.max_log_e_value == max(0.0, logs.max())
@@ -198,7 +198,7 @@ def test_max_and_final_e_are_the_e_process_itself():
 
 def test_empty_and_one_token_input_score_nothing():
     for ids in ([], [7], [7, 7, 7]):
-        res = anytime_detect(ids, KEY, S=S)
+        res = anytime_detect(ids, ChainMarkConfig(KEY, S=S))
         assert (res.crossed, res.n_scored, res.e_value, res.max_e_value) == (False, 0, 1.0, 1.0)
         assert res.crossing_token is None and res.crossing_char is None
 
@@ -210,29 +210,30 @@ def test_the_prior_follows_rho_and_the_grid_lies_above_p0():
     assert default_prior(0.5) == (2.0, 2.0) and default_prior(1.0)[0] > default_prior(0.25)[0]
     config = ChainMarkConfig(key=KEY, S=S, rho=0.25)
     assert AnytimeDetector(config).grid.prior == default_prior(0.25)
-    assert AnytimeDetector(KEY, S=S, prior=(1.0, 1.0)).grid.prior == (1.0, 1.0)
+    assert AnytimeDetector(ChainMarkConfig(KEY, S=S), prior=(1.0, 1.0)).grid.prior == (1.0, 1.0)
 
 
 def test_huge_evidence_stays_finite_in_json():
     ids = walk(np.random.default_rng(6), 20_000, 1.0)
-    res = anytime_detect(ids, KEY, S=S)
+    res = anytime_detect(ids, ChainMarkConfig(KEY, S=S))
     row = res.to_dict()
     assert res.e_value == math.inf and row["e_value"] is None and row["log10_e_value"] > 308
     json.dumps(row, allow_nan=False)
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: anytime_detect([1, 2], KEY, S=S, alpha=1.0), ValueError, "alpha"),
-    (lambda: anytime_detect([1, 2], KEY, S=S, alpha=0), ValueError, "alpha"),
-    (lambda: anytime_detect([1, 2], KEY, topology=Topology.from_matrix(
-        [[0, 1, 1], [1, 0, 0], [1, 0, 0]], allow_irregular=True), S=3), ValueError, "k-regular"),
-    (lambda: anytime_detect([1, VOCAB], KEY, S=S, vocab_size=VOCAB), ValueError, "vocabulary"),
-    (lambda: anytime_detect([1, -2], KEY, S=S), ValueError, "non-negative"),
-    (lambda: anytime_detect([1, 2], ChainMarkConfig(key=KEY), rho=0.3), TypeError, "carries rho"),
-    (lambda: anytime_detect([1, 2], ChainMarkConfig(key=KEY), S=3), TypeError, "carries S"),
-    (lambda: anytime_detect([1, 2], KEY, S=S, prior=(0, 1)), ValueError, "prior"),
-    (lambda: anytime_detect([1, 2], KEY, S=S, offsets=[(0, 1)]), ValueError, "offsets"),
-    (lambda: anytime_detect([1, 2], 5, S=S), TypeError, "key"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(KEY, S=S), alpha=1.0), ValueError, "alpha"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(KEY, S=S), alpha=0), ValueError, "alpha"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(KEY, S=3, topology=Topology.from_matrix(
+        [[0, 1, 1], [1, 0, 0], [1, 0, 0]], allow_irregular=True))), ValueError, "k-regular"),
+    (lambda: anytime_detect([1, VOCAB], ChainMarkConfig(KEY, S=S), vocab_size=VOCAB), ValueError, "vocabulary"),
+    (lambda: anytime_detect([1, -2], ChainMarkConfig(KEY, S=S)), ValueError, "non-negative"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(key=KEY), rho=0.3), TypeError, "ChainMarkConfig and rho"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(key=KEY), S=3), TypeError, "ChainMarkConfig and S"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(KEY, S=S), prior=(0, 1)), ValueError, "prior"),
+    (lambda: anytime_detect([1, 2], ChainMarkConfig(KEY, S=S), offsets=[(0, 1)]), ValueError, "offsets"),
+    (lambda: anytime_detect([1, 2], KEY, S=S), TypeError, r"pass ChainMarkConfig\(key, S=\.\.\., topology="),
+    (lambda: AnytimeDetector(KEY, S, alpha=0.01), TypeError, r"AnytimeDetector takes one ChainMarkConfig .*got bytes"),
 ])
 def test_bad_arguments_are_refused_clearly(call, error, match):
     with pytest.raises(error, match=match):
@@ -240,7 +241,7 @@ def test_bad_arguments_are_refused_clearly(call, error, match):
 
 
 def test_bad_ids_leave_the_detector_unchanged():
-    det = AnytimeDetector(KEY, S=S, vocab_size=VOCAB)
+    det = AnytimeDetector(ChainMarkConfig(KEY, S=S), vocab_size=VOCAB)
     det.update([1, 2, 3])
     before = det.result()
     with pytest.raises(ValueError):
@@ -276,7 +277,7 @@ def test_memory_stays_bounded_by_the_vocabulary_on_a_40_mb_stream():
 
     tracemalloc.start()
     try:
-        det = AnytimeDetector(KEY, S=S, vocab_size=256)
+        det = AnytimeDetector(ChainMarkConfig(KEY, S=S), vocab_size=256)
         assert det.feed_text(stream(), ArrayByteTokenizer(), stop=False, piece_chars=1 << 16)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -353,7 +354,7 @@ def test_detect_anytime_on_files_json_and_table(capsys, monkeypatch, tmp_path, k
     assert not rows[1]["crossed"] and rows[1]["read_to_end"] and rows[1]["crossing_token"] is None
     assert rows[0]["key_fingerprint"] == key_fingerprint(KEY) and rows[0]["threshold"] == 100
     ids = list(marked.read_text("utf-8").encode("utf-8"))
-    assert rows[0]["crossing_token"] == anytime_detect(ids, KEY, S=S, vocab_size=256).crossing_token
+    assert rows[0]["crossing_token"] == anytime_detect(ids, ChainMarkConfig(KEY, S=S), vocab_size=256).crossing_token
     code, out, _ = run(capsys, monkeypatch, "detect", "--key-file", key_file, "--anytime", "--fail-on-detect",
                        marked, plain)
     assert code == EXIT_DETECTED and "crossed at token" in out and "1 of 2 input(s)" in out
@@ -493,7 +494,7 @@ def test_a_slow_pipe_is_read_as_it_arrives_and_left_at_the_crossing(tmp_path):
     row = json.loads(out)
     assert row["crossed"] and not row["read_to_end"] and row["crossing_char"] is not None
     enc = real_load_tokenizer().backend.encode(text[:200_000], add_special_tokens=False)
-    whole = anytime_detect(enc.ids, key, S=S, offsets=enc.offsets)
+    whole = anytime_detect(enc.ids, ChainMarkConfig(key, S=S), offsets=enc.offsets)
     assert (row["crossing_token"], row["crossing_char"]) == (whole.crossing_token, whole.crossing_char)
     assert text[:row["crossing_char"]].endswith(real_load_tokenizer().decode([enc.ids[row["crossing_token"]]]))
 

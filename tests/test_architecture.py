@@ -134,6 +134,66 @@ def test_no_module_is_longer_than_600_lines():
     assert {name: n for name, n in long.items() if n > MAX_LINES} == {}
 
 
+#: The most parameters a public function, method or ``__init__`` of the wheel takes (self and cls not counted):
+#: past it, a configuration (:class:`chainmark.config.ChainMarkConfig`) or a small dataclass carries them.
+MAX_PARAMETERS = 8
+#: Public callables still allowed more while issue 49 moves their loose arguments into configurations. Each
+#: entry is to go as its function shrinks; this list only ever gets shorter.
+MANY_PARAMETERS_ALLOWED = frozenset({
+    "chainmark.auditor.regime.regime_document",
+    "chainmark.auditor.corpus.run_audit",
+    "chainmark.auditor.keyaudit.audit_key",
+    "chainmark.embed.generate",
+})
+
+
+def _many_parameters(source: str, module: str) -> dict[str, int]:
+    """Public functions, public methods and ``__init__`` of public classes (found in the source, so a dataclass's
+    generated ``__init__``, its record of fields, is not one) that take more than :data:`MAX_PARAMETERS`
+    parameters, with their counts: ``*args`` and ``**kwargs`` count one each, self and cls none."""
+    def count(fn: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> int:
+        a = fn.args
+        return (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None)
+                + (a.kwarg is not None) - bound)
+
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            found[f"{module}.{node.name}"] = count(node, False)
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        (item.name == "__init__" or not item.name.startswith("_")):
+                    static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in item.decorator_list)
+                    found[f"{module}.{node.name}.{item.name}"] = count(item, not static)
+    return {name: n for name, n in found.items() if n > MAX_PARAMETERS}
+
+
+def test_no_public_function_of_the_wheel_takes_more_than_eight_parameters():
+    """Issue 49: over every module of the wheel (the method, ``auditor`` and ``cli``), no public function, method
+    or class ``__init__`` takes more than eight parameters, apart from the allowed list above."""
+    over = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            over.update(_many_parameters(path.read_text("utf-8"), _dotted(path)))
+    assert {name: n for name, n in over.items() if name not in MANY_PARAMETERS_ALLOWED} == {}
+
+
+def test_the_parameter_counter_sees_functions_methods_and_inits():
+    source = textwrap.dedent("""
+        def nine(a, b, c, d, e, f, g, h, *, i): ...
+        def eight(a, b, c, d, e, f, g, *rest): ...
+        def _private(a, b, c, d, e, f, g, h, i): ...
+        class Thing:
+            def __init__(self, a, b, c, d, e, f, g, h, **more): ...
+            @classmethod
+            def make(cls, a, b, c, d, e, f, g, h): ...
+            @staticmethod
+            def helper(a, b, c, d, e, f, g, h, i): ...
+    """)
+    assert _many_parameters(source, "m") == {"m.nine": 9, "m.Thing.__init__": 9, "m.Thing.helper": 9}
+
+
 def test_every_module_declares_all_and_imports_names_where_they_live():
     """An ``__all__`` in every module (packages compute theirs from their modules'); every name imported from
     another chainmark module is defined there (no re-exports), and none is private."""

@@ -337,6 +337,7 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
 
 def test_the_audit_reports_segments_per_document(tmp_path, docs):
     """--segments: each document's spans by the window scan, the same on one process as detect_segments says."""
+    from chainmark.config import ChainMarkConfig
     from chainmark.randomisation import key_seed
     from chainmark.auditor.segments import detect_segments
 
@@ -350,7 +351,8 @@ def test_the_audit_reports_segments_per_document(tmp_path, docs):
         if not d["text"]:
             continue
         ids = tokenizer(d["text"], add_special_tokens=False)["input_ids"]
-        expect = detect_segments(ids, KEY, 5, alpha=0.01, draws=199, seed=key_seed(KEY, d["id"]))
+        expect = detect_segments(ids, ChainMarkConfig(KEY, S=5), alpha=0.01, draws=199,
+                                 seed=key_seed(KEY, d["id"]))
         assert json.loads(r["segments"]) == [[s.start, s.end, s.p_value] for s in expect.segments]
         assert r["segments_p_value"] == expect.p_value
     run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=25, segments=199)

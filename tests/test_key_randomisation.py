@@ -36,14 +36,14 @@ def test_reproduces_the_exact_test_on_a_spanning_forest():
         ids = repetitive_text(rng, n=250, vocab=60)
         mask = forest_mask(ids, int(ids.max()))
         exact = detect(ids, random_key(i), 5, test="exact").p_value
-        mc = key_randomisation_test(ids, random_key(i), 5, mask=mask, draws=4999, seed=i)
+        mc = key_randomisation_test(ids, ChainMarkConfig(random_key(i), S=5), mask=mask, draws=4999, seed=i)
         assert abs(mc.p_value - exact) <= 4 * mc.mc_error + 2 / 5000, (i, mc.p_value, exact, mc.mc_error)
 
 
 def test_p_values_are_uniform_on_null_texts_and_the_check_flags_a_miscalibrated_test():
     rng = np.random.default_rng(11)
     texts = [repetitive_text(rng) for _ in range(300)]
-    randomised = [key_randomisation_test(t, random_key(i), 5, draws=199, seed=i).p_value for i, t in enumerate(texts)]
+    randomised = [key_randomisation_test(t, ChainMarkConfig(random_key(i), S=5), draws=199, seed=i).p_value for i, t in enumerate(texts)]
     assert looks_uniform(randomised)
     # the z-test's normal tail on the same texts assumes independent transitions, which repeated pairs break
     normal = [detect(t, random_key(i), 5, test="z").p_value for i, t in enumerate(texts)]
@@ -53,7 +53,7 @@ def test_p_values_are_uniform_on_null_texts_and_the_check_flags_a_miscalibrated_
 def test_the_observed_value_and_the_null_use_the_key_and_the_texts_copies():
     rng = np.random.default_rng(5)
     ids = repetitive_text(rng, n=200)
-    res = key_randomisation_test(ids, KEY, 3, draws=99, seed=1)
+    res = key_randomisation_test(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
     assert res.observed == detect(ids, KEY, 3).n_hits
     assert res.null.shape == (99,) and res.exceedances == int((res.null >= res.observed).sum())
     assert res.p_value == monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
@@ -79,16 +79,18 @@ def test_config_and_errors():
     ids = np.arange(100) % 17
     config = ChainMarkConfig(KEY, S=4, rho=0.5)
     assert key_randomisation_test(ids, config, draws=9).observed == detect(ids, config).n_hits
-    with pytest.raises(TypeError, match="configuration carries S"):
-        key_randomisation_test(ids, config, S=4)
+    for loose in (lambda: key_randomisation_test(ids, KEY, 4), lambda: key_randomisation_test(ids, KEY, S=4),
+                  lambda: key_randomisation_test(ids, config, S=4)):
+        with pytest.raises(TypeError, match=r"pass ChainMarkConfig\(key, S=\.\.\., topology=\.\.\.\)"):
+            loose()
     with pytest.raises(ValueError, match="draws"):
-        key_randomisation_test(ids, KEY, 5, draws=0)
+        key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=0)
     with pytest.raises(ValueError, match="at least 2 tokens"):
-        key_randomisation_test([5], KEY, 5)
+        key_randomisation_test([5], ChainMarkConfig(KEY, S=5))
     with pytest.raises(ValueError, match="one flag per transition"):
-        key_randomisation_test(ids, KEY, 5, mask=np.ones(10, bool))
+        key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), mask=np.ones(10, bool))
     with pytest.raises(TypeError, match="callable"):
-        key_randomisation_test(ids, KEY, 5, statistic=3)
+        key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), statistic=3)
 
 
 # ---------------------------------------------------------------------------
@@ -122,7 +124,7 @@ def test_a_fixed_seed_lets_one_text_be_flagged_more_than_alpha_and_the_keys_seed
     sizes = [seed_zero_size(t) for t in texts]
     worst = texts[int(np.argmax(sizes))]
     assert max(sizes) > 0.015, max(sizes)  # the fixed seed's failure is real on this text
-    flagged = sum(key_randomisation_test(worst, real_key(i), 5).p_value <= 0.01 for i in range(VALIDITY_KEYS))
+    flagged = sum(key_randomisation_test(worst, ChainMarkConfig(real_key(i), S=5)).p_value <= 0.01 for i in range(VALIDITY_KEYS))
     assert clopper_pearson_upper(flagged, VALIDITY_KEYS) <= 0.01, (flagged, VALIDITY_KEYS)
 
 
@@ -130,10 +132,10 @@ def test_the_default_seed_is_the_keys_and_an_explicit_seed_reproduces_it():
     from chainmark.randomisation import key_seed
 
     ids = repetitive_text(np.random.default_rng(8), n=120)
-    a, b = key_randomisation_test(ids, KEY, 5, draws=99), key_randomisation_test(ids, KEY, 5, draws=99)
+    a, b = key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=99), key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=99)
     assert np.array_equal(a.null, b.null)  # reproducible for a given key
-    assert np.array_equal(key_randomisation_test(ids, KEY, 5, draws=99, seed=key_seed(KEY)).null, a.null)
-    assert not np.array_equal(key_randomisation_test(ids, b"\x08" * 32, 5, draws=99).null, a.null)
+    assert np.array_equal(key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=99, seed=key_seed(KEY)).null, a.null)
+    assert not np.array_equal(key_randomisation_test(ids, ChainMarkConfig(b"\x08" * 32, S=5), draws=99).null, a.null)
     assert key_seed(ChainMarkConfig(KEY, S=5, rho=0.5)) == key_seed(KEY) != key_seed(KEY, "doc-1")
     with pytest.raises(TypeError, match="context"):
         key_seed(KEY, 3)

@@ -555,10 +555,11 @@ def _check_anytime(page: Page, tokenizer, key: bytes) -> dict[str, Any]:
     """The anytime readouts shown for the text now in the box equal chainmark.auditor.anytime.anytime_detect's
     on the same text (the page's S, alpha and rho), and the token ringed as the crossing is the package's."""
     from chainmark.auditor.anytime import anytime_detect
+    from chainmark.config import ChainMarkConfig
 
     ids = tokenizer.encode(page.text(), add_special_tokens=False)
     rho = page.js(f"{page.inst}.state.rho")
-    r = anytime_detect(ids, key, PLAYGROUND_S, alpha=0.01, rho=rho)
+    r = anytime_detect(ids, ChainMarkConfig(key, S=PLAYGROUND_S, rho=rho), alpha=0.01)
     shown = page.shown()
     assert math.isclose(float(shown["log_e"]), r.log_e_value, rel_tol=1e-9, abs_tol=1e-9), (shown, r)
     assert math.isclose(float(shown["max_log_e"]), r.max_log_e_value, rel_tol=1e-9, abs_tol=1e-9)
@@ -584,6 +585,7 @@ def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
     scored and legal counts as anytime_detect, and after every token the log E of an AnytimeDetector fed one
     token at a time."""
     from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid
+    from chainmark.config import ChainMarkConfig
     from cmlab.harness.reference.protocol import PROTOCOL
     from chainmark.partition import state_table
 
@@ -625,11 +627,11 @@ def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
         return [a.logE, a.maxLogE, a.crossing, a.m, a.h, Array.from(a.track)]; }})""")
     crossed = 0
     for (name, ids), (log_e, max_log_e, crossing, m, h, track) in zip(cases.items(), got):
-        r = anytime_detect(ids, reference_key, PLAYGROUND_S, alpha=0.01, rho=rho)
+        r = anytime_detect(ids, ChainMarkConfig(reference_key, S=PLAYGROUND_S, rho=rho), alpha=0.01)
         assert (m, h, crossing) == (r.n_scored, r.n_legal, r.crossing_token), name
         assert math.isclose(log_e, r.log_e_value, rel_tol=1e-9, abs_tol=1e-12), (name, log_e, r.log_e_value)
         assert math.isclose(max_log_e, r.max_log_e_value, rel_tol=1e-9, abs_tol=1e-12), name
-        det = AnytimeDetector(reference_key, PLAYGROUND_S, alpha=0.01, rho=rho)
+        det = AnytimeDetector(ChainMarkConfig(reference_key, S=PLAYGROUND_S, rho=rho), alpha=0.01)
         running = []
         for token in ids:
             det.update(int(token))

@@ -20,6 +20,11 @@ def random_key(i: int) -> bytes:
     return hkdf(f"segment test key {i}".encode(), b"chainmark/tests/segments")
 
 
+def random_config(i: int) -> ChainMarkConfig:
+    """Key i at S = 3, clockwork."""
+    return ChainMarkConfig(random_key(i), S=3)
+
+
 def background(rng: np.random.Generator, n: int) -> np.ndarray:
     """Unwatermarked ids with repetition (a Zipf law over the vocabulary), like prose."""
     weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
@@ -51,7 +56,7 @@ def paste(rng, n_doc, lengths, S=3, rho=0.5):
 def test_no_span_on_unwatermarked_documents_beyond_alpha_over_random_keys():
     rng = np.random.default_rng(1)
     alpha, docs = 0.05, [background(rng, 400) for _ in range(300)]
-    flagged = [detect_segments(d, random_key(i), 3, alpha=alpha, draws=99, seed=i).is_watermarked
+    flagged = [detect_segments(d, random_config(i), alpha=alpha, draws=99, seed=i).is_watermarked
                for i, d in enumerate(docs)]
     rate = rate_estimate(flagged)
     assert rate.low <= alpha, rate  # the interval reaches alpha: no evidence of more false positives than alpha
@@ -61,11 +66,11 @@ def test_no_span_on_unwatermarked_documents_beyond_alpha_over_random_keys():
 def test_finds_a_pasted_passage_and_two_passages_as_two_spans():
     rng = np.random.default_rng(2)
     doc, truth = paste(rng, 1500, [200])
-    res = detect_segments(doc, KEY, 3, alpha=0.01, draws=199)
+    res = detect_segments(doc, ChainMarkConfig(KEY, S=3), alpha=0.01, draws=199)
     m = match_segments([(s.start, s.end) for s in res.segments], truth)
     assert m["segments"][0]["found"] and m["segments"][0]["iou"] > 0.6 and m["false_spans"] == 0, (res, truth)
     doc, truth = paste(rng, 2000, [150, 150])
-    res = detect_segments(doc, KEY, 3, alpha=0.01, draws=199)
+    res = detect_segments(doc, ChainMarkConfig(KEY, S=3), alpha=0.01, draws=199)
     spans = [(s.start, s.end) for s in res.segments]
     assert len(spans) == 2 and spans[0][1] <= spans[1][0], (spans, truth)
     assert all(r["found"] for r in match_segments(spans, truth)["segments"])
@@ -76,7 +81,7 @@ def test_the_statistic_is_the_largest_window_z_and_windows_double():
     rng = np.random.default_rng(4)
     doc, _ = paste(rng, 600, [120])
     assert window_lengths(600, 16) == (16, 32, 64, 128, 256, 512)
-    res = detect_segments(doc, KEY, 3, draws=99)
+    res = detect_segments(doc, ChainMarkConfig(KEY, S=3), draws=99)
     from chainmark.detection import valid_transitions
     from chainmark.partition import states_of
     from chainmark.topology import resolve_topology
@@ -94,7 +99,7 @@ def test_character_spans_follow_the_offsets_and_results_are_json_ready():
     rng = np.random.default_rng(6)
     doc, truth = paste(rng, 800, [200])
     offsets = [(3 * i, 3 * i + 2) for i in range(doc.size)]
-    res = detect_segments(doc, KEY, 3, draws=199, offsets=offsets)
+    res = detect_segments(doc, ChainMarkConfig(KEY, S=3), draws=199, offsets=offsets)
     assert res.segments, truth
     for s in res.segments:
         assert (s.char_start, s.char_end) == (3 * s.start, 3 * (s.end - 1) + 2)
@@ -107,8 +112,10 @@ def test_errors():
     config = ChainMarkConfig(KEY, S=3, rho=0.5)
     with pytest.raises(ValueError, match="at least 99 draws"):
         detect_segments(ids, config, alpha=0.01, draws=50)
-    with pytest.raises(TypeError, match="configuration carries S"):
-        detect_segments(ids, config, S=3)
+    for loose in (lambda: detect_segments(ids, KEY, 3), lambda: detect_segments(ids, config, S=3),
+                  lambda: cover_segments(ids, KEY, topology="clockwork")):
+        with pytest.raises(TypeError, match=r"takes one ChainMarkConfig.*pass ChainMarkConfig\(key, S="):
+            loose()
     with pytest.raises(ValueError, match="one \\(char_start, char_end\\) per token"):
         detect_segments(ids, config, offsets=[(0, 1)])
     with pytest.raises(ValueError, match="alpha"):
@@ -124,9 +131,9 @@ def test_the_cover_over_flags_repetitive_text_that_the_scan_keeps_at_alpha():
     for _ in range(300):  # each document: four lines of 25 tokens, repeated in a random order
         lines = [rng.integers(0, VOCAB, size=25) for _ in range(4)]
         docs.append(np.concatenate([lines[j] for j in rng.integers(0, 4, size=24)]))
-    cover = rate_estimate([cover_segments(d, random_key(i), 3, alpha=0.05).is_watermarked
+    cover = rate_estimate([cover_segments(d, random_config(i), alpha=0.05).is_watermarked
                            for i, d in enumerate(docs)])
-    scan = rate_estimate([detect_segments(d, random_key(i), 3, alpha=0.05, draws=99, seed=i).is_watermarked
+    scan = rate_estimate([detect_segments(d, random_config(i), alpha=0.05, draws=99, seed=i).is_watermarked
                           for i, d in enumerate(docs)])
     assert cover.low > 0.05, cover
     assert scan.low <= 0.05, scan
@@ -259,8 +266,9 @@ def test_a_fixed_seed_lets_one_window_be_flagged_more_than_alpha_and_the_keys_se
     hits, n = seed_zero_error(worst, 40_000)
     assert clopper_pearson_lower(hits, n) > 0.01, (hits, n)  # the fixed seed's failure is real on this window
     keys = 20_000
-    flagged = sum(detect_segments(worst, hkdf(f"window key {i}".encode(), b"chainmark/tests/segments-seed"),
-                                  5).is_watermarked for i in range(keys))
+    flagged = sum(detect_segments(worst, ChainMarkConfig(hkdf(f"window key {i}".encode(),
+                                                              b"chainmark/tests/segments-seed"), S=5)).is_watermarked
+                  for i in range(keys))
     assert clopper_pearson_upper(flagged, keys) <= 0.01, (flagged, keys)
 
 
@@ -275,6 +283,6 @@ def test_span_ends_come_from_the_data_at_the_edges_and_between_two_close_passage
             doc[at:at + m] = walk(rng, m, 3, 0.8, int(doc[at - 1]) if at else 0)
             truth.append((at, at + m))
             at += m + 60
-        spans = [(s.start, s.end) for s in detect_segments(doc, KEY, 3, alpha=0.01, draws=199).segments]
+        spans = [(s.start, s.end) for s in detect_segments(doc, ChainMarkConfig(KEY, S=3), alpha=0.01, draws=199).segments]
         rows = match_segments(spans, truth)
         assert len(spans) == len(truth) and all(r["iou"] > 0.85 for r in rows["segments"]), (truth, spans)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from chainmark import cli
+from chainmark.config import ChainMarkConfig
 from chainmark.significance import TESTS
 from chainmark.detection import detect, detect_text
 from chainmark.auditor.keyfiles import write_key_file
@@ -58,7 +59,7 @@ def test_counters_fed_in_pieces_equal_detect_on_the_whole(test):
             ids = np.tile(ids[:4], 100)[:n]
         S = int(rng.integers(2, 9))
         for vocab_size in (None, 300):
-            scorer = StreamingDetector(KEY, S=S, test=test, vocab_size=vocab_size)
+            scorer = StreamingDetector(ChainMarkConfig(KEY, S=S), test=test, vocab_size=vocab_size)
             for part in np.split(ids, np.sort(rng.integers(0, n + 1, int(rng.integers(0, 7))))):
                 scorer.update(part)
             assert same(scorer.result(), detect(ids, KEY, S=S, test=test, vocab_size=vocab_size)), (trial, test)
@@ -84,7 +85,7 @@ def test_streamed_verdict_equals_detect_text(tokenizer, test):
     text = mixed_text(20_000, seed=11) + ("The same sentence again. " * 200)
     whole = detect_text(text, tokenizer, KEY, S=4, alpha=0.001, test=test)
     for piece_chars in (100, 2500):
-        result, share = detect_text_stream([text], tokenizer, KEY, S=4, alpha=0.001, test=test,
+        result, share = detect_text_stream([text], tokenizer, ChainMarkConfig(KEY, S=4), alpha=0.001, test=test,
                                            piece_chars=piece_chars)
         assert same(result, whole)
         ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -133,7 +134,7 @@ def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokeniz
 
     clockwork = Topology.clockwork(5)
     smiles = "🙂" * 500
-    scorer = stream_text([smiles], tokenizer, KEY, test="z", count_pairs=True, piece_chars=300)
+    scorer = stream_text([smiles], tokenizer, ChainMarkConfig(KEY), test="z", count_pairs=True, piece_chars=300)
     result, share = scorer.result(), scorer.repeated_pair_share
     assert share > 0.99
     # the multiplicities the stream kept give the null the whole text gives
@@ -145,13 +146,13 @@ def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokeniz
     note, rate = repetition_warning(null, share, scorer.n_transitions, result.n_scored, "z", Z_ALPHA_01, 0.01,
                                     clockwork.p0)
     assert note and f"{100 * share:.1f}%" in note and "--test exact" in note and rate > 0.02
-    exact = stream_text([smiles], tokenizer, KEY, test="exact")
+    exact = stream_text([smiles], tokenizer, ChainMarkConfig(KEY), test="exact")
     assert exact.repeated_pair_share == share and exact.n_scored <= 3 and not exact.result().is_watermarked
     note, rate = repetition_warning(None, share, exact.n_transitions, exact.n_scored, "exact", Z_ALPHA_01, 0.01, 0.2)
     assert rate is None and "scores only the transitions that reach a new token" in note
     prose = ("Bees tell each other where flowers are by dancing: the angle of the waggle run gives the direction "
              "and its length the distance, so a forager that watches one dance can fly straight to the patch.")
-    scorer = stream_text([prose], tokenizer, KEY, test="z", count_pairs=True)
+    scorer = stream_text([prose], tokenizer, ChainMarkConfig(KEY), test="z", count_pairs=True)
     null = pair_null(*scorer.pair_counts(), clockwork)
     assert scorer.repeated_pair_share < 0.05
     assert repetition_warning(null, scorer.repeated_pair_share, scorer.n_transitions, scorer.n_scored, "z",
@@ -159,7 +160,7 @@ def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokeniz
     # a higher (recalibrated) threshold lowers the rate the text's null gives
     assert null_fpr(null, 0.2, 3.5) < null_fpr(null, 0.2, Z_ALPHA_01)
     with pytest.raises(ValueError, match="count_pairs"):
-        stream_text([prose], tokenizer, KEY).pair_counts()
+        stream_text([prose], tokenizer, ChainMarkConfig(KEY)).pair_counts()
 
 
 def test_cli_reports_the_share_and_warns(tmp_path, capsys, monkeypatch):
@@ -224,7 +225,7 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     assert np.array_equal(np.concatenate(piece_ids), ids)
     vocab = len(tokenizer)
     for test in TESTS:
-        scorer = StreamingDetector(KEY, S=5, test=test, vocab_size=vocab)
+        scorer = StreamingDetector(ChainMarkConfig(KEY, S=5), test=test, vocab_size=vocab)
         for part in piece_ids:
             scorer.update(part)
         assert same(scorer.result(), detect(ids, KEY, S=5, test=test, vocab_size=vocab)), test
@@ -236,7 +237,7 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     proc = _cli("detect", "--key-file", str(key), "--test", "z", "--json", str(path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)
-    streamed, _ = detect_text_stream([text], tokenizer, KEY, test="z")
+    streamed, _ = detect_text_stream([text], tokenizer, ChainMarkConfig(KEY), test="z")
     assert row["n_tokens"] == streamed.n_tokens and row["z"] == streamed.z and row["n_valid"] == streamed.n_hits
 
 
@@ -254,7 +255,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
     parts = np.split(ids, np.sort(rng.integers(0, ids.size, 12)))
     tracemalloc.start()
     try:
-        scorer = StreamingDetector(KEY, S=5, test=test)
+        scorer = StreamingDetector(ChainMarkConfig(KEY, S=5), test=test)
         for part in parts:
             scorer.update(part)
         peak = tracemalloc.get_traced_memory()[1]
@@ -268,7 +269,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
     # a vocabulary larger than any state table is refused when ids arrive, never allocated first
     tracemalloc.start()
     try:
-        wide = StreamingDetector(KEY, S=5, test=test, vocab_size=2**41)
+        wide = StreamingDetector(ChainMarkConfig(KEY, S=5), test=test, vocab_size=2**41)
         assert tracemalloc.get_traced_memory()[1] < 1 << 20
     finally:
         tracemalloc.stop()
@@ -282,17 +283,26 @@ def test_pair_counts_are_kept_up_to_a_cap_and_then_dropped_so_memory_stays_flat(
 
     rng = np.random.default_rng(5)
     ids = rng.integers(0, 300, 4000)
-    scorer = StreamingDetector(KEY, 5, "clockwork", 0.01, "z", 300, count_pairs=True)
+    scorer = StreamingDetector(ChainMarkConfig(KEY, S=5), 0.01, "z", 300, count_pairs=True)
     for piece in np.array_split(ids, 7):  # pieces: the counts merge across them, the boundary pair included
         scorer.update(piece)
     a, b, m = scorer.pair_counts()
     ea, eb, em = pair_counts(ids)
     assert scorer.pairs_counted and (a.tolist(), b.tolist(), m.tolist()) == (ea.tolist(), eb.tolist(), em.tolist())
     monkeypatch.setattr(stream_module, "PAIR_COUNT_MAX", 50)
-    capped = StreamingDetector(KEY, 5, "clockwork", 0.01, "z", 300, count_pairs=True)
+    capped = StreamingDetector(ChainMarkConfig(KEY, S=5), 0.01, "z", 300, count_pairs=True)
     for piece in np.array_split(ids, 7):
         capped.update(piece)
     assert not capped.pairs_counted  # scored all the same:
     assert capped.result().to_dict() == scorer.result().to_dict()
     with pytest.raises(ValueError, match="more than 50 distinct token pairs"):
         capped.pair_counts()
+
+
+def test_the_loose_form_is_refused_with_what_to_pass():
+    """The stream takes the configuration detect takes; a key with S and the topology beside it is a TypeError
+    that names ChainMarkConfig (before any text is read)."""
+    for loose in (lambda: StreamingDetector(KEY, 5, "clockwork"), lambda: StreamingDetector(KEY, S=5),
+                  lambda: stream_text(["text"], None, KEY, S=5), lambda: detect_text_stream(["text"], None, KEY)):
+        with pytest.raises(TypeError, match=r"takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
+            loose()

@@ -84,10 +84,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..checks import check_alpha, check_int, check_rho, is_number
-from ..config import ChainMarkConfig
-from ..detection import detection_args, unpack_config, valid_transitions
-from ..partition import Key, as_token_array, states_of
-from ..topology import Topology, TopologyLike
+from ..config import ChainMarkConfig, takes_config
+from ..detection import detection_args, valid_transitions
+from ..partition import as_token_array, states_of
+from ..topology import Topology
 from .stream import text_pieces
 
 __all__ = ["GRID_POINTS", "AnytimeDetector", "AnytimeResult", "BetGrid",
@@ -101,8 +101,6 @@ _PRIOR_STRENGTH = 4.0
 _BLOCK = 1 << 14
 #: Characters per piece when text is read as it arrives: small, so that a crossing stops the reading soon.
 _STREAM_PIECE_CHARS = 1 << 14
-#: The watermark budget assumed when the key is given without a configuration (ChainMarkConfig's default).
-_DEFAULT_RHO = 0.5
 #: Largest vocabulary whose ids seen are kept as one flag per entry (16 MiB); past it, a sorted array.
 _DENSE_IDS_MAX = 1 << 24
 
@@ -260,18 +258,12 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _config_parts(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None,
-                  rho: object) -> tuple[Key, Topology, float]:
-    """The key, the checked k-regular topology and rho, from a :class:`ChainMarkConfig` or given one by one."""
-    if isinstance(key, ChainMarkConfig) and rho is not None:
-        raise TypeError("the configuration carries rho; call with the configuration alone, or pass prior=(a, b)")
-    config_rho = key.rho if isinstance(key, ChainMarkConfig) else None
-    key, S, topology = unpack_config(key, S, topology)
-    if isinstance(topology, Topology) and topology.k is None:
+def _regular(config: ChainMarkConfig) -> Topology:
+    """The configuration's topology, checked as detection checks it (S, the key's type), and k-regular."""
+    if config.topo.k is None:
         raise ValueError("anytime detection needs a k-regular topology (p0 = k/S exactly); this one is irregular")
-    topo, _, _ = detection_args(key, S, topology, 0.5)  # S, the key's type and the topology, checked
-    rho = config_rho if config_rho is not None else (_DEFAULT_RHO if rho is None else check_rho(rho))
-    return key, topo, float(rho)
+    topo, _, _ = detection_args(config.key, config.S, config.topo, 0.5)
+    return topo
 
 
 class AnytimeDetector:
@@ -279,21 +271,20 @@ class AnytimeDetector:
 
     Holds the ids seen so far, the previous token's state, the counts (m
     scored, h legal), log E now and at its largest, and the first crossing
-    of 1/alpha. ``key`` is the key with ``S`` and ``topology`` beside it, or
-    a :class:`~chainmark.config.ChainMarkConfig`, whose rho centres the
-    prior; ``rho`` does so when the key is given alone (default 0.5), and
+    of 1/alpha. ``config`` is the :class:`~chainmark.config.ChainMarkConfig`
+    that :func:`chainmark.detect` takes; its rho centres the prior, and
     ``prior=(a, b)`` replaces the prior outright. ``vocab_size`` (when
     known) rejects ids outside the vocabulary and keeps the ids seen as one
     flag per entry.
     """
 
-    def __init__(self, key: Key | ChainMarkConfig, S: int | None = None, topology: TopologyLike | None = None,
-                 alpha: float = 0.01, *, rho: float | None = None, prior: tuple[float, float] | None = None,
+    @takes_config(("key", "S", "topology", "rho"))
+    def __init__(self, config: ChainMarkConfig, alpha: float = 0.01, *, prior: tuple[float, float] | None = None,
                  vocab_size: int | None = None):
-        self._key, self.topology, rho = _config_parts(key, S, topology, rho)
+        self._key, self.topology = config.key, _regular(config)
         self.alpha = check_alpha(alpha)
         self.p0 = float(self.topology.p0)
-        self.grid = bet_grid(self.p0, rho, prior)
+        self.grid = bet_grid(self.p0, config.rho, prior)
         if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
                                        or vocab_size < 1):
             raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
@@ -421,15 +412,15 @@ def _piece_tokens(tokenizer: Any, text: str) -> tuple[Any, list[tuple[int, int]]
     return tokenizer(text, add_special_tokens=False)["input_ids"], None
 
 
-def anytime_detect(token_ids: Any, key: Key | ChainMarkConfig, S: int | None = None,
-                   topology: TopologyLike | None = None, alpha: float = 0.01,
-                   offsets: Sequence[tuple[int, int]] | None = None, *, rho: float | None = None,
+@takes_config(("key", "S", "topology", "rho"))
+def anytime_detect(token_ids: Any, config: ChainMarkConfig, alpha: float = 0.01,
+                   offsets: Sequence[tuple[int, int]] | None = None, *,
                    prior: tuple[float, float] | None = None, vocab_size: int | None = None) -> AnytimeResult:
     """The anytime e-process over one whole text: whether and where E first reached 1/alpha, E at the end and
-    at its largest. Takes what :func:`chainmark.detect` takes (``detect(ids, config)``, or the key with S and
-    the topology); ``offsets`` (one (start, end) per token) add the crossing's character offset. Equal to an
+    at its largest. Takes the configuration :func:`chainmark.detect` takes (``anytime_detect(ids, config)``);
+    ``offsets`` (one (start, end) per token) add the crossing's character offset. Equal to an
     :class:`AnytimeDetector` fed the same ids in any pieces. Fewer than two tokens score nothing (E = 1)."""
-    detector = AnytimeDetector(key, S, topology, alpha, rho=rho, prior=prior, vocab_size=vocab_size)
+    detector = AnytimeDetector(config, alpha, prior=prior, vocab_size=vocab_size)
     ids = as_token_array(token_ids, vocab_size)
     detector.update(ids, None if offsets is None else [(int(a), int(b)) for a, b in offsets])
     return detector.result()

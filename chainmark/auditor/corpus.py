@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 
+from ..config import ChainMarkConfig
 from ..detection import valid_transitions
 from ..significance import transition_statistics
 from ..partition import states_of
@@ -125,7 +126,7 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
         full[name][order] = values
     for i, (_, text) in enumerate(docs):
         if i not in encoded:  # a long document: in pieces, in bounded memory
-            r, share = detect_text_stream([text], tokenizer, key, S=settings.S, topology=topo, alpha=settings.alpha,
+            r, share = detect_text_stream([text], tokenizer, ChainMarkConfig(key, S=topo.S, topology=topo), settings.alpha,
                                           test=test, vocab_size=vocab)
             for name, value in zip(("n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value",
                                     "repeated_pair_share"),
@@ -159,7 +160,7 @@ def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray
             spans.append(None)
             p_values.append(None)
             continue
-        res = detect_segments(encoded[i], key, topo.S, topo, alpha=alpha, draws=draws,
+        res = detect_segments(encoded[i], ChainMarkConfig(key, S=topo.S, topology=topo), alpha=alpha, draws=draws,
                               seed=key_seed(key, doc_id))
         spans.append(json.dumps([[s.start, s.end, s.p_value] for s in res.segments]))
         p_values.append(res.p_value)

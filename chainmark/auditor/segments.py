@@ -32,11 +32,11 @@ import numpy as np
 from scipy.special import bdtrc
 
 from ..checks import check_alpha, check_int
-from ..config import ChainMarkConfig
+from ..config import ChainMarkConfig, takes_config
 from ..detection import valid_transitions
 from ..partition import Key, as_token_array, states_of
-from ..randomisation import key_randomisation_test, resolve_config
-from ..topology import TopologyLike
+from ..randomisation import key_randomisation_test
+from ..topology import Topology
 
 __all__ = ["Segment", "SegmentsResult", "cover_segments", "detect_segments", "scan_maximum", "spans_above",
            "window_lengths", "window_z"]
@@ -242,11 +242,21 @@ def _observed_legal(ids: np.ndarray, key: Key, topo: Any, vocab_size: int | None
     return valid_transitions(states_of(ids, key, topo.S, vocab_size), topo)
 
 
-def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = None,
-                    topology: TopologyLike | None = None, *, alpha: float = 0.01, draws: int = 999,
+def _regular(config: ChainMarkConfig) -> Topology:
+    """The configuration's topology, which must be k-regular (windows are standardised against p0 = k/S)."""
+    if config.topo.k is None:
+        raise ValueError("the segment finder needs a k-regular topology (p0 = k/S); this one is irregular")
+    return config.topo
+
+
+@takes_config()
+def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float = 0.01, draws: int = 999,
                     seed: int | None = None, min_window: int = 16, offsets: Sequence[tuple[int, int]] | None = None,
                     vocab_size: int | None = None) -> SegmentsResult:
     """Find the watermarked spans of one document, with family-wise error at most ``alpha`` over a random key.
+
+    ``config`` is the :class:`~chainmark.config.ChainMarkConfig` the document
+    is tested for, as :func:`chainmark.detect` takes it.
 
     Every window of the scan gets the p-value (1 + #{null maxima >= its z}) /
     (draws + 1), the null maxima coming from ``draws`` re-drawn keys; windows
@@ -259,7 +269,7 @@ def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = N
     reproduces another run's draws but gives that up (the error is then
     alpha on average over seeds, not for every text).
     """
-    key, topo = resolve_config(key, S, topology)
+    key, topo = config.key, _regular(config)
     alpha = check_alpha(alpha)
     draws = check_int(draws, "draws", 1)
     if (1.0 / (draws + 1)) > alpha:
@@ -272,8 +282,7 @@ def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = N
     if not windows:
         return SegmentsResult([], -math.inf, 1.0, alpha, int(ids.size), (), "scan", draws)
     statistic = scan_maximum(windows, topo.p0)
-    test = key_randomisation_test(ids, key, topo.S, topo, statistic=statistic, draws=draws, seed=seed,
-                                  vocab_size=vocab_size)
+    test = key_randomisation_test(ids, config, statistic=statistic, draws=draws, seed=seed, vocab_size=vocab_size)
     null = np.sort(test.null)
     legal = _observed_legal(ids, key, topo, vocab_size)
     # p <= alpha for a window exactly when its z exceeds the K-th largest null maximum, K = floor(alpha (B + 1))
@@ -286,8 +295,8 @@ def detect_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = N
                           test.null)
 
 
-def cover_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = None,
-                   topology: TopologyLike | None = None, *, alpha: float = 0.01, min_window: int = 16,
+@takes_config()
+def cover_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float = 0.01, min_window: int = 16,
                    offsets: Sequence[tuple[int, int]] | None = None,
                    vocab_size: int | None = None) -> SegmentsResult:
     """The peer: the dyadic geometry cover, an exact binomial test per interval, Bonferroni over the intervals.
@@ -300,7 +309,7 @@ def cover_segments(token_ids: object, key: Key | ChainMarkConfig, S: object = No
     break. The authors' public code is looser still: a normal z-test per interval
     against a fixed threshold (0.001 to 0.05) with no multiplicity correction.
     """
-    key, topo = resolve_config(key, S, topology)
+    key, topo = config.key, _regular(config)
     alpha = check_alpha(alpha)
     min_window = check_int(min_window, "min_window", 2)
     ids = as_token_array(token_ids, vocab_size)

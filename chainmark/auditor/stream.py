@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import codecs
 import re
-from dataclasses import dataclass
 from typing import IO, Any, Iterable, Iterator
 
 import numpy as np
 
-from ..detection import DetectionResult, detection_args, verdict_of, valid_transitions
-from ..topology import TopologyLike
-from ..significance import transition_statistics
-from ..partition import Key, as_token_array, states_of
-from ..verdict import decide
+from ..config import ChainMarkConfig, takes_config
+from ..detection import DetectionResult, counts_result, detection_args, valid_transitions
+from ..partition import as_token_array, states_of
 
 #: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized _PIECES_PER_BATCH at a time
 #: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
@@ -168,7 +165,6 @@ def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = _READ
 PAIR_COUNT_MAX = 2_000_000
 
 
-@dataclass
 class StreamingDetector:
     """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
 
@@ -182,23 +178,22 @@ class StreamingDetector:
     sized by the id range (ids near 2**40 would ask for a tebibyte): the
     distinct ids seen are kept sorted, each with a number in the order they
     were first seen (16 bytes per distinct id), and the pairs are coded by
-    those numbers (8 bytes per distinct pair).
+    those numbers (8 bytes per distinct pair). ``config`` is the
+    :class:`~chainmark.config.ChainMarkConfig` that :func:`~chainmark.detection.detect`
+    takes; ``count_pairs`` keeps every pair's multiplicity too (the text's
+    own null: :mod:`chainmark.auditor.repetition`).
     """
-
-    key: Key
-    S: int = 5
-    topology: TopologyLike = "clockwork"
-    alpha: float = 0.01
-    test: str = "z"
-    vocab_size: int | None = None
-    count_pairs: bool = False  # keep every pair's multiplicity too (the text's own null: chainmark.auditor.repetition)
 
     #: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without
     #: ``vocab_size``, the ids seen are kept in a sorted array instead.
     DENSE_IDS_MAX = 1 << 24
 
-    def __post_init__(self) -> None:
-        self._topo, self.alpha, self.test = detection_args(self.key, self.S, self.topology, self.alpha, self.test)
+    @takes_config()
+    def __init__(self, config: ChainMarkConfig, alpha: float = 0.01, test: str = "z", vocab_size: int | None = None,
+                 count_pairs: bool = False) -> None:
+        self.config, self.vocab_size, self.count_pairs = config, vocab_size, count_pairs
+        self._key = config.key
+        self._topo, self.alpha, self.test = detection_args(config.key, config.S, config.topo, alpha, test)
         self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
         self._dense = self.vocab_size is not None and self.vocab_size <= self.DENSE_IDS_MAX
@@ -230,7 +225,7 @@ class StreamingDetector:
         self._last = ids[-1:].copy()
         if ext.size < 2:
             return
-        states = states_of(ext, self.key, self._topo.S, self.vocab_size)
+        states = states_of(ext, self._key, self._topo.S, self.vocab_size)
         valid = valid_transitions(states, self._topo)
         if self._dense:
             codes = ext[:-1] * self._width + ext[1:]
@@ -367,18 +362,12 @@ class StreamingDetector:
 
     def result(self) -> DetectionResult:
         """The verdict on everything fed so far, as :func:`~chainmark.detection.detect` gives it (without masks)."""
-        topo, m, c = self._topo, self.n_scored, self.n_hits
-        empty = np.zeros(0, dtype=bool)
-        if m == 0:
-            return verdict_of(0.0, 0.0, 1.0, False, self.n_tokens, 0, 0, topo, self.alpha, empty, empty)
-        phi, z, p = transition_statistics(c, m, topo.p0, self.test)
-        return verdict_of(phi, z, p, bool(decide(z=z, p_value=p, alpha=self.alpha)), self.n_tokens, m, c, topo,
-                        self.alpha, empty, empty)
+        return counts_result(self.n_tokens, self.n_scored, self.n_hits, self._topo, self.alpha, self.test)
 
 
-def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5,
-                       topology: TopologyLike = "clockwork", alpha: float = 0.01, test: str = "z",
-                       vocab_size: int | None = None,
+@takes_config()
+def detect_text_stream(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01,
+                       test: str = "z", vocab_size: int | None = None,
                        piece_chars: int | None = None) -> tuple[DetectionResult, float]:
     """:func:`~chainmark.detection.detect_text` for a text given in chunks of any size, in bounded memory.
 
@@ -388,17 +377,17 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, key: Key, S: int =
     ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
     safely (see :func:`_text_pieces`).
     """
-    scorer = stream_text(chunks, tokenizer, key, S, topology, alpha, test, vocab_size, piece_chars)
+    scorer = stream_text(chunks, tokenizer, config, alpha, test, vocab_size, piece_chars)
     return scorer.result(), scorer.repeated_pair_share
 
 
-def stream_text(chunks: Iterable[str], tokenizer: Any, key: Key, S: int = 5, topology: TopologyLike = "clockwork",
-                alpha: float = 0.01, test: str = "z", vocab_size: int | None = None, piece_chars: int | None = None,
+@takes_config()
+def stream_text(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01, test: str = "z",
+                vocab_size: int | None = None, piece_chars: int | None = None,
                 count_pairs: bool = False) -> StreamingDetector:
     """The :class:`StreamingDetector` fed with a text given in chunks (what :func:`detect_text_stream` reads);
     with ``count_pairs`` it also holds the pairs' multiplicities, for the text's own null."""
-    scorer = StreamingDetector(key, S, topology, alpha, test, len(tokenizer) if vocab_size is None else vocab_size,
-                               count_pairs)
+    scorer = StreamingDetector(config, alpha, test, len(tokenizer) if vocab_size is None else vocab_size, count_pairs)
     batch: list[str] = []
     for piece in _text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
         batch.append(piece)

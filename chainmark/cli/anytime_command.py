@@ -10,6 +10,7 @@ import sys
 from typing import Any, Iterator, TextIO
 
 from ..auditor.regime import Regime
+from ..config import ChainMarkConfig
 from .common import UsageError, warn
 from .inputs import load_tokenizer, read_inputs, tokenizer_label
 
@@ -118,8 +119,11 @@ def anytime_reports(args: argparse.Namespace, key: bytes, regime: Regime, topo: 
     files = {item.source: item for item in read_inputs([p for p in args.inputs if p != "-"], args.encoding,
                                                        sys.stdin, args.max_bytes)}
 
+    config = ChainMarkConfig(key, S=topo.S, topology=topo) if regime.rho is None else \
+        ChainMarkConfig(key, S=topo.S, rho=regime.rho, topology=topo)  # a regime without rho: the default, 0.5
+
     def make() -> AnytimeDetector:
-        return AnytimeDetector(key, topo.S, topo, regime.alpha, rho=regime.rho, vocab_size=len(tokenizer))
+        return AnytimeDetector(config, regime.alpha, vocab_size=len(tokenizer))
 
     rows = []
     for path in args.inputs:

@@ -9,6 +9,7 @@ import sys
 from typing import Any, Iterable
 
 from ..auditor.regime import Regime
+from ..config import ChainMarkConfig
 from ..limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_STATES
 from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, finite_float, float_in, int_at_least,
                      int_in, warn)
@@ -312,6 +313,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
     if (1.0 / (args.draws + 1)) > regime.alpha:
         raise UsageError(f"--draws {args.draws} cannot reach alpha = {regime.alpha:g}: use at least "
                          f"{math.ceil(1.0 / regime.alpha) - 1}")
+    config = ChainMarkConfig(key, S=topo.S, topology=topo)
     reports = []
     for item in texts:
         try:
@@ -319,8 +321,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
         except UnicodeDecodeError as exc:  # the input changed since it was checked
             raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
         ids, offsets = _ids_and_offsets(tokenizer, text)
-        res = detect_segments(ids, key, topo.S, topo, alpha=regime.alpha, draws=args.draws, seed=args.seed,
-                              offsets=offsets)
+        res = detect_segments(ids, config, alpha=regime.alpha, draws=args.draws, seed=args.seed, offsets=offsets)
         reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
                         "seed": "from the key" if args.seed is None else args.seed})
@@ -379,8 +380,9 @@ def _score_input(item: TextInput, tokenizer: Any, key: bytes, regime: Regime, to
     from ..auditor.stream import UncuttableText, stream_text
 
     try:
-        return stream_text(item.chunks(max_bytes), tokenizer, key, S=regime.S, topology=topo, alpha=regime.alpha,
-                           test=regime.effective_test, count_pairs=regime.effective_test != "exact")
+        return stream_text(item.chunks(max_bytes), tokenizer, ChainMarkConfig(key, S=regime.S, topology=topo),
+                           alpha=regime.alpha, test=regime.effective_test,
+                           count_pairs=regime.effective_test != "exact")
     except UncuttableText as exc:
         raise UsageError(f"{item.label}: {exc}") from None
     except UnicodeDecodeError as exc:  # the input changed since it was checked
