@@ -39,12 +39,15 @@ book: $(STAMP)
 
 # `make test` stamps the end of each phase; the test run's last line reports them (tests/conftest.py)
 CLOCK := _build/.make_test_clock
+# the suite on a worker per core, at most four (pytest-xdist); a module's tests stay together in one worker
+# (tests/conftest.py). PYTEST_WORKERS= runs it in one process.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
 test:
 	@mkdir -p _build && echo "start $$(date +%s.%N)" > $(CLOCK)
 	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory book && echo "book $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory browser && echo "browser $$(date +%s.%N)" >> $(CLOCK)
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_WORKERS)
 
 # the workshop's participant edition alone (make book also writes it, zipped, into the site)
 participant: $(STAMP)

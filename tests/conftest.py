@@ -77,6 +77,20 @@ def pytest_unconfigure(config):
           f"total {_minutes(phases['total'])} ({verdict} the {BUDGET_MINUTES}-minute budget for a fresh clone)")
 
 
+#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``): each module's tests run in
+#: one worker, in order, so module fixtures are built once; modules named here share one worker with each other
+#: because they read a session fixture too costly to build twice (every chapter executed on the foreign model).
+SHARED_WORKER = {"test_foreign_model": "foreign-model", "test_participant_edition": "foreign-model"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every test without an ``xdist_group`` its module's group (or the group it shares, above)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
