@@ -19,8 +19,8 @@ from scipy.stats import false_discovery_control
 
 from chainmark import cli
 from cmlab.harness import reference
-from chainmark.auditor.corpus_input import AuditError, corpus_batches
-from chainmark.auditor.corpus import parts_folder, read_audit, run_audit
+from chainmark.auditor.corpus_input import AuditError, CorpusReading, corpus_batches
+from chainmark.auditor.corpus import AuditExecution, parts_folder, read_audit, run_audit
 from chainmark.detection import detect_text
 from chainmark.auditor.keyfiles import write_key_file
 from chainmark.keys import key_fingerprint
@@ -30,6 +30,7 @@ from chainmark.cli.common import EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = reference.reference_key()  # the reference texts' key: ChainMark's replies are watermarked under it
+READING = CorpusReading(id_field="id", batch_docs=50)  # JSON Lines with an "id" field, 50 documents a batch
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +55,13 @@ def write_jsonl(path: Path, docs: list[dict]) -> Path:
 
 def test_rows_are_the_detectors_and_q_values_are_benjamini_hochberg(tmp_path, docs):
     source = write_jsonl(tmp_path / "c.jsonl", docs)
-    summary = run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=50)
+    summary = run_audit(source, tmp_path / "out.parquet", KEY, regime(), READING)
     rows = read_audit(tmp_path / "out.parquet")
     assert [r["doc_id"] for r in rows] == [d["id"] for d in docs]  # every document once, in corpus order
     tokenizer = load_tokenizer()
     for test in ("exact", "z", "distinct"):  # bit for bit the detector's numbers, whichever the test
         tested = rows if test == "exact" else read_audit(run_audit(
-            source, tmp_path / f"out_{test}.jsonl", KEY, regime(test, n_min=20), id_field="id", batch_docs=50).output)
+            source, tmp_path / f"out_{test}.jsonl", KEY, regime(test, n_min=20), READING).output)
         for row, doc in zip(tested, docs):
             ref = detect_text(doc["text"], tokenizer, KEY, S=5, alpha=0.01, test=test)
             assert (row["n_tokens"], row["n_transitions"], row["n_valid"]) == (ref.n_tokens, ref.n_scored, ref.n_hits)
@@ -94,10 +95,11 @@ def test_every_input_kind_gives_the_same_rows(tmp_path, docs):
     (tmp_path / "txt").mkdir()
     for d in docs:
         (tmp_path / "txt" / f"{d['id']}.txt").write_text(d["text"], "utf-8")
-    a = run_audit(tmp_path / "c.jsonl", tmp_path / "a.jsonl", KEY, regime(), id_field="id", batch_docs=40)
-    b = run_audit(tmp_path / "pq", tmp_path / "b.parquet", KEY, regime(), text_field="body", id_field="doc",
-                  batch_docs=40)
-    c = run_audit(tmp_path / "txt", tmp_path / "c.parquet", KEY, regime(), batch_docs=40)
+    a = run_audit(tmp_path / "c.jsonl", tmp_path / "a.jsonl", KEY, regime(),
+                  CorpusReading(id_field="id", batch_docs=40))
+    b = run_audit(tmp_path / "pq", tmp_path / "b.parquet", KEY, regime(),
+                  CorpusReading(text_field="body", id_field="doc", batch_docs=40))
+    c = run_audit(tmp_path / "txt", tmp_path / "c.parquet", KEY, regime(), CorpusReading(batch_docs=40))
     assert len(corpus_batches(tmp_path / "pq", "body", "doc", 40)) == 5  # row groups of 25: 3 of 70 rows, 2 of 50
     rows_a, rows_b = read_audit(tmp_path / "a.jsonl"), read_audit(tmp_path / "b.parquet")
     rows_c = {r["doc_id"].removesuffix(".txt"): r for r in read_audit(tmp_path / "c.parquet")}
@@ -109,35 +111,59 @@ def test_every_input_kind_gives_the_same_rows(tmp_path, docs):
 
 def test_a_local_dask_cluster_gives_the_single_process_rows(tmp_path, docs):
     source = write_jsonl(tmp_path / "c.jsonl", docs)
-    run_audit(source, tmp_path / "one.parquet", KEY, regime("z"), id_field="id", batch_docs=30)
-    run_audit(source, tmp_path / "dask.parquet", KEY, regime("z"), id_field="id", batch_docs=30,
-              scheduler="local", workers=2)
+    run_audit(source, tmp_path / "one.parquet", KEY, regime("z"), CorpusReading(id_field="id", batch_docs=30))
+    run_audit(source, tmp_path / "dask.parquet", KEY, regime("z"), CorpusReading(id_field="id", batch_docs=30),
+              execution=AuditExecution(scheduler="local", workers=2))
     assert read_audit(tmp_path / "one.parquet") == read_audit(tmp_path / "dask.parquet")
+
+
+def test_the_reading_and_the_execution_are_checked_by_name(tmp_path):
+    """How the corpus is read is one CorpusReading, where the audit runs one AuditExecution; each is checked."""
+    source = write_jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": "A plain sentence."}])
+    with pytest.raises(AuditError, match="batch_docs must be a positive integer, got 0"):
+        CorpusReading(batch_docs=0)
+    with pytest.raises(TypeError, match="text_field must be a field name"):
+        CorpusReading(text_field=3)
+    with pytest.raises(TypeError, match="id_field must be a field name"):
+        CorpusReading(id_field=["id"])
+    with pytest.raises(ValueError, match="workers must be a positive integer or None, got 0"):
+        AuditExecution(workers=0)
+    with pytest.raises(TypeError, match="progress must be a callable"):
+        AuditExecution(progress="yes")
+    with pytest.raises(TypeError, match="scheduler must be None, 'local' or a scheduler's address"):
+        AuditExecution(scheduler=8786)
+    with pytest.raises(TypeError, match="reading must be a CorpusReading, got dict"):
+        run_audit(source, tmp_path / "o.jsonl", KEY, regime(), {"id_field": "id"})
+    with pytest.raises(TypeError, match="execution must be an AuditExecution, got str"):
+        run_audit(source, tmp_path / "o.jsonl", KEY, regime(), execution="local")
+    with pytest.raises(TypeError, match="settings must be a Regime"):
+        run_audit(source, tmp_path / "o.jsonl", KEY, {"S": 5})
+    assert CorpusReading() == CorpusReading("text", None, 1000) and AuditExecution().scheduler is None
 
 
 def test_an_interrupted_audit_resumes_to_the_same_output(tmp_path, docs):
     source = write_jsonl(tmp_path / "c.jsonl", docs)
-    run_audit(source, tmp_path / "whole.jsonl", KEY, regime(), id_field="id", batch_docs=20)
+    run_audit(source, tmp_path / "whole.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=20))
 
     def stop_after_five(done, total):
         if done == 5:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20,
-                  progress=stop_after_five)
+        run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=20),
+                  execution=AuditExecution(progress=stop_after_five))
     parts = parts_folder(tmp_path / "cut.jsonl")
     assert len(list(parts.glob("part-*.json"))) == 5 and not (tmp_path / "cut.jsonl").exists()
     (parts / "part-0000007.json.tmp").write_text('{"half": ')  # a part being written when the run was killed
-    summary = run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), id_field="id", batch_docs=20)
+    summary = run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=20))
     assert summary.batches_resumed == 5 and summary.batches_scored == len(corpus_batches(source, "text", "id", 20)) - 5
     assert (tmp_path / "cut.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
     # parts of another audit (another key, test or batch size) are never mixed in
     with pytest.raises(KeyboardInterrupt):
-        run_audit(source, tmp_path / "mix.jsonl", KEY, regime(), id_field="id", batch_docs=20,
-                  progress=stop_after_five)
+        run_audit(source, tmp_path / "mix.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=20),
+                  execution=AuditExecution(progress=stop_after_five))
     with pytest.raises(AuditError, match="parts of another audit"):
-        run_audit(source, tmp_path / "mix.jsonl", KEY, regime("z"), id_field="id", batch_docs=20)
+        run_audit(source, tmp_path / "mix.jsonl", KEY, regime("z"), CorpusReading(id_field="id", batch_docs=20))
 
 
 def test_a_killed_command_resumes_to_the_same_output(tmp_path, docs):
@@ -175,8 +201,8 @@ def test_the_key_never_appears_in_task_names_or_logs(tmp_path, docs):
             Client(cluster) as client:
         client.get_task_stream()  # start recording the task stream (what the dashboard draws from)
         start = time.time()
-        run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=30,
-                  scheduler=cluster.scheduler_address)
+        run_audit(source, tmp_path / "out.parquet", KEY, regime(), CorpusReading(id_field="id", batch_docs=30),
+                  execution=AuditExecution(scheduler=cluster.scheduler_address))
         stream = client.get_task_stream(start=start)
         names = [str(task["key"]) for task in stream]
         logs = json.dumps([client.get_scheduler_logs(), client.get_worker_logs()], default=str)
@@ -257,9 +283,9 @@ def test_long_documents_are_scored_in_pieces_with_the_same_rows(tmp_path, docs, 
     import chainmark.auditor.corpus as audit
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:40])
-    run_audit(source, tmp_path / "whole.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
+    run_audit(source, tmp_path / "whole.jsonl", KEY, regime("distinct"), CorpusReading(id_field="id", batch_docs=15))
     monkeypatch.setattr(audit, "PIECE_CHARS", 300)  # most replies are now "long": scored by chainmark.auditor.stream
-    run_audit(source, tmp_path / "pieces.jsonl", KEY, regime("distinct"), id_field="id", batch_docs=15)
+    run_audit(source, tmp_path / "pieces.jsonl", KEY, regime("distinct"), CorpusReading(id_field="id", batch_docs=15))
     assert (tmp_path / "pieces.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
 
 
@@ -278,7 +304,8 @@ def _marked_short_corpus(docs: list[dict]) -> tuple[list[dict], dict, int]:
 def test_documents_below_n_min_never_enter_the_fdr_step(tmp_path, docs, suffix):
     corpus, short, n_min = _marked_short_corpus(docs)
     source = write_jsonl(tmp_path / "c.jsonl", corpus)
-    summary = run_audit(source, tmp_path / f"out{suffix}", KEY, regime(n_min=n_min), id_field="id", batch_docs=25)
+    summary = run_audit(source, tmp_path / f"out{suffix}", KEY, regime(n_min=n_min),
+                        CorpusReading(id_field="id", batch_docs=25))
     rows = read_audit(tmp_path / f"out{suffix}")
     row = next(r for r in rows if r["doc_id"] == short["id"])
     judged = [r for r in rows if r["n_tokens"] >= n_min and r["n_transitions"] > 0]
@@ -305,7 +332,8 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
     source = write_jsonl(tmp_path / "c.jsonl", docs[:80])
     za = regime("z").z_alpha
     recalibrated = regime("z", threshold=3.1, recalibration={"method": "sd", "n_null": 500}, n_min=20)
-    summary = run_audit(source, tmp_path / "r.parquet", KEY, recalibrated, id_field="id", batch_docs=30)
+    summary = run_audit(source, tmp_path / "r.parquet", KEY, recalibrated,
+                        CorpusReading(id_field="id", batch_docs=30))
     rows = read_audit(tmp_path / "r.parquet")
     assert all(r["q_value"] is None for r in rows) and summary.discoveries is None and summary.fdr_documents == 0
     assert all(r["flagged"] == (r["z"] > 3.1 and r["n_tokens"] >= 20) for r in rows)  # the regime's own decisions
@@ -319,8 +347,8 @@ def test_a_z_regime_off_z_alpha_computes_no_q_values_and_says_why(tmp_path, docs
         assert _fdr_refusal(settings) is not None
     for settings in (regime("z"), regime("z", threshold=za), regime("distinct", threshold=za), regime("exact")):
         assert _fdr_refusal(settings) is None
-    plain = run_audit(source, tmp_path / "z.jsonl", KEY, regime("z", threshold=za, n_min=20), id_field="id",
-                      batch_docs=30)
+    plain = run_audit(source, tmp_path / "z.jsonl", KEY, regime("z", threshold=za, n_min=20),
+                      CorpusReading(id_field="id", batch_docs=30))
     rows = read_audit(tmp_path / "z.jsonl")
     judged = [r for r in rows if r["n_tokens"] >= 20 and r["n_transitions"] > 0]
     p = np.array([r["p_value"] for r in judged])
@@ -342,7 +370,8 @@ def test_the_audit_reports_segments_per_document(tmp_path, docs):
     from chainmark.auditor.segments import detect_segments
 
     source = write_jsonl(tmp_path / "c.jsonl", docs[:60])
-    run_audit(source, tmp_path / "out.jsonl", KEY, regime(), id_field="id", batch_docs=25, segments=199)
+    run_audit(source, tmp_path / "out.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=25),
+              segments=199)
     rows = read_audit(tmp_path / "out.jsonl")
     tokenizer = load_tokenizer()
     marked = [r for r, d in zip(rows, docs[:60]) if d["method"] == "chainmark"]
@@ -355,7 +384,8 @@ def test_the_audit_reports_segments_per_document(tmp_path, docs):
                                  seed=key_seed(KEY, d["id"]))
         assert json.loads(r["segments"]) == [[s.start, s.end, s.p_value] for s in expect.segments]
         assert r["segments_p_value"] == expect.p_value
-    run_audit(source, tmp_path / "out.parquet", KEY, regime(), id_field="id", batch_docs=25, segments=199)
+    run_audit(source, tmp_path / "out.parquet", KEY, regime(), CorpusReading(id_field="id", batch_docs=25),
+              segments=199)
     assert [r["segments"] for r in read_audit(tmp_path / "out.parquet")] == [r["segments"] for r in rows]
     with pytest.raises(AuditError, match="at least 99"):
         run_audit(source, tmp_path / "bad.jsonl", KEY, regime(), segments=50)

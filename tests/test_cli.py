@@ -21,7 +21,7 @@ import pytest
 
 from chainmark import calibrate as cal
 from chainmark import cli
-from chainmark.auditor.regime import (REGIME_FORMAT, regime_digest, regime_document, regime_problems,
+from chainmark.auditor.regime import (REGIME_FORMAT, Regime, regime_digest, regime_document, regime_problems,
                                       tokenizer_fingerprint)
 from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
 from chainmark.cli import detect_commands
@@ -431,19 +431,24 @@ def test_regime_file_problems(capsys, tmp_path, key_file):
 
 
 def test_regime_document_validates():
-    with pytest.raises(ValueError, match="S must be an integer >= 2"):
-        regime_document(KEY, 1, 0.01)
-    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
-        regime_document(KEY, 5, 1.0)
+    """The settings are checked where the Regime is made, the rest by regime_document, each by its name."""
+    with pytest.raises(ValueError, match=r'"S" must be an integer in \[2, '):
+        Regime(S=1, alpha=0.01)
+    with pytest.raises(ValueError, match=r'"alpha" must be a number in \(0, 1\)'):
+        Regime(S=5, alpha=1.0)
+    with pytest.raises(ValueError, match=r'"rho" must be a number in \[0, 1\]'):
+        Regime(S=5, alpha=0.01, rho=2)
+    with pytest.raises(ValueError, match='"threshold" must be a finite number'):
+        Regime(S=5, alpha=0.01, threshold=float("inf"))
     with pytest.raises(ValueError, match="n_min must be an integer >= 2"):
-        regime_document(KEY, 5, 0.01, n_min=1)
-    with pytest.raises(ValueError, match=r"rho must lie in \[0, 1\]"):
-        regime_document(KEY, 5, 0.01, rho=2)
-    with pytest.raises(ValueError, match="threshold must be a finite number"):
-        regime_document(KEY, 5, 0.01, threshold=float("inf"))
+        regime_document(KEY, Regime(S=5, alpha=0.01, n_min=1))
     with pytest.raises(ValueError, match="key must be non-empty"):
-        regime_document(b"", 5, 0.01)
-    doc = regime_document(KEY, 5, 0.01)
+        regime_document(b"", Regime(S=5, alpha=0.01))
+    with pytest.raises(TypeError, match="regime must be a chainmark.auditor.regime.Regime"):
+        regime_document(KEY, 5, 0.01)  # the settings travel as one Regime
+    with pytest.raises(ValueError, match="does not match the regime's"):  # a regime made for another key
+        regime_document(KEY, Regime(S=5, alpha=0.01, key_fingerprint=key_fingerprint(b"another key entirely")))
+    doc = regime_document(KEY, Regime(S=5, alpha=0.01))
     assert "key" not in doc and doc["threshold"] == doc["z_alpha"]
 
 

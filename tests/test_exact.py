@@ -139,17 +139,17 @@ def test_detect_batch_runs_the_exact_test_on_every_row():
 
 
 def test_a_regime_records_the_exact_test_and_decides_by_its_p_value():
-    doc = regime_document(b"k" * 16, 5, 0.01, test="exact")
+    doc = regime_document(b"k" * 16, Regime(S=5, alpha=0.01, test="exact"))
     assert doc["test"] == "exact" and doc["threshold"] is None
     regime = Regime.from_document(json.loads(json.dumps(doc)))
     assert regime.exact and regime.detector_args()["test"] == "exact"
     res = detect(REPETITIVE, b"k" * 16, **regime.detector_args())
     assert regime.decide(res) == (res.p_value < 0.01)
-    assert "test" not in regime_document(b"k" * 16, 5, 0.01)  # older documents stay as they were
+    assert "test" not in regime_document(b"k" * 16, Regime(S=5, alpha=0.01))  # older documents stay as they were
     with pytest.raises(RegimeError, match="exact test decides by its p-value"):
         Regime(test="exact", threshold=2.0)
     # a test named on the command line replaces the document's threshold and distinct pairs
-    z_doc = regime_document(b"k" * 16, 5, 0.01, test="distinct")
+    z_doc = regime_document(b"k" * 16, Regime(S=5, alpha=0.01, test="distinct"))
     assert Regime.resolve(z_doc, test="exact").threshold is None
     assert Regime.resolve(z_doc, test="exact").effective_test == "exact"
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.auditor.regime import regime_document, regime_problems
+from chainmark.auditor.regime import Regime, regime_document, regime_problems
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from cmlab.harness import runner as R
@@ -99,10 +99,11 @@ def test_1_detect_with_S_50000_exits_2_under_a_4_gb_memory_limit(tmp_path, key_f
 def test_1_every_entry_point_refuses_S_above_the_bound(capsys, tmp_path, key_file):
     ids = np.arange(50)
     for call in (lambda: detect(ids, KEY, S=MAX_STATES + 1),
-                 lambda: lr_detect(ids, KEY, np.zeros(49), S=MAX_STATES + 1),
-                 lambda: regime_document(KEY, MAX_STATES + 1, 0.01)):
+                 lambda: lr_detect(ids, KEY, np.zeros(49), S=MAX_STATES + 1)):
         with pytest.raises(ValueError, match=f"at most {MAX_STATES}"):
             call()
+    with pytest.raises(ValueError, match=rf'"S" must be an integer in \[2, {MAX_STATES}\]'):  # a regime to publish
+        regime_document(KEY, Regime(S=MAX_STATES + 1, alpha=0.01))
     assert detect(ids, KEY, S=MAX_STATES).S == MAX_STATES  # the bound itself is allowed
     code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", MAX_STATES + 1, "--alpha", "0.01")
     assert code == EXIT_USAGE and "--S" in err

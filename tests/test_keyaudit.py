@@ -9,13 +9,15 @@ import pytest
 from chainmark import cli
 from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, KEYS_TRIED_NOTE, audit_key,
-                                       certificate_problems, certify, _corpus_fingerprint, format_audit,
-                                       minimum_documents, read_certificate, recheck_certificate, seal)
+from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, KEYS_TRIED_NOTE, CertificationTarget,
+                                       KeySelection, audit_key, certificate_problems, certify, _corpus_fingerprint,
+                                       format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
+from chainmark.config import ChainMarkConfig
 from chainmark.keys import key_fingerprint
 
 KEY = b"key-audit-test-key-0123456789abcdef"
+CONFIG = ChainMarkConfig(KEY, S=5)  # the watermark's settings the audits here certify the key for
 
 
 def repetitive_corpus(texts: int = 300, seed: int = 0) -> list[np.ndarray]:
@@ -29,7 +31,7 @@ def repetitive_corpus(texts: int = 300, seed: int = 0) -> list[np.ndarray]:
 
 
 def test_an_audit_reports_every_test_with_its_interval_and_a_threshold():
-    cert = audit_key(KEY, repetitive_corpus(), S=5, alpha=0.01, vocab_size=400)
+    cert = audit_key(CONFIG, repetitive_corpus(), CertificationTarget(alpha=0.01), vocab_size=400)
     assert cert["format"] == CERTIFICATE_FORMAT and cert["key_fingerprint"] == key_fingerprint(KEY)
     assert set(cert["tests"]) == {"z", "distinct", "exact"}
     for test, row in cert["tests"].items():
@@ -41,7 +43,8 @@ def test_an_audit_reports_every_test_with_its_interval_and_a_threshold():
     assert cert["tests"]["z"]["z_threshold"] > 2.326 and cert["tests"]["exact"]["p_threshold"] is not None
     assert cert["deploy_test"] == "exact" and cert["minimum_documents"] == 299
     assert cert["verdict"] == certify(cert["tests"]["exact"]["flagged"], 300, 0.01)
-    assert audit_key(KEY, repetitive_corpus(), S=5, deploy_test="z", vocab_size=400)["verdict"] == "fail"
+    assert audit_key(CONFIG, repetitive_corpus(), CertificationTarget(test="z"),
+                     vocab_size=400)["verdict"] == "fail"
     assert f"verdict for the exact test: {cert['verdict'].upper()}" in format_audit(cert)
 
 
@@ -59,7 +62,7 @@ def test_a_pass_certifies_alpha_by_the_upper_bound_and_needs_about_300_documents
         assert binom.cdf(passing, n, 0.01) <= 0.05 and binom.cdf(passing, n, 0.03) <= 0.05
     assert binom.cdf(max(x for x in range(5001) if certify(x, 5000, 0.01) == "pass"), 5000, 0.005) > 0.99
     # too few documents: the audit reports, certifies nothing, and says how many it needs
-    small = audit_key(KEY, repetitive_corpus(100), S=5, vocab_size=400)
+    small = audit_key(CONFIG, repetitive_corpus(100), vocab_size=400)
     assert small["verdict"] in ("inconclusive", "fail") and not small["tests"]["exact"]["certified"]
     assert "at least 299 documents" in format_audit(small) or small["verdict"] == "fail"
 
@@ -67,22 +70,23 @@ def test_a_pass_certifies_alpha_by_the_upper_bound_and_needs_about_300_documents
 def test_windows_of_one_document_count_once():
     corpus = repetitive_corpus(40)
     docs = [f"doc {i // 4}" for i in range(40)]  # ten documents of four windows each
-    cert = audit_key(KEY, corpus, S=5, vocab_size=400, documents=docs, deploy_test="z")
+    cert = audit_key(CONFIG, corpus, CertificationTarget(test="z"), vocab_size=400, documents=docs)
     row = cert["tests"]["z"]
     assert cert["corpus"]["documents"] == row["documents"] == 10 and row["texts"] == 40
-    flags = [r for r in audit_key(KEY, corpus, S=5, vocab_size=400, deploy_test="z")["tests"]["z"].values()]
-    per_text = audit_key(KEY, corpus, S=5, vocab_size=400)["tests"]["z"]
+    flags = [r for r in audit_key(CONFIG, corpus, CertificationTarget(test="z"),
+                                  vocab_size=400)["tests"]["z"].values()]
+    per_text = audit_key(CONFIG, corpus, vocab_size=400)["tests"]["z"]
     assert row["texts_flagged"] == per_text["flagged"] and row["flagged"] <= per_text["flagged"]
     expected = len({docs[i] for i in range(40)
                     if detect(corpus[i], KEY, 5, "clockwork", 0.01, vocab_size=400, test="z").is_watermarked})
     assert row["flagged"] == expected and flags
     with pytest.raises(ValueError, match="one document per text"):
-        audit_key(KEY, corpus, S=5, documents=docs[:-1])
+        audit_key(CONFIG, corpus, documents=docs[:-1])
 
 
 def test_a_forged_certificate_is_reported_and_a_recheck_recomputes_the_counts():
     corpus = repetitive_corpus(60)
-    cert = seal({**audit_key(KEY, corpus, S=5, vocab_size=400), "tokenizer": "t", "tokenizer_fingerprint": "tf",
+    cert = seal({**audit_key(CONFIG, corpus, vocab_size=400), "tokenizer": "t", "tokenizer_fingerprint": "tf",
                  "package_version": "0"})
     assert certificate_problems(cert) == [] and recheck_certificate(cert, KEY, corpus, vocab_size=400) == []
     # 23 of 23 flagged with a verdict of "pass", sealed again so that the digest cannot give it away
@@ -110,11 +114,13 @@ def test_a_forged_certificate_is_reported_and_a_recheck_recomputes_the_counts():
 def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
     corpus = repetitive_corpus(30)
     with pytest.raises(ValueError, match="choose on one corpus and certify on another"):
-        audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5)
+        audit_key(CONFIG, corpus, vocab_size=400, selection=KeySelection(keys_tried=5))
     fingerprint = _corpus_fingerprint([np.asarray(t) for t in corpus])
     with pytest.raises(ValueError, match="choose on one corpus"):
-        audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on=fingerprint)
-    cert = audit_key(KEY, corpus, S=5, vocab_size=400, keys_tried=5, selected_on="0123456789abcdef")
+        audit_key(CONFIG, corpus, vocab_size=400,
+                  selection=KeySelection(keys_tried=5, selected_on=fingerprint))
+    cert = audit_key(CONFIG, corpus, vocab_size=400,
+                     selection=KeySelection(keys_tried=5, selected_on="0123456789abcdef"))
     assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef", "note": KEYS_TRIED_NOTE}
     cert = seal({**cert, "tokenizer": "t", "tokenizer_fingerprint": "tf", "package_version": "0"})
     assert format_audit(cert).splitlines()[-1] == f"chosen among 5 keys on corpus 0123456789abcdef; {KEYS_TRIED_NOTE}"
@@ -143,14 +149,14 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
     assert _corpus_fingerprint(corpus, [str(i) for i in range(40)]) == _corpus_fingerprint(corpus)
     # the same texts, as many documents, grouped otherwise: ten of four consecutive texts, or of every tenth text
     assert _corpus_fingerprint(corpus, [f"doc {i % 10}" for i in range(40)]) != _corpus_fingerprint(corpus, by_four)
-    grouped = audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four)
-    alone = audit_key(KEY, corpus, S=5, vocab_size=400)
+    grouped = audit_key(CONFIG, corpus, vocab_size=400, documents=by_four)
+    alone = audit_key(CONFIG, corpus, vocab_size=400)
     assert grouped["corpus"]["fingerprint"] != alone["corpus"]["fingerprint"]
     assert grouped["corpus"]["texts_fingerprint"] == alone["corpus"]["texts_fingerprint"] == alone["corpus"]["fingerprint"]
     assert grouped["corpus"]["grouping"] == ("texts with the same document name form one document (40 texts, "
                                              "10 documents)")
     assert alone["corpus"]["grouping"] == "every text is its own document (no document names were given)"
-    assert audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four,
+    assert audit_key(CONFIG, corpus, vocab_size=400, documents=by_four,
                      grouping="four windows per licence")["corpus"]["grouping"] == "four windows per licence"
     # a recheck with the certified grouping agrees; with any other it fails, saying why
     cert = _sealed(grouped)
@@ -162,13 +168,13 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
         assert "the certificate's 10 (" in problems[0] and "recheck with the certificate's grouping" in problems[0]
     # a key chosen on these texts cannot be certified on them grouped otherwise
     with pytest.raises(ValueError, match="choose on one corpus"):
-        audit_key(KEY, corpus, S=5, vocab_size=400, documents=by_four, keys_tried=3,
-                  selected_on=alone["corpus"]["fingerprint"])
+        audit_key(CONFIG, corpus, vocab_size=400, documents=by_four,
+                  selection=KeySelection(keys_tried=3, selected_on=alone["corpus"]["fingerprint"]))
 
 
 def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp_path):
     assert CERTIFICATE_FORMAT == "chainmark-key-audit/3"
-    cert = _sealed(audit_key(KEY, repetitive_corpus(30), S=5, vocab_size=400))
+    cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), vocab_size=400))
     old = seal({**cert, "format": "chainmark-key-audit/2"})
     problems = certificate_problems(old)
     assert len(problems) == 1 and problems[0].startswith("a chainmark-key-audit/2 certificate, an older format")
@@ -188,15 +194,15 @@ def test_a_certificate_states_its_bound_at_95_percent_or_more():
     corpus = repetitive_corpus(30)
     for level in (0.5, 0.9, 1.0, float("nan"), True):
         with pytest.raises(ValueError, match="level must be at least 0.95"):
-            audit_key(KEY, corpus, S=5, vocab_size=400, level=level)
+            audit_key(CONFIG, corpus, CertificationTarget(level=level), vocab_size=400)
     with pytest.raises(ValueError, match="level must be at least 0.95"):
         certify(3, 418, 0.01, level=0.5)
-    assert audit_key(KEY, corpus, S=5, vocab_size=400, level=0.99)["level"] == 0.99
+    assert audit_key(CONFIG, corpus, CertificationTarget(level=0.99), vocab_size=400)["level"] == 0.99
     # 3 of 418 documents flagged: inconclusive at 95%; re-sealed at level 0.5 with every bound recomputed, a pass
     from chainmark.auditor.keyaudit import _row
 
     assert certify(3, 418, 0.01) == "inconclusive" and clopper_pearson_upper(3, 418, 0.5) <= 0.01
-    cert = _sealed(audit_key(KEY, corpus, S=5, vocab_size=400))
+    cert = _sealed(audit_key(CONFIG, corpus, vocab_size=400))
     rows = {test: {**row, **_row(np.arange(418) < 3, 418, 0.01, 0.5), "texts_flagged": 3}
             for test, row in cert["tests"].items()}
     resealed = seal({**cert, "level": 0.5, "minimum_documents": minimum_documents(0.01, 0.5), "tests": rows,
@@ -208,9 +214,32 @@ def test_a_certificate_states_its_bound_at_95_percent_or_more():
     assert recheck_certificate(resealed, KEY, corpus, vocab_size=400)[0].startswith("the certificate's level is 0.5")
 
 
+def test_the_settings_travel_as_a_config_a_target_and_a_selection():
+    """The watermark's settings are one ChainMarkConfig, what is certified one CertificationTarget, how the key
+    was chosen one KeySelection; each is checked by name."""
+    corpus = repetitive_corpus(30)
+    with pytest.raises(TypeError, match="config must be a ChainMarkConfig, got bytes"):
+        audit_key(KEY, corpus)
+    with pytest.raises(TypeError, match="target must be a CertificationTarget, got str"):
+        audit_key(CONFIG, corpus, "exact")
+    with pytest.raises(TypeError, match="selection must be a KeySelection, got int"):
+        audit_key(CONFIG, corpus, selection=5)
+    with pytest.raises(ValueError, match="keys_tried must be an integer >= 1, got 0"):
+        KeySelection(keys_tried=0)
+    with pytest.raises(TypeError, match="selected_on must be a corpus fingerprint"):
+        KeySelection(keys_tried=2, selected_on=123)
+    with pytest.raises(ValueError, match=r"alpha must lie in \(0, 1\)"):
+        CertificationTarget(alpha=1.5)
+    with pytest.raises(ValueError, match="test must be one of"):
+        CertificationTarget(test="t")
+    assert CertificationTarget() == CertificationTarget("exact", 0.01, CERTIFICATE_LEVEL)
+    assert KeySelection() == KeySelection(1, None)
+
+
 def test_keys_tried_is_recorded_as_declared_and_the_table_says_how_documents_were_formed():
     corpus = repetitive_corpus(40)
-    cert = _sealed(audit_key(KEY, corpus, S=5, vocab_size=400, documents=[f"licence {i // 10}" for i in range(40)],
+    cert = _sealed(audit_key(CONFIG, corpus, vocab_size=400,
+                             documents=[f"licence {i // 10}" for i in range(40)],
                              grouping="ten windows of 200 tokens per licence"))
     assert cert["selection"] == {"keys_tried": 1, "selected_on": None, "note": KEYS_TRIED_NOTE}
     assert KEYS_TRIED_NOTE.startswith("keys_tried and selected_on are declared by whoever ran the audit, not verified")
@@ -224,7 +253,7 @@ def test_keys_tried_is_recorded_as_declared_and_the_table_says_how_documents_wer
 
 
 def test_certificate_problems_name_every_mismatch():
-    cert = seal({**audit_key(KEY, repetitive_corpus(30), S=5, vocab_size=400), "tokenizer": "t",
+    cert = seal({**audit_key(CONFIG, repetitive_corpus(30), vocab_size=400), "tokenizer": "t",
                  "tokenizer_fingerprint": "tf", "package_version": "0"})
     assert certificate_problems(cert, key_fingerprint=key_fingerprint(KEY), tokenizer_fingerprint="tf", S=5,
                                 topology="clockwork") == []
@@ -234,7 +263,7 @@ def test_certificate_problems_name_every_mismatch():
     assert certificate_problems({"format": "other"}) == [f"not a {CERTIFICATE_FORMAT} certificate"]
     assert "lacks" in certificate_problems({"format": CERTIFICATE_FORMAT})[0]
     with pytest.raises(ValueError, match="nothing to audit"):
-        audit_key(KEY, [[1]], S=5)
+        audit_key(CONFIG, [[1]])
 
 
 @pytest.fixture
@@ -356,7 +385,7 @@ def test_fpr_across_keys_gives_one_row_per_key_and_test():
                                                     for t in ("z", "distinct", "exact")]
     for row in rows:
         assert row["texts"] == 60 and row["ci_low"] <= row["fpr"] <= row["ci_high"]
-    one = audit_key(keys[0], repetitive_corpus(60), S=5, vocab_size=400)
+    one = audit_key(ChainMarkConfig(keys[0], S=5), repetitive_corpus(60), vocab_size=400)
     assert rows[0]["flagged"] == one["tests"]["z"]["flagged"]  # the same scores as the audit
     with pytest.raises(ValueError, match="at least one text"):
         fpr_across_keys([], keys)

@@ -44,9 +44,10 @@ def _verdict(z: float = 0.0, p: float = 0.5, n_tokens: int = 100, n_scored: int 
 
 
 def test_a_published_document_round_trips_through_the_file(tmp_path):
-    doc = regime_document(KEY, 3, 0.001, topology="soft_cycle", threshold=3.5, tokenizer_name="org/tok",
-                          tokenizer=_Vocab(), tokenizer_revision="0123abcd", n_min=200, rho=0.5,
-                          gate="high_entropy", test="distinct", recalibration={"method": "sd", "n_null": 500})
+    settings = Regime(S=3, topology="soft_cycle", alpha=0.001, threshold=3.5, n_min=200, tokenizer="org/tok",
+                      tokenizer_revision="0123abcd", rho=0.5, gate="high_entropy", test="distinct",
+                      recalibration={"method": "sd", "n_null": 500})
+    doc = regime_document(KEY, settings, _Vocab())
     path = tmp_path / "regime.json"
     regime = Regime.from_document(doc)
     path.write_text(regime.to_json() + "\n", "utf-8")
@@ -62,7 +63,7 @@ def test_a_published_document_round_trips_through_the_file(tmp_path):
 
 
 def test_a_regime_without_a_threshold_publishes_z_alpha():
-    doc = regime_document(KEY, 5, 0.01)
+    doc = regime_document(KEY, Regime(S=5, alpha=0.01))
     assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)
     assert list(doc) == ["format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
                          "distinct_pairs", "tokenizer", "key_fingerprint", "guarantee", "tokenizer_fingerprint",
@@ -89,7 +90,7 @@ def test_older_and_sparser_documents_still_read():
 
 
 def test_bad_documents_and_files_are_refused_by_name(tmp_path):
-    good = regime_document(KEY, 5, 0.01)
+    good = regime_document(KEY, Regime(S=5, alpha=0.01))
     with pytest.raises(RegimeError, match='"k" is 2, but the clockwork topology has k = 1'):
         Regime.from_document({**good, "k": 2})
     with pytest.raises(RegimeError, match=r'"threshold" must be a finite number or null.*"distinct_pairs"'):
@@ -162,8 +163,8 @@ def test_the_regime_and_the_detector_agree_where_no_threshold_is_set():
 
 
 def test_explicit_options_win_over_the_document_and_the_document_over_the_defaults():
-    doc = regime_document(KEY, 3, 0.05, topology="soft_cycle", threshold=1.8, tokenizer_name="org/tok",
-                          tokenizer=_Vocab(), tokenizer_revision="abc", n_min=40, test="distinct")
+    doc = regime_document(KEY, Regime(S=3, topology="soft_cycle", alpha=0.05, threshold=1.8, n_min=40,
+                                      tokenizer="org/tok", tokenizer_revision="abc", test="distinct"), _Vocab())
     assert Regime.resolve() == Regime()
     assert Regime.resolve(None, S=7, threshold=None) == Regime(S=7)
     from_doc = Regime.resolve(doc)
@@ -181,7 +182,7 @@ def test_explicit_options_win_over_the_document_and_the_document_over_the_defaul
 
 
 def test_a_regime_checks_the_key_and_the_tokenizer():
-    regime = Regime.from_document(regime_document(KEY, 5, 0.01, tokenizer=_Vocab()))
+    regime = Regime.from_document(regime_document(KEY, Regime(S=5, alpha=0.01), _Vocab()))
     regime.check_key(KEY)
     regime.check_tokenizer(_Vocab())
     with pytest.raises(RegimeError, match="does not match the regime's"):
@@ -211,7 +212,7 @@ def test_named_topologies_and_the_reference_resolve_through_one_function():
 
 
 def _published(**kw):
-    return regime_document(KEY, 5, 0.01, tokenizer=_Vocab(), **kw)
+    return regime_document(KEY, Regime(S=5, alpha=0.01, **kw), _Vocab())
 
 
 def test_a_published_regime_refuses_every_silent_edit():
@@ -263,10 +264,11 @@ def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
 def _certificate(**changes):
     """A key-audit certificate for KEY, _Vocab, S = 5, clockwork, the exact test at alpha = 1%, re-sealed after
     ``changes``."""
-    from chainmark.auditor.keyaudit import audit_key, seal
+    from chainmark.auditor.keyaudit import CertificationTarget, audit_key, seal
+    from chainmark.config import ChainMarkConfig
 
     texts = [np.random.default_rng(i).integers(0, 3, 60) for i in range(30)]
-    cert = audit_key(KEY, texts, S=5, alpha=0.01, vocab_size=3)
+    cert = audit_key(ChainMarkConfig(KEY, S=5), texts, CertificationTarget(alpha=0.01), vocab_size=3)
     return seal({**cert, "tokenizer": None, "tokenizer_fingerprint": tokenizer_fingerprint(_Vocab()),
                  "package_version": "0", **changes})
 
@@ -313,7 +315,7 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
     assert regime_problems({**base, "S": 4, "k": 3}) == []
     assert regime_problems({**base, "S": 3, "topology": "soft_cycle"}) == []
     # a published document edited to k = S (digest recomputed) names the rule too
-    doc = regime_document(KEY, 3, 0.01, topology="soft_cycle", tokenizer=_Vocab())
+    doc = regime_document(KEY, Regime(S=3, alpha=0.01, topology="soft_cycle"), _Vocab())
     edited = {**doc, "S": 2, "p0": 0.5}
     edited["digest"] = regime_digest(edited)
     assert "k must be below S = 2" in " ".join(published_regime_problems(edited))

@@ -24,6 +24,7 @@ from .anytime import (
     default_prior as default_prior,
 )
 from .corpus import (
+    AuditExecution as AuditExecution,
     AuditSummary as AuditSummary,
     parts_folder as parts_folder,
     read_audit as read_audit,
@@ -35,6 +36,7 @@ from .corpus_input import (
     AuditError as AuditError,
     BATCH_DOCS as BATCH_DOCS,
     Batch as Batch,
+    CorpusReading as CorpusReading,
     corpus_batches as corpus_batches,
     pyarrow_parquet as pyarrow_parquet,
     read_batch as read_batch,
@@ -42,7 +44,9 @@ from .corpus_input import (
 from .keyaudit import (
     CERTIFICATE_FORMAT as CERTIFICATE_FORMAT,
     CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
+    CertificationTarget as CertificationTarget,
     KEYS_TRIED_NOTE as KEYS_TRIED_NOTE,
+    KeySelection as KeySelection,
     audit_key as audit_key,
     certificate_problems as certificate_problems,
     certify as certify,
@@ -125,4 +129,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_batch", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_batch", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]

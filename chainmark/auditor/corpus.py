@@ -32,11 +32,11 @@ With ``segments`` the audit also searches each document for watermarked spans (t
 :mod:`chainmark.auditor.segments`, its family-wise p-value by re-drawn keys seeded from the key and the document id), in two more
 columns; a document long enough to be scored in pieces is not searched (its columns are null).
 
-On Dask (``scheduler`` "local" for processes on this machine, or a scheduler's address) each batch is one
-task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a worker plugin, never in a
-task's name or arguments, and each worker loads the tokenizer and builds the state table once. The rows
-are those of one process, document for document. Parquet needs ``pyarrow`` and a cluster
-``dask[distributed]`` (the ``audit`` extra); the scoring itself is the core's.
+On Dask (an :class:`AuditExecution` whose ``scheduler`` is "local" for processes on this machine, or a
+scheduler's address) each batch is one task named ``chainmark-audit-<run>-<batch>``; the key reaches the
+workers in a worker plugin, never in a task's name or arguments, and each worker loads the tokenizer and
+builds the state table once. The rows are those of one process, document for document. Parquet needs
+``pyarrow`` and a cluster ``dask[distributed]`` (the ``audit`` extra); the scoring itself is the core's.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ from ..jsonio import atomic_write_json, to_jsonable
 from .regime import Regime
 from ..verdict import decide
 from .stream import PIECE_CHARS, detect_text_stream, ids_batch
-from .corpus_input import BATCH_DOCS, AuditError, Batch, pyarrow_parquet, corpus_batches, read_batch
+from .corpus_input import AuditError, Batch, CorpusReading, pyarrow_parquet, corpus_batches, read_batch
 
 #: Columns of an audit's output, in order.
 _COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
@@ -311,25 +311,54 @@ def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_doc
             "id_field": batches[0].id_field, "files": stats}
 
 
-def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,
-              text_field: str = "text", id_field: str | None = None, batch_docs: int = BATCH_DOCS,
-              fdr: float = 0.01, scheduler: str | None = None, workers: int | None = None,
-              progress: Callable[[int, int], None] | None = None, tokenizer: Any = None,
-              segments: int | None = None) -> AuditSummary:
-    """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``); resumes the parts an earlier run left.
+@dataclass(frozen=True)
+class AuditExecution:
+    """Where and how an audit runs; nothing here changes a row of its output.
 
     ``scheduler`` None scores on this process; ``"local"`` starts a Dask cluster of ``workers`` processes
-    on this machine; any other value is the address of a running Dask scheduler. ``progress(done, total)``
-    is called after each batch. ``tokenizer``, when given, is the regime's tokenizer already loaded (this
-    process then does not load it again). ``segments`` (a number of re-drawn keys, at least 1/alpha - 1)
-    also searches every document for watermarked spans (:data:`_SEGMENT_COLUMNS`).
+    on this machine (None: one per CPU); any other value is the address of a running Dask scheduler.
+    ``progress(done, total)`` is called after each batch. ``tokenizer``, when given, is the regime's
+    tokenizer already loaded (this process then does not load it again).
     """
+
+    scheduler: str | None = None
+    workers: int | None = None
+    progress: Callable[[int, int], None] | None = None
+    tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        if self.scheduler is not None and not isinstance(self.scheduler, str):
+            raise TypeError(f"scheduler must be None, 'local' or a scheduler's address, got "
+                            f"{type(self.scheduler).__name__}")
+        if self.workers is not None and (type(self.workers) is not int or self.workers < 1):
+            raise ValueError(f"workers must be a positive integer or None, got {self.workers!r}")
+        if self.progress is not None and not callable(self.progress):
+            raise TypeError(f"progress must be a callable progress(done, total) or None, got "
+                            f"{type(self.progress).__name__}")
+
+
+def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, settings: Regime,
+              reading: CorpusReading = CorpusReading(), fdr: float = 0.01, segments: int | None = None,
+              execution: AuditExecution = AuditExecution()) -> AuditSummary:
+    """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``) under ``key`` and the regime ``settings``,
+    resuming the parts an earlier run left. ``reading`` says which fields hold each document's text and id
+    and how many documents make a batch (:class:`~chainmark.auditor.corpus_input.CorpusReading`). ``fdr`` is
+    the false discovery rate of the discoveries the summary counts. ``segments`` (a number of re-drawn keys,
+    at least 1/alpha - 1) also searches every document for watermarked spans (:data:`_SEGMENT_COLUMNS`).
+    ``execution`` says where the batches are scored (this process or Dask), reports progress and hands over
+    a loaded tokenizer (:class:`AuditExecution`).
+    """
+    for name, value, kind in (("settings", settings, Regime), ("reading", reading, CorpusReading),
+                              ("execution", execution, AuditExecution)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be {'an' if name == 'execution' else 'a'} {kind.__name__}, got "
+                            f"{type(value).__name__}")
     if segments is not None and (isinstance(segments, bool) or not isinstance(segments, int)
                                  or (segments + 1) * settings.alpha < 1):
         raise AuditError(f"segments must be a number of re-drawn keys of at least {math.ceil(1 / settings.alpha) - 1} "
                          f"(1/alpha - 1), got {segments!r}")
-    if tokenizer is not None:
-        _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = tokenizer
+    if execution.tokenizer is not None:
+        _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = execution.tokenizer
     from .rates import clopper_pearson
 
     start = time.perf_counter()
@@ -342,11 +371,11 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         raise AuditError(f"fdr must lie in (0, 1), got {fdr!r}")
     if out.suffix == ".parquet":
         pyarrow_parquet()
-    batches = corpus_batches(source, text_field, id_field, batch_docs)
+    batches = corpus_batches(source, reading.text_field, reading.id_field, reading.batch_docs)
     if not batches:
         raise AuditError(f"{source}: no documents")
     parts = parts_folder(out)
-    manifest = _manifest(batches, settings, str(source), batch_docs)
+    manifest = _manifest(batches, settings, str(source), reading.batch_docs)
     if segments is not None:
         manifest["segments_draws"] = segments
     if parts.exists():
@@ -363,17 +392,17 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
     todo = [b for b in batches if not _part(parts, b.index).exists()]
     resumed = len(batches) - len(todo)
     done = resumed
-    if progress:
-        progress(done, len(batches))
+    if execution.progress:
+        execution.progress(done, len(batches))
     scored_docs = scored_tokens = 0
     scoring = time.perf_counter()
-    for index, rows in _score_all(todo, settings, key, scheduler, workers, segments):
+    for index, rows in _score_all(todo, settings, key, execution.scheduler, execution.workers, segments):
         _write_part(parts, index, rows)
         scored_docs += len(rows["doc_id"])
         scored_tokens += sum(rows["n_tokens"])
         done += 1
-        if progress:
-            progress(done, len(batches))
+        if execution.progress:
+            execution.progress(done, len(batches))
     scoring = time.perf_counter() - scoring
     refused = _fdr_refusal(settings)
     merged = _merge(parts, len(batches), out, fdr, settings.n_min, refused is None)
@@ -565,4 +594,4 @@ def _score_on_worker(batch: Batch, settings: Regime, segments: int | None = None
     return batch.index, score_batch(batch, settings, key, segments)
 
 
-__all__ = ["AuditSummary", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]
+__all__ = ["AuditExecution", "AuditSummary", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]

@@ -35,6 +35,25 @@ class Batch:
     id_field: str | None = None
 
 
+@dataclass(frozen=True)
+class CorpusReading:
+    """How an audit reads its corpus: the field (JSON Lines) or column (Parquet) holding each document's
+    text, the one holding its id (None: the line number, row position or file name), and the documents per
+    batch (one part file, one task). A folder of ``.txt`` files uses only ``batch_docs``."""
+
+    text_field: str = "text"
+    id_field: str | None = None
+    batch_docs: int = BATCH_DOCS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text_field, str):
+            raise TypeError(f"text_field must be a field name (a string), got {type(self.text_field).__name__}")
+        if self.id_field is not None and not isinstance(self.id_field, str):
+            raise TypeError(f"id_field must be a field name (a string) or None, got {type(self.id_field).__name__}")
+        if isinstance(self.batch_docs, bool) or not isinstance(self.batch_docs, int) or self.batch_docs < 1:
+            raise AuditError(f"batch_docs must be a positive integer, got {self.batch_docs!r}")
+
+
 # --------------------------------------------------------------------------- the corpus, as batches
 
 
@@ -164,4 +183,4 @@ def pyarrow_parquet() -> Any:
     return pq
 
 
-__all__ = ["AuditError", "BATCH_DOCS", "Batch", "corpus_batches", "pyarrow_parquet", "read_batch"]
+__all__ = ["AuditError", "BATCH_DOCS", "Batch", "CorpusReading", "corpus_batches", "pyarrow_parquet", "read_batch"]

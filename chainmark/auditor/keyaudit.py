@@ -30,11 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..calibrate import recalibrate
+from ..config import ChainMarkConfig
 from .rates import clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, trials_to_bound
 from ..checks import check_alpha
 from ..significance import TESTS, check_test
@@ -155,21 +157,53 @@ def seal(cert: Mapping[str, Any]) -> dict[str, Any]:
     return {**body, "digest": _certificate_digest(body)}
 
 
+@dataclass(frozen=True)
+class CertificationTarget:
+    """What a key audit certifies: that the key's false-positive rate under the deployed ``test``
+    (:data:`chainmark.detection.TESTS`) is at most ``alpha``, by a one-sided upper bound at confidence
+    ``level``. A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the
+    certificate pass keys whose rate lies above alpha."""
+
+    test: str = "exact"
+    alpha: float = 0.01
+    level: float = CERTIFICATE_LEVEL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        object.__setattr__(self, "level", _check_level(self.level))
+        object.__setattr__(self, "test", check_test(self.test))
+
+
+@dataclass(frozen=True)
+class KeySelection:
+    """How the audited key was chosen, as whoever runs the audit declares it (recorded, not verified:
+    :data:`KEYS_TRIED_NOTE`). ``keys_tried`` > 1 says it was chosen among others, which must have been done
+    on another corpus: ``selected_on`` is that corpus's fingerprint."""
+
+    keys_tried: int = 1
+    selected_on: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keys_tried, bool) or not isinstance(self.keys_tried, (int, np.integer)) \
+                or self.keys_tried < 1:
+            raise ValueError(f"keys_tried must be an integer >= 1, got {self.keys_tried!r}")
+        if self.selected_on is not None and not isinstance(self.selected_on, str):
+            raise TypeError(f"selected_on must be a corpus fingerprint (a string) or None, got "
+                            f"{type(self.selected_on).__name__}")
+
+
 def audit_key(
-    key: Key,
+    config: ChainMarkConfig,
     texts: Sequence[Sequence[int]],
-    S: int = 5,
-    topology: TopologyLike = "clockwork",
-    alpha: float = 0.01,
-    deploy_test: str = "exact",
+    target: CertificationTarget = CertificationTarget(),
+    *,
     vocab_size: int | None = None,
     documents: Sequence[Any] | None = None,
-    keys_tried: int = 1,
-    selected_on: str | None = None,
-    level: float = CERTIFICATE_LEVEL,
     grouping: str | None = None,
+    selection: KeySelection = KeySelection(),
 ) -> dict[str, Any]:
-    """Score unwatermarked ``texts`` (token ids) under ``key`` with every test; the certificate's body.
+    """Score unwatermarked ``texts`` (token ids) under the key of ``config`` (with its S and topology) with
+    every test; the certificate's body.
 
     ``documents`` names the document each text comes from (windows cut from
     one document share a name); by default every text is its own document.
@@ -177,26 +211,25 @@ def audit_key(
     the certificate; by default what ``documents`` gives). The corpus
     fingerprint covers the texts and which of them share a document, so a
     recheck with another grouping fails; ``texts_fingerprint`` covers the
-    texts alone. For each test: texts and documents scored, documents flagged at alpha
-    (a document is flagged when any of its texts is), the rate with its 95%
-    two-sided Clopper-Pearson interval and its one-sided upper bound at
-    ``level``, whether that bound certifies alpha, and the threshold that
-    would hold alpha on this corpus's texts (the empirical quantile of z, or
-    of the exact test's p-values). The verdict is :func:`certify`'s for
-    ``deploy_test``. ``keys_tried`` > 1 says this key was chosen among
-    others, which must have been done on another corpus: ``selected_on`` is
-    that corpus's fingerprint; both are the caller's word, recorded as
-    declared (:data:`KEYS_TRIED_NOTE`). ``level`` must be at least
-    :data:`CERTIFICATE_LEVEL` (a ``ValueError`` otherwise): a lower one would
-    let the certificate pass keys whose rate lies above alpha. Texts shorter
-    than two tokens are left out. The tokenizer fields, package version and
-    digest are added by the caller (:func:`seal`).
+    texts alone. For each test: texts and documents scored, documents flagged at
+    ``target.alpha`` (a document is flagged when any of its texts is), the rate
+    with its 95% two-sided Clopper-Pearson interval and its one-sided upper
+    bound at ``target.level``, whether that bound certifies alpha, and the
+    threshold that would hold alpha on this corpus's texts (the empirical
+    quantile of z, or of the exact test's p-values). The verdict is
+    :func:`certify`'s for ``target.test``. ``selection`` records how many keys
+    were tried before this one and on which other corpus (the caller's word,
+    recorded as declared); a key chosen among several on this very corpus is a
+    ``ValueError``. Texts shorter than two tokens are left out. The tokenizer
+    fields, package version and digest are added by the caller (:func:`seal`).
     """
-    alpha, level = check_alpha(alpha), _check_level(level)
-    deploy_test = check_test(deploy_test)
-    topo = resolve_topology(topology, S)
-    if isinstance(keys_tried, bool) or not isinstance(keys_tried, (int, np.integer)) or keys_tried < 1:
-        raise ValueError(f"keys_tried must be an integer >= 1, got {keys_tried!r}")
+    for name, value, kind in (("config", config, ChainMarkConfig), ("target", target, CertificationTarget),
+                              ("selection", selection, KeySelection)):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+    key, topo = config.key, config.topo
+    alpha, level, deploy_test = target.alpha, target.level, target.test
+    keys_tried, selected_on = selection.keys_tried, selection.selected_on
     if documents is not None and len(documents) != len(texts):
         raise ValueError(f"documents must name one document per text: {len(documents)} names for "
                          f"{len(texts)} texts")
@@ -396,9 +429,9 @@ def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Seque
         return problems
     if key_fingerprint(key) != cert["key_fingerprint"]:
         return [f"the key's fingerprint {key_fingerprint(key)} is not the certificate's {cert['key_fingerprint']}"]
-    fresh = audit_key(key, texts, S=cert["S"], topology=cert["topology"], alpha=cert["alpha"],
-                      deploy_test=cert["deploy_test"], vocab_size=vocab_size, documents=documents,
-                      level=cert["level"])
+    fresh = audit_key(ChainMarkConfig(key, S=cert["S"], topology=cert["topology"]), texts,
+                      CertificationTarget(test=cert["deploy_test"], alpha=cert["alpha"], level=cert["level"]),
+                      vocab_size=vocab_size, documents=documents)
     if fresh["corpus"]["fingerprint"] != cert["corpus"]["fingerprint"]:
         return [_corpus_mismatch(fresh["corpus"], cert["corpus"])]
     for test, row in cert["tests"].items():
@@ -474,6 +507,6 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "KEYS_TRIED_NOTE", "audit_key",
-           "certificate_problems", "certify", "format_audit", "fpr_across_keys", "minimum_documents",
+__all__ = ["CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "KEYS_TRIED_NOTE", "KeySelection",
+           "audit_key", "certificate_problems", "certify", "format_audit", "fpr_across_keys", "minimum_documents",
            "read_certificate", "recheck_certificate", "seal"]

@@ -35,12 +35,6 @@ REGIME_FORMAT = "chainmark-regime/1"
 
 
 
-def _check_finite(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
 def tokenizer_fingerprint(tokenizer: Any) -> str:
     """A short hash of a tokenizer's vocabulary (token -> id), to catch mismatches.
 
@@ -56,66 +50,50 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def regime_document(
-    key: bytes | str,
-    S: int,
-    alpha: float,
-    topology: str = "clockwork",
-    threshold: float | None = None,
-    tokenizer_name: str | None = None,
-    tokenizer: Any = None,
-    tokenizer_revision: str | None = None,
-    n_min: int | None = None,
-    rho: float | None = None,
-    gate: str | None = None,
-    recalibration: dict[str, Any] | None = None,
-    test: str | None = None,
-    key_audit: dict[str, Any] | None = None,
-    trades_fpr_for_power: bool = False,
-) -> dict[str, Any]:
-    """The public detection regime a deployer publishes (JSON-ready; no key).
+def regime_document(key: bytes | str, regime: Regime, tokenizer: Any = None) -> dict[str, Any]:
+    """The public detection regime a deployer publishes for ``key`` (JSON-ready; no key).
 
-    ``threshold`` is the operating z threshold; left out, it is the analytic
-    z_alpha. ``tokenizer`` (the object), when given, adds its vocabulary
-    fingerprint so that an auditor's tokenizer can be checked against it;
-    ``tokenizer_revision`` records the Hub revision (commit hash) it was
-    loaded at, so an auditor loads the same files. ``test`` names the test
-    (:data:`chainmark.detection.TESTS`); the exact test publishes no z threshold, and
-    the distinct test also sets the document's ``distinct_pairs``, which older readers look at.
-    ``key_audit``, the key's certificate, must fit the regime (:meth:`Regime.check_certificate`).
+    ``regime`` holds the settings to publish: S, topology, alpha, ``test``
+    (:data:`chainmark.detection.TESTS`), the operating ``threshold`` (left out,
+    the analytic z_alpha; the exact test publishes none), ``n_min`` (at least
+    2), the tokenizer's name and Hub ``tokenizer_revision`` (commit hash), the
+    watermark's ``rho`` and ``gate``, a ``recalibration``, the key's audit
+    certificate ``key_audit`` and ``trades_fpr_for_power``. A deployer holding
+    the :class:`~chainmark.config.ChainMarkConfig` it generates with passes
+    ``Regime.from_config(config, alpha=..., test=...)`` and ``config.key``.
+
+    The document adds what only the key and the tokenizer give: the key's
+    fingerprint and the tokenizer's vocabulary fingerprint and size, so that
+    an auditor's key and tokenizer can be checked against them. ``tokenizer``
+    is the tokenizer object; left out, the one ``regime`` names is loaded.
+    The distinct test also sets the document's ``distinct_pairs``, which older
+    readers look at. The certificate must fit the key, the tokenizer and the
+    regime (:meth:`Regime.check_certificate`); a regime that already names a
+    key or vocabulary fingerprint must name this key's and this tokenizer's.
     """
-    from ..checks import check_alpha, check_states
-    from ..significance import check_test
-    from ..gates import check_gate_kind
-    from ..checks import check_rho
     from ..keys import key_fingerprint
     from ..partition import key_bytes
 
+    if not isinstance(regime, Regime):
+        raise TypeError(f"regime must be a chainmark.auditor.regime.Regime (the settings to publish), got "
+                        f"{type(regime).__name__}")
     if not key_bytes(key):
         raise ValueError("key must be non-empty")
-    S = check_states(S)
-    alpha = check_alpha(alpha)
-    topo = resolve_topology(topology, S)
-    if threshold is not None:
-        threshold = _check_finite(threshold, "threshold")
-    if tokenizer_revision is not None and not _is_text(tokenizer_revision):
-        raise ValueError(f"tokenizer_revision must be a non-empty string, got {tokenizer_revision!r}")
-    if n_min is not None and (isinstance(n_min, bool) or not isinstance(n_min, int) or n_min < 2):
-        raise ValueError(f"n_min must be an integer >= 2, got {n_min!r}")
+    resolve_topology(regime.topology, regime.S)  # a ValueError when they do not fit (soft_cycle with S = 2)
+    if regime.n_min is not None and regime.n_min < 2:
+        raise ValueError(f"n_min must be an integer >= 2, got {regime.n_min!r}")
+    regime.check_key(key)
     if tokenizer is None:  # a published regime names its tokenizer by its vocabulary fingerprint
         from .tokenizer import load_tokenizer
 
-        tokenizer = load_tokenizer(tokenizer_name, revision=tokenizer_revision)
-    regime = Regime(
-        S=S, topology=topo.name, alpha=alpha, threshold=threshold, distinct_pairs=test == "distinct",
-        n_min=n_min, tokenizer=tokenizer_name, tokenizer_revision=tokenizer_revision,
+        tokenizer = load_tokenizer(regime.tokenizer, revision=regime.tokenizer_revision)
+    else:
+        regime.check_tokenizer(tokenizer)
+    regime = dataclasses.replace(
+        regime, distinct_pairs=regime.distinct_pairs or regime.test == "distinct",
         tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
         vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
-        rho=None if rho is None else check_rho(rho), gate=None if gate is None else check_gate_kind(gate),
-        recalibration=None if recalibration is None else dict(recalibration),
-        test=None if test is None else check_test(test),
-        key_audit=None if key_audit is None else dict(key_audit),
-        trades_fpr_for_power=True if trades_fpr_for_power else None)
+        trades_fpr_for_power=True if regime.trades_fpr_for_power else None)
     regime.check_certificate(key, tokenizer)
     return regime.to_document()
 

@@ -77,8 +77,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from ..auditor.corpus_input import AuditError
-    from ..auditor.corpus import run_audit
+    from ..auditor.corpus_input import AuditError, CorpusReading
+    from ..auditor.corpus import AuditExecution, run_audit
     from ..keys import key_fingerprint
 
     published = load_regime(args.regime) if args.regime else None
@@ -106,10 +106,11 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                   flush=True)
 
     try:
-        summary = run_audit(args.source, args.out, key, regime, text_field=args.text_field, id_field=args.id_field,
-                            batch_docs=args.batch_docs, fdr=args.fdr,
-                            scheduler=None if scheduler == "none" else scheduler, workers=args.workers,
-                            progress=progress, tokenizer=tokenizer, segments=args.segments)
+        reading = CorpusReading(text_field=args.text_field, id_field=args.id_field, batch_docs=args.batch_docs)
+        execution = AuditExecution(scheduler=None if scheduler == "none" else scheduler, workers=args.workers,
+                                   progress=progress, tokenizer=tokenizer)
+        summary = run_audit(args.source, args.out, key, regime, reading, fdr=args.fdr, segments=args.segments,
+                            execution=execution)
     except AuditError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

@@ -145,7 +145,8 @@ def _files_grouping(paths: list[str], text_field: str) -> str:
 
 def _cmd_key_audit(args: argparse.Namespace) -> int:
     from .. import __version__
-    from ..auditor.keyaudit import audit_key, format_audit, seal
+    from ..auditor.keyaudit import CertificationTarget, KeySelection, audit_key, format_audit, seal
+    from ..config import ChainMarkConfig
 
     key = load_key(args.key_file)
     tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_revision)
@@ -157,9 +158,10 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
     if args.check:
         return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
     try:
-        cert = audit_key(key, texts, S=args.S, topology=topo, alpha=args.alpha, deploy_test=args.test,
-                         vocab_size=len(tokenizer), documents=documents, keys_tried=args.keys_tried,
-                         selected_on=args.selected_on, grouping=grouping)
+        cert = audit_key(ChainMarkConfig(key, S=args.S, topology=topo), texts,
+                         CertificationTarget(test=args.test, alpha=args.alpha), vocab_size=len(tokenizer),
+                         documents=documents, grouping=grouping,
+                         selection=KeySelection(args.keys_tried, args.selected_on))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     cert = {**cert, "tokenizer": tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),

@@ -136,14 +136,14 @@ def _cmd_regime(args: argparse.Namespace) -> int:
     key = load_key(args.key_file)
     tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_revision)
     try:
-        doc = regime_document(key, args.S, args.alpha, topology=args.topology, threshold=args.threshold,
-                              tokenizer_name=tokenizer_label(args.tokenizer), tokenizer=tokenizer,
-                              tokenizer_revision=args.tokenizer_revision,
-                              n_min=args.n_min, rho=args.rho, gate=args.gate,
-                              test=named_test(args) or (None if args.threshold is not None else "exact"),
-                              key_audit=read_certificate(args.certificate) if args.certificate else None,
-                              trades_fpr_for_power=args.trades_fpr_for_power,
-                              recalibration=args.recalibrated)
+        test = named_test(args) or (None if args.threshold is not None else "exact")
+        regime = Regime(S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
+                        distinct_pairs=test == "distinct", n_min=args.n_min, tokenizer=tokenizer_label(args.tokenizer),
+                        tokenizer_revision=args.tokenizer_revision, rho=args.rho, gate=args.gate,
+                        recalibration=args.recalibrated, test=test,
+                        key_audit=read_certificate(args.certificate) if args.certificate else None,
+                        trades_fpr_for_power=True if args.trades_fpr_for_power else None)
+        doc = regime_document(key, regime, tokenizer)
     except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
         raise UsageError(str(exc)) from None
     Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...
