@@ -26,8 +26,8 @@ choices keep it cheap:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Sequence, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
 
-__all__ = ["ChainMarkLogitsProcessor", "Generation", "SignalRecorder", "calibrate_gate",
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "SignalRecorder", "calibrate_gate",
            "chat_prompt", "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
@@ -395,37 +395,82 @@ def logits_width(model: Any) -> int:
     return int(model.config.vocab_size)
 
 
+class SamplingArgs(TypedDict, total=False):
+    """The fields of :class:`Sampling`, as keyword arguments of :func:`generate` (typed for editors)."""
+
+    max_new_tokens: int
+    min_new_tokens: int | None
+    temperature: float
+    seed: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How :func:`generate` samples, as transformers' ``GenerationConfig`` does for its ``generate``.
+
+    At most ``max_new_tokens`` new tokens a text (at least ``min_new_tokens``), temperature ``temperature``
+    (no top-k, no top-p), batches of ``batch_size`` prompts, batch ``b`` seeded ``seed + b``.
+    """
+
+    max_new_tokens: int = 128
+    min_new_tokens: int | None = None
+    temperature: float = 0.7
+    seed: int = GENERATION_SEED
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        low = self.min_new_tokens
+        if low is not None and (isinstance(low, bool) or not isinstance(low, int) or low < 0):
+            raise ValueError(f"min_new_tokens must be None or an integer >= 0, got {low!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an integer, got {type(self.seed).__name__}")
+
+    @classmethod
+    def of(cls, sampling: Sampling | None = None, **overrides: Any) -> Sampling:
+        """``sampling`` (default: the defaults) with ``overrides``; an unknown name is a TypeError."""
+        if sampling is not None and not isinstance(sampling, cls):
+            raise TypeError(f"sampling must be a chainmark Sampling, got {type(sampling).__name__}")
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown sampling argument(s) {', '.join(unknown)}: "
+                            f"generate takes {', '.join(f.name for f in fields(cls))}")
+        return replace(sampling or cls(), **overrides)
+
+
 def generate(
     model: Any,
     tokenizer: Any,
     prompts: Sequence[str],
     config: ChainMarkConfig | None = None,
     gate: Gate | None = None,
-    max_new_tokens: int = 128,
-    batch_size: int = 8,
-    temperature: float = 0.7,
-    seed: int = GENERATION_SEED,
-    chat: bool = True,
+    *,
+    sampling: Sampling | None = None,
     extra_processors: Sequence[LogitsProcessor] = (),
-    min_new_tokens: int | None = None,
+    **overrides: Unpack[SamplingArgs],
 ) -> list[Generation]:
     """Generate from each prompt, watermarked with ``config`` (or not, if None).
 
-    Prompts are user messages rendered through the chat template (``chat=True``)
-    or raw text. Batches are left-padded; batch ``b`` is sampled with seed
-    ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
+    How it samples is a :class:`Sampling` (``sampling``), with any of its fields given as keywords
+    (``generate(model, tok, prompts, config, gate, max_new_tokens=64)``). Prompts are user messages rendered
+    through the chat template (raw text for a model without one). Batches are left-padded; batch ``b`` is
+    sampled with seed ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
     Returns one :class:`Generation` per prompt, in order, each carrying ``config``.
     """
+    how = Sampling.of(sampling, **overrides)
+    max_new_tokens, min_new_tokens, temperature = how.max_new_tokens, how.min_new_tokens, how.temperature
+    seed, batch_size = how.seed, how.batch_size
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
     if not prompts:
         return []
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
     if config is not None and not isinstance(config, ChainMarkConfig):
         raise TypeError(f"config must be a ChainMarkConfig or None, got {type(config).__name__}")
     if getattr(tokenizer, "padding_side", "left") != "left":
@@ -442,8 +487,8 @@ def generate(
     results: list[Generation] = []
     for b in range(0, len(prompts), batch_size):
         batch = list(prompts[b:b + batch_size])
-        texts = [chat_prompt(tokenizer, p) if chat else p for p in batch]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not chat).to(device)
+        texts = [chat_prompt(tokenizer, p) for p in batch]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         recorder: SignalRecorder | ChainMarkLogitsProcessor
         if cm is not None:
             cm.reset()

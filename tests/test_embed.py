@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import ChainMarkLogitsProcessor, SignalRecorder, _candidate_table
+from chainmark.embed import ChainMarkLogitsProcessor, Sampling, SignalRecorder, _candidate_table, generate
 from chainmark.gates import Gate
 from chainmark.gate_signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
@@ -49,6 +49,26 @@ def random_case(seed: int, batch: int = 6, V: int = 97, length: int = 7):
 
 
 # ---- configuration ----------------------------------------------------
+def test_sampling_carries_generates_arguments_and_refuses_bad_ones():
+    """One Sampling carries how generate samples; its fields may be given as keywords, and a bad one is refused
+    (before the model is touched) with an error that names it."""
+    assert Sampling() == Sampling(max_new_tokens=128, min_new_tokens=None, temperature=0.7, seed=42, batch_size=8)
+    base = Sampling(max_new_tokens=40, seed=7)
+    assert Sampling.of(base, batch_size=3) == Sampling(max_new_tokens=40, seed=7, batch_size=3)
+    assert Sampling.of(None, min_new_tokens=40) == Sampling(min_new_tokens=40)
+    for bad, error in [({"max_new_tokens": 0}, ValueError), ({"batch_size": True}, ValueError),
+                       ({"min_new_tokens": -1}, ValueError), ({"temperature": 0.0}, ValueError),
+                       ({"seed": "42"}, TypeError)]:
+        with pytest.raises(error, match=next(iter(bad))):
+            Sampling(**bad)
+    with pytest.raises(TypeError, match="max_tokens"):
+        generate(object(), object(), ["hello"], max_tokens=5)
+    with pytest.raises(TypeError, match="sampling must be"):
+        generate(object(), object(), ["hello"], sampling={"max_new_tokens": 5})
+    with pytest.raises(TypeError):  # the sampling arguments are keywords: none is taken by position
+        generate(object(), object(), ["hello"], None, None, 64)
+
+
 def test_config_validates_and_hides_key():
     cfg = ChainMarkConfig(KEY, S=7, rho=0.3, gate="top2_gap", topology="soft_cycle")
     assert cfg.topo.k == 2 and cfg.S == 7

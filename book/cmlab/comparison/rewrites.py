@@ -79,7 +79,7 @@ def _lm_rewrite(texts: list[str], model: Any, tokenizer: Any, instruction: str,
     prompts = [instruction.format(text=texts[i].strip(), **(fields or {})) for i in todo]
     budget = max_new_tokens or _default_budget(tokenizer, [texts[i] for i in todo])
     gens = generate(model, tokenizer, prompts, config=None, max_new_tokens=budget,
-                    batch_size=batch_size, temperature=temperature, seed=seed, chat=True)
+                    batch_size=batch_size, temperature=temperature, seed=seed)
     for i, g in zip(todo, gens):
         out[i] = _clean_reply(g.text)
     return out
