@@ -34,7 +34,7 @@ from .topology import Topology, TopologyLike, resolve_topology
 from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 __all__ = ["DetectionResult", "counts_result", "detect", "detect_batch", "detect_text", "detection_args",
-           "unpack_config", "score_states", "valid_transitions"]
+           "score_states", "valid_transitions"]
 
 # --------------------------------------------------------------------------
 # statistics
@@ -258,7 +258,7 @@ def _reject_batch(token_ids: Any) -> None:
                          f"({len(token_ids)} rows); score a batch with detect_batch")
 
 
-def unpack_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
+def _unpack_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
     """The key, S and topology: read from a :class:`ChainMarkConfig`, or given one by one (S = 5, clockwork)."""
     if isinstance(key, ChainMarkConfig):
         if S is not None or topology is not None:
@@ -375,7 +375,7 @@ def detect(
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
     token_ids, key = _ids_and_key(token_ids, key)
-    key, S, topology = unpack_config(key, S, topology)
+    key, S, topology = _unpack_config(key, S, topology)
     topo, alpha, test = detection_args(key, S, topology, alpha, test)
     _reject_batch(token_ids)
     return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
@@ -401,7 +401,7 @@ def detect_batch(
     rows; without a key they must carry one configuration, which is used.
     """
     batch, key = _batch_and_key(batch, key)
-    key, S, topology = unpack_config(key, S, topology)
+    key, S, topology = _unpack_config(key, S, topology)
     topo, alpha, test = detection_args(key, S, topology, alpha, test)
     if isinstance(batch, (str, bytes)):
         raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")

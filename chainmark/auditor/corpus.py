@@ -90,7 +90,7 @@ def _tokenizer(settings: Regime) -> Any:
     return _TOKENIZERS[key]
 
 
-def score_batch(batch: Batch, settings: Regime, key: bytes, segments: int | None = None) -> dict[str, list]:
+def _score_batch(batch: Batch, settings: Regime, key: bytes, segments: int | None = None) -> dict[str, list]:
     """The rows of one batch (columns of :data:`_COLUMNS` but the q-value), in the batch's document order,
     decided by the regime (``settings``: its test, threshold and n_min); with ``segments`` (a number of
     re-drawn keys) also each document's watermarked spans (:data:`_SEGMENT_COLUMNS`)."""
@@ -591,7 +591,7 @@ def _score_on_worker(batch: Batch, settings: Regime, segments: int | None = None
     from distributed import get_worker
 
     key = get_worker()._chainmark_keys[settings.key_fingerprint]
-    return batch.index, score_batch(batch, settings, key, segments)
+    return batch.index, _score_batch(batch, settings, key, segments)
 
 
-__all__ = ["AuditExecution", "AuditSummary", "parts_folder", "read_audit", "run_audit", "score_batch", "score_many"]
+__all__ = ["AuditExecution", "AuditSummary", "parts_folder", "read_audit", "run_audit", "score_many"]
