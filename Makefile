@@ -41,7 +41,7 @@ book: $(STAMP)
 CLOCK := _build/.make_test_clock
 # the suite on a worker per core, at most four (pytest-xdist); a module's tests stay together in one worker
 # (tests/conftest.py). PYTEST_WORKERS= runs it in one process.
-PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
+PYTEST_WORKERS ?= -n auto --maxprocesses 4
 test:
 	@mkdir -p _build && echo "start $$(date +%s.%N)" > $(CLOCK)
 	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CLOCK)

@@ -77,18 +77,28 @@ def pytest_unconfigure(config):
           f"total {_minutes(phases['total'])} ({verdict} the {BUDGET_MINUTES}-minute budget for a fresh clone)")
 
 
-#: ``make test`` runs the suite on two workers (pytest-xdist, ``--dist loadgroup``): each module's tests run in
-#: one worker, in order, so module fixtures are built once; modules named here share one worker with each other
-#: because they read a session fixture too costly to build twice (every chapter executed on the foreign model).
+#: ``make test`` runs the suite on a worker per core (pytest-xdist): each test module's tests run in one worker, in
+#: order, so its fixtures are built once; modules named here share one worker with each other because they read a
+#: session fixture too costly to build twice (every chapter executed on the foreign model).
 SHARED_WORKER = {"test_foreign_model": "foreign-model", "test_participant_edition": "foreign-model"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """Give every test without an ``xdist_group`` its module's group (or the group it shares, above)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-            item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
+def worker_scope(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the group its module shares (above)."""
+    module = nodeid.split("::", 1)[0]
+    return SHARED_WORKER.get(module.rsplit("/", 1)[-1].removesuffix(".py"), module)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Schedule whole modules (and the groups above) on the workers. pytest-xdist's own ``--dist loadgroup``
+    marks a group in the test's node id, which pytest 9 no longer lets it change: its groups came apart."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

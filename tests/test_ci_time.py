@@ -81,3 +81,14 @@ def test_the_readme_quotes_the_latest_fresh_clone_run_and_its_place_against_the_
     assert int(stated.group(1)) == round(latest["wall_seconds"] / 60), (stated.group(0), latest["wall_seconds"])
     where = "inside" if latest["within_budget"] else "over"
     assert f"{where} the suite's budget of {BUDGET_MINUTES} minutes" in readme, where
+
+
+def test_the_workers_get_whole_modules_and_the_foreign_model_group_together():
+    """make test's scheduler (tests/conftest.py): a module's tests are one unit of work, and the two modules that
+    read the foreign-model chapters' session fixture are one unit between them, so it is built once."""
+    from conftest import worker_scope
+
+    assert worker_scope("tests/test_detect.py::test_a[1-2]") == worker_scope("tests/test_detect.py::test_b")
+    assert worker_scope("tests/test_detect.py::test_a") != worker_scope("tests/test_embed.py::test_a")
+    assert (worker_scope("tests/test_foreign_model.py::test_x[book/01_partition.ipynb]")
+            == worker_scope("tests/test_participant_edition.py::test_y"))
