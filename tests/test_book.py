@@ -267,6 +267,10 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
         ep.warm_kernels()
     monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "0")
     assert ep.warm_kernels() is False
+    monkeypatch.delenv("CHAINMARK_WARM_KERNELS")
+    assert ep.warm_kernels() is False  # opt-in: a new client on a kept kernel once waited on it, idle, in a build
+    monkeypatch.setenv("CHAINMARK_WARM_KERNELS", "1")
+    assert ep.warm_kernels() is True
 
 
 def test_the_build_benchmark_counts_the_decoding_the_chapters_forecast(tmp_path):

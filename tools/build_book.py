@@ -22,9 +22,10 @@ clone has no cache, so CI always executes every chapter.
 Two chapters at a time. Before the site build, the chapters the cache lacks execute in two worker
 processes (``tools/execute_parallel.py``; chapters that share a run folder stay in one worker, in
 order) straight into the cache, so the site build only renders them: on a 2-core machine one chapter
-alone leaves a core idle much of the time (measured in ``execute_parallel.default_jobs``). Each worker
-keeps one kernel and gives every chapter a fresh start in it (``CHAINMARK_WARM_KERNELS=0``: a new kernel
-per chapter), which saves the kernel's start and the heavy imports, about 8 s a chapter here.
+alone leaves a core idle much of the time (measured in ``execute_parallel.default_jobs``). Each chapter
+gets a fresh kernel; ``CHAINMARK_WARM_KERNELS=1`` keeps one kernel a worker and gives every chapter a fresh
+start in it, which saves the kernel's start and the heavy imports (about 8 s a chapter here), but a new
+client on a kept kernel once waited on it, idle, in a build (``execute_parallel.warm_kernels``).
 ``CHAINMARK_BUILD_JOBS=1`` executes one chapter at a time through ``jupyter-book`` (the default on a
 GPU or with a model of your own, whose copies would not fit twice); the per-chapter times of a
 parallel build are those of chapters sharing the machine (``timings.json`` says ``jobs``).

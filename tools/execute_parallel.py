@@ -12,7 +12,7 @@ chapter 7's, 9.1 chapter 9's: generate once, read many) must run one after the o
 a whole *group*, the chapters with the same leading number, in the table of contents' order. Groups go to the worker that
 is least loaded, longest first, by the chapters' recorded times (``book/data/chapter_timings.json``).
 
-A worker keeps one kernel for its whole queue (``$CHAINMARK_WARM_KERNELS``, on unless ``0``): before each
+With ``$CHAINMARK_WARM_KERNELS=1`` (off by default) a worker keeps one kernel for its whole queue: before each
 chapter but the first, the kernel's namespace is emptied and what a chapter may change in the process
 (working folder, environment, import path, Matplotlib's settings, warning filters) is put back as the
 first chapter found it, and ``chainmark`` and ``cmlab`` are imported afresh (their caches and the claims
@@ -134,11 +134,15 @@ def plan_queues(notebooks: list[str], jobs: int, seconds: dict[str, float]) -> l
 
 
 def warm_kernels() -> bool:
-    """Whether a worker keeps one kernel for its queue: ``$CHAINMARK_WARM_KERNELS`` unless ``0`` (on by default)."""
+    """Whether a worker keeps one kernel for its queue: only with ``$CHAINMARK_WARM_KERNELS=1`` (off by default).
+
+    In a fresh-clone build a worker's new notebook client on its kept kernel once waited with the kernel idle and
+    the chapter not started (the seventh chapter of the queue, 06_calibration, after 5.2), where a build's cell
+    would only time out after half an hour; a fresh kernel per chapter has never done so."""
     value = os.environ.get(WARM_ENV, "").strip()
     if value not in ("", "0", "1"):
         raise ValueError(f"{WARM_ENV} must be 0 (a fresh kernel per chapter) or 1 (one kernel per worker), not {value!r}")
-    return value != "0"
+    return value == "1"
 
 
 def _run_notebook(nb: Any, cwd: str, timeout: int, km: Any) -> tuple[Any, BaseException | None, str]:
