@@ -89,6 +89,7 @@ def worker_scope(nodeid: str) -> str:
     return SHARED_WORKER.get(module.rsplit("/", 1)[-1].removesuffix(".py"), module)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed, pytest runs in one process
 def pytest_xdist_make_scheduler(config, log):
     """Schedule whole modules (and the groups above) on the workers. pytest-xdist's own ``--dist loadgroup``
     marks a group in the test's node id, which pytest 9 no longer lets it change: its groups came apart."""
