@@ -62,6 +62,38 @@ def make_test_phases(clock: Path, session_start: float, now: float) -> dict[str,
     return {name: round(seconds, 1) for name, seconds in phases.items()}
 
 
+#: Seconds spent per unit of work (worker_scope: a module or a shared group), summed over its tests' setup, call and
+#: teardown as the reports reach this process; printed at the end and kept in _build/test_unit_seconds.json so that a
+#: slow test phase says where its time went (issue 50).
+_UNIT_SECONDS: dict[str, float] = {}
+
+
+def unit_seconds_table(seconds: dict[str, float], top: int = 15) -> list[str]:
+    """The ``top`` costliest units of work, slowest first, as lines ``  12 min 03 s  tests/test_x.py``."""
+    ranked = sorted(seconds.items(), key=lambda item: -item[1])[:top]
+    return [f"{_minutes(value):>12}  {unit}" for unit, value in ranked]
+
+
+def pytest_runtest_logreport(report):
+    if report.duration:
+        unit = worker_scope(report.nodeid)
+        _UNIT_SECONDS[unit] = _UNIT_SECONDS.get(unit, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if hasattr(config, "workerinput") or not _UNIT_SECONDS:
+        return
+    terminalreporter.write_sep("-", "the costliest test modules (setup, call and teardown, on their worker)")
+    for line in unit_seconds_table(_UNIT_SECONDS):
+        terminalreporter.write_line(line)
+    try:
+        (ROOT / "_build").mkdir(exist_ok=True)
+        (ROOT / "_build" / "test_unit_seconds.json").write_text(
+            json.dumps({unit: round(value, 1) for unit, value in sorted(_UNIT_SECONDS.items())}, indent=1) + "\n")
+    except OSError:
+        pass
+
+
 def pytest_unconfigure(config):
     """The last line of ``make test``: the wall time of its install, build and tests, against the budget."""
     if hasattr(config, "workerinput"):

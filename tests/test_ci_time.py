@@ -92,3 +92,10 @@ def test_the_workers_get_whole_modules_and_the_foreign_model_group_together():
     assert worker_scope("tests/test_detect.py::test_a") != worker_scope("tests/test_embed.py::test_a")
     assert (worker_scope("tests/test_foreign_model.py::test_x[book/01_partition.ipynb]")
             == worker_scope("tests/test_participant_edition.py::test_y"))
+
+
+def test_the_costliest_units_are_listed_slowest_first():
+    from conftest import unit_seconds_table
+
+    lines = unit_seconds_table({"tests/test_a.py": 12.0, "foreign-model": 725.0, "tests/test_b.py": 61.0}, top=2)
+    assert [line.lstrip() for line in lines] == ["12 min 05 s  foreign-model", "1 min 01 s  tests/test_b.py"]
