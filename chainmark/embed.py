@@ -35,7 +35,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from .config import GENERATION_SEED, ChainMarkConfig
 from .gates import Gate, check_gate_kind
-from .checks import check_rho
+from .checks import check_int, check_rho
 from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
@@ -421,12 +421,9 @@ class Sampling:
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        low = self.min_new_tokens
-        if low is not None and (isinstance(low, bool) or not isinstance(low, int) or low < 0):
-            raise ValueError(f"min_new_tokens must be None or an integer >= 0, got {low!r}")
+            check_int(getattr(self, name), name, 1)
+        if self.min_new_tokens is not None:
+            check_int(self.min_new_tokens, "min_new_tokens", 0)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")

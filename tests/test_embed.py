@@ -56,9 +56,9 @@ def test_sampling_carries_generates_arguments_and_refuses_bad_ones():
     base = Sampling(max_new_tokens=40, seed=7)
     assert Sampling.of(base, batch_size=3) == Sampling(max_new_tokens=40, seed=7, batch_size=3)
     assert Sampling.of(None, min_new_tokens=40) == Sampling(min_new_tokens=40)
-    for bad, error in [({"max_new_tokens": 0}, ValueError), ({"batch_size": True}, ValueError),
+    for bad, error in [({"max_new_tokens": 0}, ValueError), ({"batch_size": True}, TypeError),
                        ({"min_new_tokens": -1}, ValueError), ({"temperature": 0.0}, ValueError),
-                       ({"seed": "42"}, TypeError)]:
+                       ({"seed": "42"}, TypeError), ({"max_new_tokens": "64"}, TypeError)]:
         with pytest.raises(error, match=next(iter(bad))):
             Sampling(**bad)
     with pytest.raises(TypeError, match="max_tokens"):
