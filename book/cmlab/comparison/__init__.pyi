@@ -60,6 +60,8 @@ from .fpr_recipes import (
     PAPER_FPR_RECIPES as PAPER_FPR_RECIPES,
     RECIPES as RECIPES,
     RECIPE_NOTES as RECIPE_NOTES,
+    RecipeFit as RecipeFit,
+    RecipeFitArgs as RecipeFitArgs,
     RecipeResult as RecipeResult,
     fpr_recipes as fpr_recipes,
     hac_z as hac_z,
@@ -69,6 +71,8 @@ from .fpr_recipes import (
 )
 from .lrdetect import (
     LikelihoodRatioResult as LikelihoodRatioResult,
+    SimulatedNull as SimulatedNull,
+    SimulatedNullArgs as SimulatedNullArgs,
     gate_probabilities as gate_probabilities,
     llr_weights as llr_weights,
     lr_detect as lr_detect,
@@ -95,4 +99,4 @@ from .rewrites import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "DEFAULT_TRANSLATOR", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "DEFAULT_TRANSLATOR", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "weighted_z"]

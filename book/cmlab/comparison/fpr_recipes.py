@@ -17,8 +17,8 @@ here are this book's reading, stated in :data:`RECIPE_NOTES`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Sequence, TypedDict, Unpack
 
 import numpy as np
 
@@ -119,15 +119,40 @@ def _statistics(ids: np.ndarray, key: bytes, topo: Topology, vocab_size: int | N
             "hdd_lite": weighted_z(valid, idf[nxt], topo.p0)}
 
 
+@dataclass(frozen=True)
+class RecipeFit:
+    """How :func:`fpr_recipes` fits and judges the recipes: at level ``alpha``, over ids of a vocabulary of
+    ``vocab_size`` (None: as :func:`~chainmark.partition.states_of` takes it), with the ``n_stopwords`` most
+    frequent tokens of the fit half as the stopword list, splitting the groups in halves with ``seed``."""
+
+    alpha: float = 0.01
+    vocab_size: int | None = None
+    n_stopwords: int = 200
+    seed: int = 0
+
+
+class RecipeFitArgs(TypedDict, total=False):
+    """The fields of :class:`RecipeFit`, as keywords of :func:`fpr_recipes`."""
+
+    alpha: float
+    vocab_size: int | None
+    n_stopwords: int
+    seed: int
+
+
 def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], wm_ids: Sequence[Sequence[int]],
-                key: bytes, S: int = 5, topology: Any = "clockwork", alpha: float = 0.01,
-                vocab_size: int | None = None, n_stopwords: int = 200, seed: int = 0) -> list[RecipeResult]:
+                key: bytes, S: int = 5, topology: Any = "clockwork", fit: RecipeFit | None = None,
+                **overrides: Unpack[RecipeFitArgs]) -> list[RecipeResult]:
     """Fit every recipe on half of a null corpus and judge it on the other half and on watermarked text.
 
     ``null_groups`` gives each null text's group (its prompt): the split keeps a group
-    whole, and the held-out FPR's interval resamples groups (:func:`~cmlab.stats.cluster_bootstrap_rate`). The stopword list and the token frequencies come from the fit half only.
+    whole, and the held-out FPR's interval resamples groups (:func:`~cmlab.stats.cluster_bootstrap_rate`).
+    The stopword list and the token frequencies come from the fit half only. How the recipes are fitted is
+    a :class:`RecipeFit`, whose fields may be given as keywords (``alpha=0.01, vocab_size=V``).
     The quantile recipe needs :func:`~chainmark.calibrate.min_null_samples` texts in the fit half.
     """
+    fit = replace(fit if fit is not None else RecipeFit(), **overrides)
+    alpha, vocab_size, n_stopwords, seed = fit.alpha, fit.vocab_size, fit.n_stopwords, fit.seed
     if len(null_ids) != len(null_groups):
         raise ValueError(f"null_groups must give one group per null text: {len(null_groups)} for {len(null_ids)}")
     if not len(wm_ids):
@@ -164,5 +189,5 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     return out
 
 
-__all__ = ["PAPER_FPR_RECIPES", "RECIPES", "RECIPE_NOTES", "RecipeResult", "fpr_recipes", "hac_z", "iid_z",
-           "k_skip_z", "weighted_z"]
+__all__ = ["PAPER_FPR_RECIPES", "RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult",
+           "fpr_recipes", "hac_z", "iid_z", "k_skip_z", "weighted_z"]

@@ -10,8 +10,8 @@ and weighs each transition by it in a likelihood ratio whose null is simulated
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Mapping, Sequence, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -24,8 +24,8 @@ from chainmark.gate_signals import gate_signal
 from chainmark.topology import TopologyLike, resolve_topology
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
-__all__ = ["LikelihoodRatioResult", "gate_probabilities", "llr_weights", "lr_detect", "simulate_llr_null",
-           "teacher_forced_signal"]
+__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "llr_weights",
+           "lr_detect", "simulate_llr_null", "teacher_forced_signal"]
 
 
 def teacher_forced_signal(model: Any, token_ids: Sequence[int], kind: str = "high_entropy",
@@ -150,24 +150,44 @@ def simulate_llr_null(q: np.ndarray, p0: float, n_null: int = 20000, seed: int |
     return legal @ (w1 - w0) + w0.sum()
 
 
+@dataclass(frozen=True)
+class SimulatedNull:
+    """How :func:`lr_detect` judges Lambda: at level ``alpha``, against ``n_null`` draws of its null
+    (:func:`simulate_llr_null`, seeded with ``seed``, so results are reproducible)."""
+
+    alpha: float = 0.01
+    n_null: int = 20000
+    seed: int | None = 0
+
+
+class SimulatedNullArgs(TypedDict, total=False):
+    """The fields of :class:`SimulatedNull`, as keywords of :func:`lr_detect`."""
+
+    alpha: float
+    n_null: int
+    seed: int | None
+
+
 def lr_detect(
     token_ids: Any,
     key: Key,
     gate_probs: Any,
     S: int = 5,
     topology: TopologyLike = "clockwork",
-    alpha: float = 0.01,
-    n_null: int = 20000,
-    seed: int | None = 0,
     vocab_size: int | None = None,
+    null: SimulatedNull | None = None,
+    **overrides: Unpack[SimulatedNullArgs],
 ) -> LikelihoodRatioResult:
     """Likelihood-ratio test of one sequence, given per-transition gate probabilities.
 
     ``gate_probs[i]`` is the probability that the step producing
     ``token_ids[i + 1]`` was gated (length n - 1; see
     :func:`gate_probabilities`). The critical value and p-value come from
-    ``n_null`` simulated null draws (seeded, so results are reproducible).
+    ``n_null`` simulated null draws (seeded, so results are reproducible): a :class:`SimulatedNull`,
+    whose fields may be given as keywords (``alpha=0.01, n_null=5000, seed=3``).
     """
+    null = replace(null if null is not None else SimulatedNull(), **overrides)
+    alpha, n_null, seed = null.alpha, null.n_null, null.seed
     S = check_states(S)
     alpha = check_alpha(alpha)
     topo = resolve_topology(topology, S)
@@ -189,9 +209,9 @@ def lr_detect(
     valid = valid_transitions(states_of(ids, key, S, vocab_size), topo)
     pi, w1, w0 = llr_weights(q, p0)
     llr = float(np.where(valid, w1, w0).sum())
-    null = simulate_llr_null(q, p0, n_null, seed)
-    critical = float(np.quantile(null, 1.0 - alpha, method="higher"))
-    p = (1.0 + np.count_nonzero(null >= llr - 1e-12)) / (n_null + 1.0)
+    draws = simulate_llr_null(q, p0, n_null, seed)
+    critical = float(np.quantile(draws, 1.0 - alpha, method="higher"))
+    p = (1.0 + np.count_nonzero(draws >= llr - 1e-12)) / (n_null + 1.0)
     mean = float((p0 * w1 + (1 - p0) * w0).sum())
     sd = math.sqrt(float((p0 * (1 - p0) * (w1 - w0) ** 2).sum()))
     z = (llr - mean) / sd if sd > 0 else 0.0
