@@ -432,7 +432,8 @@ def _fake_generate(calls):
     """A stand-in for ``chainmark.embed.generate``: deterministic texts per (prompt, seed); logs each batch."""
     from chainmark.embed import Generation
 
-    def generate(model, tokenizer, prompts, config=None, gate=None, *, batch_size, seed, **kwargs):
+    def generate(model, tokenizer, prompts, config=None, gate=None, *, sampling):
+        seed = sampling.seed
         calls.append((tuple(prompts), seed))
         out = []
         for p in prompts:

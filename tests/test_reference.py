@@ -14,6 +14,10 @@ from cmlab.harness import reference as ref
 from cmlab.harness.reference import compare as rcmp
 from cmlab.harness.reference import store, verification
 from cmlab.harness.reference.protocol import PROTOCOL, Protocol, cells
+from cmlab.harness.runs import RunControl
+
+#: No progress bars in the tests' reference runs.
+QUIET = RunControl(progress=False)
 
 #: The suite verifies one committed batch drawn among those that regenerate at most this many tokens: the
 #: cheapest, the explorer's 26 batches of 16 texts x 128 new tokens (chainmark at each of its 25 (S, rho) points
@@ -80,9 +84,10 @@ def tiny_run(tmp_path_factory, model_and_tokenizer):
     """A whole (tiny) reference: interrupted after 3 batches, then resumed to the end."""
     model, tok = model_and_tokenizer
     root = tmp_path_factory.mktemp("reference")
-    first = ref.run(model, tok, root=root, protocol=TINY, stop_after=3, progress=False, model_name="tiny-test")
+    first = ref.run(model, tok, root=root, protocol=TINY, control=RunControl(progress=False, stop_after=3),
+                    model_name="tiny-test")
     partial = ref.status(root, TINY)
-    second = ref.run(model, tok, root=root, protocol=TINY, progress=False, model_name="tiny-test")
+    second = ref.run(model, tok, root=root, protocol=TINY, control=QUIET, model_name="tiny-test")
     return root, first, partial, second
 
 
@@ -261,7 +266,7 @@ def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenize
     model, tok = model_and_tokenizer
     root = tiny_run[0]
     with pytest.raises(ValueError, match="other model weights"):
-        ref.run(model, tok, root=root, protocol=TINY, progress=False, model_name="smollm2-135m-instruct-gguf")
+        ref.run(model, tok, root=root, protocol=TINY, control=QUIET, model_name="smollm2-135m-instruct-gguf")
 
 
 def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):

@@ -10,6 +10,8 @@ import pytest
 from scipy.stats import binom
 
 from chainmark import calibrate as cal
+from chainmark.config import ChainMarkConfig
+from chainmark.gates import Gate
 from cmlab.harness import grids as E
 from cmlab.teaching import widgets as W
 from chainmark.detection import detect
@@ -181,8 +183,8 @@ def test_live_twins_recompute_in_python():
 def test_live_generation_button_path(model_and_tokenizer):
     """What the embedding twin's 'generate now' button runs: one watermarked text, scored."""
     model, tokenizer = model_and_tokenizer
-    out = E.generate_example(model, tokenizer, KEY, "Name three colours.", S=5, rho=1.0,
-                             tau=-math.inf, max_new_tokens=12)["example"]
+    out = E.generate_example(model, tokenizer, ChainMarkConfig(KEY, S=5, rho=1.0), Gate("high_entropy", -math.inf),
+                             "Name three colours.", max_new_tokens=12)["example"]
     assert 1 <= out["n_tokens"] <= 12 and len(out["tokens"]) == out["n_tokens"]
     assert out["z"] == pytest.approx(detect(out["token_ids"], KEY, 5).z)
     assert out["rho_realised"] > 0.5 and out["self_ppl"] > 1.0

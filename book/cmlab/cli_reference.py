@@ -67,10 +67,11 @@ def _cmd_reference_help(args: argparse.Namespace) -> int:
 
 def _cmd_reference_run(args: argparse.Namespace) -> int:
     from cmlab.harness import reference
+    from cmlab.harness.runs import RunControl
 
     try:
         done = reference.run(experiments=args.experiments, root=args.dir, fresh=args.fresh,
-                             protocol=reference.PROTOCOL, stop_after=args.stop_after)
+                             protocol=reference.PROTOCOL, control=RunControl(stop_after=args.stop_after))
     except ValueError as exc:  # the folder holds a reference made with another protocol
         raise UsageError(str(exc)) from None
     print(f"reference: wrote {done['written']} batches, {done['skipped']} already stored, "

@@ -6,5 +6,5 @@ from __future__ import annotations
 from chainmark._exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("settings", "models", "prompts", "corpora", "adapters", "runner", "runs", "grids", "mixed")
+MODULES = ("settings", "models", "prompts", "corpora", "adapters", "options", "runner", "runs", "grids", "mixed")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES, ("reference",))

@@ -8,12 +8,30 @@ is an argument and never part of a result.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
 from cmlab.comparison.attacks import ATTACK_SEED
 from cmlab.harness.settings import progress_bars_off
+
+if TYPE_CHECKING:  # chainmark.embed loads torch: the explorers' model-free side must not
+    from typing import Unpack
+
+    from chainmark.config import ChainMarkConfig
+    from chainmark.embed import Sampling, SamplingArgs
+    from chainmark.gates import Gate
+
+    class ExplorerGridArgs(SamplingArgs, total=False):
+        """The keywords of :func:`embedding_grid`: the fields of :class:`ExplorerGrid` and of ``Sampling``."""
+
+        S_values: Sequence[int]
+        rho_values: Sequence[float]
+        gate: str
+        alpha: float
+        progress: bool
+        model_name: str | None
 
 #: Substitution rates of the robustness explorer (the default grid of :func:`robustness_grid`).
 DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
@@ -61,40 +79,65 @@ def grid_cell(S: int, rho: float, records: Sequence[Mapping[str, Any]], detector
     }
 
 
-def _cell_records(model: Any, tokenizer: Any, method: Any, prompts: Sequence[str], batch_size: int,
-                  alpha: float, gen_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-    """Generate and score ``prompts`` with ``method`` through the runner's batch step (batch j: seed 42 + j)."""
+def _cell_records(model: Any, tokenizer: Any, method: Any, prompts: Sequence[str], how: Sampling,
+                  alpha: float) -> list[dict[str, Any]]:
+    """Generate and score ``prompts`` with ``method`` through the runner's batch step (batch j: seed
+    ``how.seed + j``, 42 + j by default)."""
     import torch
 
-    from chainmark.config import GENERATION_SEED
     from chainmark.embed import logits_width
+    from cmlab.harness.options import BatchContext
     from cmlab.harness.runner import run_batch
 
     items = [("grid", i, p) for i, p in enumerate(prompts)]
-    vocab_size = logits_width(model)
+    context = BatchContext(model, tokenizer, logits_width(model), how, {}, alpha, True)
     records: list[dict[str, Any]] = []
     with torch.no_grad():
-        for j in range(0, len(items), batch_size):
-            records += run_batch(method, [method], items[j:j + batch_size], j // batch_size, model, tokenizer, {},
-                                 vocab_size, alpha, GENERATION_SEED, True, gen_kwargs)
+        for j in range(0, len(items), how.batch_size):
+            records += run_batch(context, method, [method], items[j:j + how.batch_size], j // how.batch_size)
     return records
 
 
-def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
-                   S_values: Sequence[int] = (2, 3, 5, 8), rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
-                   max_new_tokens: int = 64, gate: str = "high_entropy", alpha: float = 0.01,
-                   batch_size: int = 8, progress: bool = True, model_name: str | None = None,
-                   temperature: float = 0.7) -> dict[str, Any]:
+#: New tokens a text of the explorers' grids, unless a ``Sampling`` says otherwise.
+EXPLORER_TOKENS = 64
+
+
+def _explorer_sampling(sampling: Sampling | None, overrides: Mapping[str, Any]) -> Sampling:
+    """``sampling`` (default: :data:`EXPLORER_TOKENS` new tokens, otherwise ``Sampling``'s defaults) with the
+    keywords of ``overrides`` that name its fields; another name is a ``TypeError``."""
+    from chainmark.embed import Sampling
+
+    return Sampling.of(sampling if sampling is not None else Sampling(max_new_tokens=EXPLORER_TOKENS), **overrides)
+
+
+@dataclass(frozen=True)
+class ExplorerGrid:
+    """The embedding explorer's grid (:func:`embedding_grid`): the S and rho values, the gate's kind, the level
+    ``alpha`` its cells are judged at, a progress bar or not, and the model named on the page (default: the
+    settings' model, as in the banner)."""
+
+    S_values: Sequence[int] = (2, 3, 5, 8)
+    rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0)
+    gate: str = "high_entropy"
+    alpha: float = 0.01
+    progress: bool = True
+    model_name: str | None = None
+
+
+def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str], grid: ExplorerGrid | None = None,
+                   *, sampling: Sampling | None = None, **overrides: Unpack[ExplorerGridArgs]) -> dict[str, Any]:
     """Generate watermarked text for every (S, rho) of a grid and score it.
 
+    The grid is an :class:`ExplorerGrid`; how texts are sampled a ``Sampling`` (default: 64 new tokens);
+    the fields of either may be given as keywords (``S_values=(2, 5), max_new_tokens=32``). Every text has
+    exactly ``max_new_tokens`` tokens (``min_new_tokens`` defaults to it).
     One unwatermarked run of ``prompts`` is the baseline (its self-perplexity)
     and the pilot that calibrates the gate threshold for each rho. Every grid
     cell then runs the same prompts through the runner's batch step
     (:func:`cmlab.harness.runner.run_batch`, batch j sampled with seed
     42 + j, as the book's grids and the reference run are) and is summarised
     by :func:`grid_cell`, with the first prompt's text as the cell's example.
-    ``model_name`` names the model on the page (default: the settings'
-    model, as in the banner). The key is used, never stored.
+    The key is used, never stored.
     """
     from tqdm.auto import tqdm
 
@@ -105,27 +148,32 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     from cmlab.comparison.quality import self_perplexity
     from cmlab.harness.adapters import ChainMarkMethod
 
+    own = {f.name for f in fields(ExplorerGrid)}
+    spec = replace(grid if grid is not None else ExplorerGrid(), **{k: v for k, v in overrides.items() if k in own})
+    how = _explorer_sampling(sampling, {k: v for k, v in overrides.items() if k not in own})
+    if how.min_new_tokens is None:  # texts of one length: every cell compares like with like
+        how = replace(how, min_new_tokens=how.max_new_tokens)
+    gate, max_new_tokens = spec.gate, how.max_new_tokens
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")
-    S_values = [int(s) for s in S_values]
-    rho_values = [float(r) for r in rho_values]
+    S_values = [int(s) for s in spec.S_values]
+    rho_values = [float(r) for r in spec.rho_values]
     if not S_values or not rho_values:
         raise ValueError("S_values and rho_values must each hold at least one value")
-    alpha = check_alpha(alpha)
-    pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                     min_new_tokens=max_new_tokens, temperature=temperature)
+    alpha = check_alpha(spec.alpha)
+    pilot = generate(model, tokenizer, prompts, config=None, sampling=how)
     signal = np.concatenate([np.asarray(g.gap if gate == "top2_gap" else g.entropy) for g in pilot])
     baseline_ppl = self_perplexity(model, pilot)
     gates = {r: Gate.calibrate(gate, r, signal) for r in rho_values}
-    gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=max_new_tokens)
     cells = []
-    grid = [(S, r) for S in S_values for r in rho_values]
-    for S, r in tqdm(grid, desc="S x rho grid", disable=not progress or progress_bars_off()):
+    pairs = [(S, r) for S in S_values for r in rho_values]
+    for S, r in tqdm(pairs, desc="S x rho grid", disable=not spec.progress or progress_bars_off()):
         name = f"S{S}_rho{r:g}"
         method = ChainMarkMethod(ChainMarkConfig(key, S=S, rho=r, gate=gate), gates[r], name)
-        records = _cell_records(model, tokenizer, method, prompts, batch_size, alpha, gen_kwargs)
+        records = _cell_records(model, tokenizer, method, prompts, how, alpha)
         cells.append(grid_cell(S, r, records, name, records[0], key, tokenizer, alpha))
+    model_name = spec.model_name
     if model_name is None:
         from cmlab.harness.settings import get_settings
 
@@ -138,18 +186,19 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     }
 
 
-def generate_example(model: Any, tokenizer: Any, key: Any, prompt: str, S: int, rho: float, tau: float,
-                     gate: str = "high_entropy", max_new_tokens: int = 64, alpha: float = 0.01,
-                     temperature: float = 0.7) -> dict[str, Any]:
-    """Generate one watermarked text at (S, rho) with a given gate threshold and score it (a one-text cell)."""
-    from chainmark.config import ChainMarkConfig
-    from chainmark.gates import Gate
+def generate_example(model: Any, tokenizer: Any, config: ChainMarkConfig, gate: Gate, prompt: str, *,
+                     alpha: float = 0.01, sampling: Sampling | None = None,
+                     **overrides: Unpack[SamplingArgs]) -> dict[str, Any]:
+    """Generate one watermarked text with ``config`` (key, S, rho) and ``gate`` (its threshold) and score it
+    (a one-text cell). How it samples is a ``Sampling`` (default: 64 new tokens), whose fields may be given
+    as keywords; the text is one batch of one, sampled with seed ``seed``."""
     from cmlab.harness.adapters import ChainMarkMethod
 
-    method = ChainMarkMethod(ChainMarkConfig(key, S=S, rho=rho, gate=gate), Gate(gate, tau), "example")
-    records = _cell_records(model, tokenizer, method, [prompt], 1, alpha,
-                            dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=None))
-    return {"example": grid_cell(S, rho, records, "example", records[0], key, tokenizer, alpha)["example"]}
+    how = replace(_explorer_sampling(sampling, overrides), batch_size=1)
+    method = ChainMarkMethod(config, gate, "example")
+    records = _cell_records(model, tokenizer, method, [prompt], how, alpha)
+    return {"example": grid_cell(config.S, config.rho, records, "example", records[0], config.key, tokenizer,
+                                 alpha)["example"]}
 
 
 # ---------------------------------------------------------------------------
@@ -217,13 +266,36 @@ def attack_curve(id_lists: Sequence[Sequence[int]], key: Any, S: int, vocab_size
             "n_texts": len(id_lists), "attacked_first": attacked_first}
 
 
+@dataclass(frozen=True)
+class AttackSweep:
+    """How :func:`robustness_grid` attacks: the substitution rates ``deltas``, the level ``alpha`` of the
+    detector, the Monte Carlo's ``mc_trials`` sequences of ``mc_length`` tokens (default: the texts' mean
+    length), and the attack's ``seed`` (43 in the book), nested in delta."""
+
+    deltas: Sequence[float] = DELTAS
+    alpha: float = 0.01
+    mc_trials: int = 400
+    mc_length: int | None = None
+    seed: int = ATTACK_SEED
+
+
+class AttackSweepArgs(TypedDict, total=False):
+    """The fields of :class:`AttackSweep`, as keywords of :func:`robustness_grid`."""
+
+    deltas: Sequence[float]
+    alpha: float
+    mc_trials: int
+    mc_length: int | None
+    seed: int
+
+
 def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float, vocab_size: int,
-                    tokenizer: Any = None, deltas: Sequence[float] = DELTAS, alpha: float = 0.01,
-                    mc_trials: int = 400, mc_length: int | None = None,
-                    seed: int = ATTACK_SEED) -> dict[str, Any]:
+                    tokenizer: Any = None, sweep: AttackSweep | None = None,
+                    **overrides: Unpack[AttackSweepArgs]) -> dict[str, Any]:
     """z ratio and TPR against delta, on model text and on a Monte Carlo under the theorem's model.
 
-    ``texts`` are token ids of texts watermarked with (key, S, rho). Each text
+    ``texts`` are token ids of texts watermarked with (key, S, rho). How they are attacked is an
+    :class:`AttackSweep`, whose fields may be given as keywords (``mc_trials=100``). Each text
     is attacked with :class:`cmlab.comparison.attacks.Substitution` at every delta
     (seed 43, nested in delta) and detected again; the z ratio is
     mean z after / mean z before. The Monte Carlo does the same on
@@ -232,11 +304,13 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
     """
     from chainmark.partition import states_of
 
+    sweep = replace(sweep if sweep is not None else AttackSweep(), **overrides)
+    alpha, mc_trials, seed = sweep.alpha, sweep.mc_trials, sweep.seed
     texts = [list(map(int, t)) for t in texts]
     if not texts:
         raise ValueError("texts must hold at least one watermarked text")
-    deltas = [float(d) for d in deltas]
-    n_mc = int(mc_length or round(np.mean([len(t) for t in texts])))
+    deltas = [float(d) for d in sweep.deltas]
+    n_mc = int(sweep.mc_length or round(np.mean([len(t) for t in texts])))
     mc_ids = simulate_watermarked_ids(mc_trials, n_mc, key, S, rho, vocab_size, seed=seed)
     mc = attack_curve([row.tolist() for row in mc_ids], key, S, vocab_size, deltas, alpha, seed)
     text = attack_curve(texts, key, S, vocab_size, deltas, alpha, seed)
@@ -252,5 +326,5 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
             "texts": texts, "seed": seed}
 
 
-__all__ = ["DELTAS", "attack_curve", "embedding_grid", "generate_example", "grid_cell", "robustness_grid",
-           "simulate_watermarked_ids",]
+__all__ = ["AttackSweep", "AttackSweepArgs", "DELTAS", "EXPLORER_TOKENS", "ExplorerGrid", "attack_curve",
+           "embedding_grid", "generate_example", "grid_cell", "robustness_grid", "simulate_watermarked_ids"]

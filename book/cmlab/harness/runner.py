@@ -57,9 +57,9 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Unpack
 
 from cmlab.harness.adapters import Method, Output
 from chainmark import __version__
@@ -67,9 +67,9 @@ from cmlab.comparison.attacks import RECORD_SEEDING, edit_fraction
 from chainmark.checks import check_alpha
 from chainmark.embed import Generation, generate, logits_width
 from cmlab.comparison.quality import score_tokens
-from chainmark.config import GENERATION_SEED
 from chainmark.jsonio import to_jsonable
 from chainmark.verdict import decide
+from cmlab.harness.options import BatchContext, GridArgs, GridOptions, RunArgs, RunOptions, named_sampling
 from cmlab.harness.runs import META_FILE, RECORDS_FILE, RecordWriter, lock_run_folder, read_records, write_meta
 from cmlab.harness.settings import default_runs_dir, get_settings, progress_bars_off
 
@@ -271,15 +271,6 @@ def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any,
     return [list(map(int, x)) for x in edited], None
 
 
-def _check_batching(batch_size: object, stop_after: object) -> None:
-    """The runners' batch size (an integer >= 1) and optional stop (an integer >= 0 or None)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
-                                   or stop_after < 0):
-        raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop_after!r}")
-
-
 def run_grid(
     model: Any,
     tokenizer: Any,
@@ -288,17 +279,8 @@ def run_grid(
     path: str | os.PathLike | None = None,
     attacks: Mapping[str, Any] | None = None,
     *,
-    max_new_tokens: int = 128,
-    batch_size: int = 8,
-    seed: int = GENERATION_SEED,
-    temperature: float = 0.7,
-    min_new_tokens: int | None = None,
-    alpha: float = 0.01,
-    self_ppl: bool = True,
-    model_name: str | None = None,
-    progress: bool = True,
-    stop_after: int | None = None,
-    run_name: str = "grid",
+    options: GridOptions | None = None,
+    **overrides: Unpack[GridArgs],
 ) -> GridRun:
     """Run (or resume) a grid and return what was done; records go to ``path/records.jsonl``.
 
@@ -306,22 +288,24 @@ def run_grid(
     a :class:`NoWatermark`); ``items`` are ``(domain, index, prompt)`` triples
     (:func:`cmlab.harness.prompts.prompt_grid`); ``attacks`` maps a label to an
     attack object of :mod:`cmlab.comparison.attacks` (token- or text-level), applied
-    to every watermarked text. ``path`` defaults to
+    to every watermarked text. How it samples, scores and proceeds is one
+    :class:`~cmlab.harness.options.GridOptions`, whose fields (and its ``Sampling``'s) may be given as
+    keywords (``max_new_tokens=64, alpha=0.01``). ``path`` defaults to
     ``default_runs_dir() / run_name``. ``stop_after`` stops after writing that
     many new records (to demonstrate resuming). ``model`` may be ``None``
     only for methods that need no model (tests), with ``self_ppl=False``.
     """
+    opts = GridOptions.of(options, **overrides)
+    how = opts.sampling
     methods = _check_methods(methods)
     items = _check_items(items)
     attacks = dict(attacks or {})
-    alpha = check_alpha(alpha)
-    _check_batching(batch_size, stop_after)
-    path = Path(path) if path is not None else default_runs_dir() / run_name
-    if model_name is None:
-        model_name = get_settings().model
+    alpha = check_alpha(opts.alpha)
+    path = Path(path) if path is not None else default_runs_dir() / opts.run_name
+    model_name = opts.model_name if opts.model_name is not None else get_settings().model
     secrets = [s for m in methods for s in m.secrets()]
-    settings = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "seed": seed,
-                "temperature": temperature, "min_new_tokens": min_new_tokens, "alpha": alpha}
+    settings = {"max_new_tokens": how.max_new_tokens, "batch_size": how.batch_size, "seed": how.seed,
+                "temperature": how.temperature, "min_new_tokens": how.min_new_tokens, "alpha": alpha}
     meta = _meta(methods, attacks, model_name, settings)
     with _open_run(path, meta, secrets, lambda rec: rec.get("id")) as done:
         start = time.perf_counter()
@@ -329,33 +313,37 @@ def run_grid(
         skipped = sum(1 for m in methods for d, i, _ in items if _record_id(m.name, d, i) in done)
         vocab_size = logits_width(model) if model is not None else len(tokenizer)
         detectors = [m for m in methods if m.watermarked]
-        gen_kwargs = dict(max_new_tokens=max_new_tokens, temperature=temperature, min_new_tokens=min_new_tokens)
-        chunks = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+        context = BatchContext(model, tokenizer, vocab_size, how, attacks, alpha, opts.self_ppl)
+        chunks = [items[i:i + how.batch_size] for i in range(0, len(items), how.batch_size)]
 
         def grid_batch(j: int, chunk: list[tuple[str, int, str]], method: Method) -> _Batch:
             def produce() -> Iterator[tuple[str, dict[str, Any]]]:
-                for record in run_batch(method, detectors, chunk, j, model, tokenizer, attacks, vocab_size,
-                                         alpha, seed, self_ppl, gen_kwargs):
+                for record in run_batch(context, method, detectors, chunk, j):
                     yield record["id"], record
 
             return _Batch(tuple(_record_id(method.name, d, i) for d, i, _ in chunk), produce,
                           f"{method.name} batch {j + 1}/{len(chunks)}")
 
         batches = [grid_batch(j, chunk, m) for j, chunk in enumerate(chunks) for m in methods]
-        written, interrupted = _append_batches(path, batches, done, secrets, max_records=stop_after,
-                                               progress=progress)
+        written, interrupted = _append_batches(path, batches, done, secrets, max_records=opts.stop_after,
+                                               progress=opts.progress)
         return GridRun(path, written, skipped, total, time.perf_counter() - start, interrupted,
                        read_records(path / RECORDS_FILE))
 
 
-def run_batch(method: Method, detectors: Sequence[Method], batch: Sequence[tuple[str, int, str]], j: int,
-               model: Any, tokenizer: Any, attacks: Mapping[str, Any], vocab_size: int, alpha: float,
-               seed: int, self_ppl: bool, gen_kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """Generate one batch with ``method``, score and attack it; yield its records in order."""
+def run_batch(context: BatchContext, method: Method, detectors: Sequence[Method],
+              batch: Sequence[tuple[str, int, str]], j: int) -> Iterator[dict[str, Any]]:
+    """Generate batch ``j`` with ``method`` (seed ``context.sampling.seed + j``), score and attack it; yield
+    its records in order. Non-watermarked texts are scored by every one of ``detectors``."""
+    model, tokenizer, vocab_size, alpha = context.model, context.tokenizer, context.vocab_size, context.alpha
+    how, attacks = context.sampling, context.attacks
     t0 = time.perf_counter()
-    outputs = method.generate(model, tokenizer, [p for _, _, p in batch], seed=seed + j, **gen_kwargs)
+    outputs = method.generate(model, tokenizer, [p for _, _, p in batch], seed=how.seed + j,
+                              max_new_tokens=how.max_new_tokens, temperature=how.temperature,
+                              min_new_tokens=how.min_new_tokens)
     gen_s = (time.perf_counter() - t0) / len(batch)
-    ppl = _self_ppl(model, outputs, len(batch)) if self_ppl and model is not None else [math.nan] * len(outputs)
+    ppl = _self_ppl(model, outputs, len(batch)) if context.self_ppl and model is not None \
+        else [math.nan] * len(outputs)
     ids = [o.token_ids for o in outputs]
     prompt_ids = [o.prompt_ids for o in outputs]
     own = [method] if method.watermarked else list(detectors)
@@ -456,17 +444,16 @@ def generate_resumable(
     config: Any = None,
     gate: Any = None,
     *,
-    batch_size: int = 8,
-    seed: int = GENERATION_SEED,
-    progress: bool = True,
-    stop_after: int | None = None,
-    **generate_kwargs: Any,
+    options: RunOptions | None = None,
+    **overrides: Unpack[RunArgs],
 ) -> list[Any]:
     """:func:`chainmark.generate`, written batch by batch to a JSONL file and resumed from it.
 
     The chapters' long generation runs (hundreds of texts at full scale in
     Colab) go through this so that a dropped session loses at most the batch
-    in flight. Batch ``b`` holds ``prompts[b * batch_size:(b + 1) * batch_size]``
+    in flight. How it samples and proceeds is one :class:`~cmlab.harness.options.RunOptions` (its
+    ``Sampling``, ``progress``, ``stop_after``), whose fields may be given as keywords
+    (``batch_size=4, seed=7, max_new_tokens=64``). Batch ``b`` holds ``prompts[b * batch_size:(b + 1) * batch_size]``
     and is sampled with seed ``seed + b``, exactly as one uninterrupted
     ``generate`` call would, so a resumed run returns the same generations.
     ``path/run.json`` records the settings (key fingerprint, never the key);
@@ -478,8 +465,10 @@ def generate_resumable(
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
+    opts = RunOptions.of(options, **overrides)
+    how = opts.sampling
+    batch_size = how.batch_size
     prompts = list(prompts)
-    _check_batching(batch_size, stop_after)
     path = Path(path)
     meta = {
         "chainmark_version": __version__,
@@ -487,8 +476,9 @@ def generate_resumable(
         "watermark": config.describe() if config is not None else None,
         "gate_tau": getattr(gate, "tau", None),
         "batch_size": batch_size,
-        "seed": int(seed),
-        "generate": {k: v for k, v in sorted(generate_kwargs.items()) if k != "extra_processors"},
+        "seed": int(how.seed),
+        "generate": {k: v for k, v in sorted(named_sampling(options, overrides).items())
+                     if k not in ("batch_size", "seed")},
         "n_prompts": len(prompts),
     }
     secrets = [config.key] if config is not None else []
@@ -505,8 +495,7 @@ def generate_resumable(
         chunk = prompts[lo:lo + batch_size]
 
         def produce() -> Iterator[tuple[int, dict[str, Any]]]:
-            gens = generate(model, tokenizer, chunk, config, gate, batch_size=batch_size, seed=seed + b,
-                            **generate_kwargs)
+            gens = generate(model, tokenizer, chunk, config, gate, sampling=replace(how, seed=how.seed + b))
             for offset, g in enumerate(gens):  # g.config (it holds the key) is never written
                 yield lo + offset, {"index": lo + offset, **{k: getattr(g, k) for k in fields}}
 
@@ -520,7 +509,7 @@ def generate_resumable(
         if todo and model is None:
             raise ValueError(f"model is None, but {len(todo)} of {len(batches)} batches in {path} are still "
                              "to generate: pass the model (None only reads back a finished run)")
-        _append_batches(path, batches, done, secrets, max_batches=stop_after, progress=progress)
+        _append_batches(path, batches, done, secrets, max_batches=opts.stop_after, progress=opts.progress)
         return [_generation_from_record(Generation, fields, done[i], config) for i in sorted(done)]
 
 
@@ -536,10 +525,8 @@ def generate_once(
     gate: Any = None,
     *,
     runs_dir: str | os.PathLike | None = None,
-    batch_size: int = 8,
-    seed: int = GENERATION_SEED,
-    progress: bool = True,
-    **generate_kwargs: Any,
+    options: RunOptions | None = None,
+    **overrides: Unpack[RunArgs],
 ) -> list[Any]:
     """:func:`chainmark.generate`, made once and read back by every later caller that asks for the same texts.
 
@@ -547,26 +534,29 @@ def generate_once(
     first call stores them under ``runs_dir`` (default :func:`default_runs_dir`) in a folder named by a
     hash of all that determines them (package version; model, device, dtype, weight checksum; tokenizer;
     watermark settings with the key's fingerprint; gate; prompts; sampling arguments), later calls read
-    them back, and a chapter run alone generates what is missing. Storage is :func:`generate_resumable`'s:
-    the texts equal one ``generate(..., batch_size=batch_size, seed=seed)`` call's.
+    them back, and a chapter run alone generates what is missing. Storage is :func:`generate_resumable`'s,
+    with the same options and keywords: the texts equal one ``generate(..., batch_size=batch_size, seed=seed)``
+    call's.
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
-    if "extra_processors" in generate_kwargs:
+    if "extra_processors" in overrides:
         raise TypeError("generate_once cannot name a run made with extra_processors (code, not settings): "
                         "use generate_resumable with a folder of your own")
+    how = RunOptions.of(options, **overrides).sampling
     prompts = list(prompts)
     identity = {"chainmark_version": __version__, "model": _model_identity(model),
                 "tokenizer": getattr(tokenizer, "name_or_path", None),
                 "vocabulary": len(tokenizer) if hasattr(tokenizer, "__len__") else None,
                 "watermark": config.describe() if config is not None else None,
                 "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
-                "prompts": prompts, "batch_size": batch_size, "seed": int(seed),
-                "generate": dict(sorted(generate_kwargs.items()))}
+                "prompts": prompts, "batch_size": how.batch_size, "seed": int(how.seed),
+                "generate": {k: v for k, v in sorted(named_sampling(options, overrides).items())
+                             if k not in ("batch_size", "seed")}}
     digest = hashlib.sha256(json.dumps(to_jsonable(identity), sort_keys=True).encode("utf-8")).hexdigest()[:20]
     folder = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     return generate_resumable(folder / SHARED_DIR / digest, model, tokenizer, prompts, config, gate,
-                              batch_size=batch_size, seed=seed, progress=progress, **generate_kwargs)
+                              options=options, **overrides)
 
 
 def _model_identity(model: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -21,8 +22,23 @@ from chainmark.gates import Gate
 from chainmark.jsonio import atomic_write, atomic_write_json, to_jsonable
 from cmlab.harness.settings import RUNS_ENV, default_runs_dir  # noqa: F401  (where runs live: one definition, in settings)
 
-__all__ = ["LOCK_FILE", "META_FILE", "RECORDS_FILE", "RecordWriter", "RunFolderBusy", "lock_run_folder",
+__all__ = ["LOCK_FILE", "META_FILE", "RECORDS_FILE", "RecordWriter", "RunControl", "RunFolderBusy", "lock_run_folder",
            "read_records", "records_frame", "repair", "stored_gate", "write_meta"]
+
+
+@dataclass(frozen=True)
+class RunControl:
+    """How a resumable run proceeds, nothing of which changes a record: a progress bar (``progress``) and an
+    early stop after ``stop_after`` new records or batches (to demonstrate resuming)."""
+
+    progress: bool = True
+    stop_after: int | None = None
+
+    def __post_init__(self) -> None:
+        stop = self.stop_after
+        if stop is not None and (isinstance(stop, bool) or not isinstance(stop, int) or stop < 0):
+            raise ValueError(f"stop_after must be an integer >= 0 or None, got {stop!r}")
+
 
 RECORDS_FILE = "records.jsonl"
 META_FILE = "run.json"

@@ -66,6 +66,7 @@ from .forecast import (
 )
 from .playground import (
     CHALLENGE_BUDGET as CHALLENGE_BUDGET,
+    PLAYGROUND as PLAYGROUND,
     PLAYGROUND_ALPHA as PLAYGROUND_ALPHA,
     PLAYGROUND_S as PLAYGROUND_S,
     Playground as Playground,
@@ -101,6 +102,8 @@ from .talks import (
 )
 from .widgets import (
     ALPHAS as ALPHAS,
+    BrowserAsset as BrowserAsset,
+    EXPLORERS as EXPLORERS,
     KS as KS,
     LENGTHS as LENGTHS,
     RHOS as RHOS,
@@ -126,4 +129,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "OUTLINES_FILE", "PACKAGES", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "EXPLORERS", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "OUTLINES_FILE", "PACKAGES", "PLAYGROUND", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -37,7 +37,7 @@ import numpy as np
 
 from chainmark.partition import state_table
 from cmlab.teaching.plots import STATE_COLOURS
-from cmlab.teaching.widgets import browser_block, standalone_page
+from cmlab.teaching.widgets import BrowserAsset, browser_block, standalone_page
 
 #: The reference run's state count (the only S its ChainMark texts carry a signal for).
 PLAYGROUND_S = 5
@@ -353,6 +353,11 @@ def attack_bounds(token_ids: Sequence[int], key: Any, S: int = PLAYGROUND_S,
 # ---------------------------------------------------------------------------
 # the block
 # ---------------------------------------------------------------------------
+#: The playground's code (:class:`Playground`); MathJax leaves its block alone.
+PLAYGROUND = BrowserAsset("playground", "ChainMarkPlayground", "cm-playground tex2jax_ignore mathjax_ignore",
+                          "playground")
+
+
 class Playground:
     """The attack playground as one self-contained HTML+JavaScript block.
 
@@ -373,8 +378,7 @@ class Playground:
 
     @property
     def html(self) -> str:
-        return browser_block("cm-playground tex2jax_ignore mathjax_ignore", "cm-playground", self.title, self.note,
-                             self.data, "playground", "ChainMarkPlayground", what="playground")
+        return browser_block(PLAYGROUND, "cm-playground", self.title, self.note, self.data)
 
     def _repr_html_(self) -> str:
         return self.html
@@ -422,6 +426,6 @@ def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> P
     return build_playground(tokenizer, reference_key(), samples, S=PROTOCOL.S, note=note)
 
 
-__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND_ALPHA",
+__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND", "PLAYGROUND_ALPHA",
            "PLAYGROUND_S", "Playground", "PlaygroundError", "Sample", "attack_bounds", "attack_playground",
            "build_playground", "segment_thresholds"]

@@ -27,6 +27,7 @@ import hashlib
 import html
 import itertools
 import json
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Sequence
 
@@ -61,27 +62,43 @@ def _script_json(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def browser_block(css_class: str, uid_prefix: str, title: str, note: str, data: Any, asset: str,
-                  namespace: str, what: str = "explorer", attrs: str = "") -> str:
-    """A self-contained HTML block: ``asset``.css, mount.js and ``asset``.js inlined, ``data`` as JSON.
+@dataclass(frozen=True)
+class BrowserAsset:
+    """A browser-side widget's code: its files ``<name>.css`` and ``<name>.js`` among the package's assets,
+    the global its script defines (``window.<namespace>.mountFrom``), the CSS class of its block and what
+    the block calls it when JavaScript is off."""
+
+    name: str
+    namespace: str
+    css_class: str
+    what: str = "explorer"
+
+
+#: The explorers' code (:class:`StaticExplorer`).
+EXPLORERS = BrowserAsset("explorers", "ChainMarkExplorers", "cm-explorer", "explorer")
+
+
+def browser_block(asset: BrowserAsset, uid_prefix: str, title: str, note: str, data: Any, attrs: str = "") -> str:
+    """A self-contained HTML block: the ``asset``'s CSS, mount.js and its script inlined, ``data`` as JSON.
 
     Nothing is fetched, so the block works on the static site, from file://
-    and in a notebook. ``namespace`` is the script's global
-    (``window.<namespace>.mountFrom``); the id is unique per block.
+    and in a notebook. The id, from ``uid_prefix``, is unique per block.
     """
+    css_class, namespace, what = asset.css_class, asset.namespace, asset.what
+    asset_name = asset.name
     payload = _script_json(data)
     uid = f"{uid_prefix}-{hashlib.sha256(payload.encode('utf-8')).hexdigest()[:10]}-{next(_counter)}"
     note_html = f'<div class="cm-note">{html.escape(note)}</div>' if note else ""
     return (
         f'<div class="{css_class}" id="{uid}"{attrs}>'
-        f"<style>{_asset(asset + '.css')}</style>"
+        f"<style>{_asset(asset_name + '.css')}</style>"
         f'<div class="cm-title">{html.escape(title)}</div>{note_html}'
         f'<div class="cm-fallback">This {what} runs in your browser with JavaScript; '
         "if you see this line, JavaScript is off or the output is not trusted.</div>"
         '<div class="cm-body"></div>'
         f'<script type="application/json" class="cm-data">{payload}</script>'
         "</div>"
-        f"<script>{_asset('mount.js')}\n{_asset(asset + '.js')}\n"
+        f"<script>{_asset('mount.js')}\n{_asset(asset_name + '.js')}\n"
         f'window.{namespace}.mountFrom(document.currentScript, "{uid}");</script>'
     )
 
@@ -111,8 +128,8 @@ class StaticExplorer:
 
     @property
     def html(self) -> str:
-        return browser_block("cm-explorer", f"cm-{self.kind}", self.title, self.note, self.data, "explorers",
-                             "ChainMarkExplorers", what="explorer", attrs=f' data-kind="{self.kind}"')
+        return browser_block(EXPLORERS, f"cm-{self.kind}", self.title, self.note, self.data,
+                             attrs=f' data-kind="{self.kind}"')
 
     def _repr_html_(self) -> str:
         return self.html
@@ -261,6 +278,8 @@ def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, t
                       key: Any) -> Any:
     import ipywidgets as W
 
+    from chainmark.config import ChainMarkConfig
+    from chainmark.gates import Gate
     from cmlab.teaching.plots import tokens_html
 
     S_slider = W.SelectionSlider(options=grid["S_values"], value=start["S"], description="S")
@@ -289,8 +308,10 @@ def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, t
             button.disabled = True
             try:
                 S, r = S_slider.value, rho_slider.value
-                show(generate_example(model, tokenizer, key, grid["prompts"][0], S, r, grid["taus"][str(r)],
-                                      grid["gate"], grid["max_new_tokens"], grid["alpha"]), S, "generated now")
+                config = ChainMarkConfig(key, S=S, rho=r, gate=grid["gate"])
+                show(generate_example(model, tokenizer, config, Gate(grid["gate"], grid["taus"][str(r)]),
+                                      grid["prompts"][0], alpha=grid["alpha"], max_new_tokens=grid["max_new_tokens"]),
+                     S, "generated now")
             finally:
                 button.disabled = False
 
@@ -348,5 +369,5 @@ def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) ->
     return W.VBox([delta, view])
 
 
-__all__ = ["ALPHAS", "KS", "LENGTHS", "RHOS", "StaticExplorer", "browser_block", "calibration_explorer",
-           "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]
+__all__ = ["ALPHAS", "BrowserAsset", "EXPLORERS", "KS", "LENGTHS", "RHOS", "StaticExplorer", "browser_block",
+           "calibration_explorer", "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]

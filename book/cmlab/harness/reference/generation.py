@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from chainmark.gates import Gate
 from chainmark.jsonio import atomic_write
 from cmlab.harness.prompts import prompt_grid
-from cmlab.harness.runs import lock_run_folder
+from cmlab.harness.runs import RunControl, lock_run_folder
 from cmlab.harness.settings import get_settings, progress_bars_off
 from cmlab.harness.reference.protocol import EXPERIMENTS, PROTOCOL, Cell, PromptBatch, Protocol, cells, reference_key, topology_for
 from cmlab.harness.reference.store import (MANIFEST, PROVENANCE, encode_shard, environment, manifest_for, protocol_differences,
@@ -94,16 +94,19 @@ class RunContext:
         """Generate, score and attack one batch, exactly as the runner of the book's grids does."""
         import torch
 
+        from chainmark.embed import Sampling
+        from cmlab.harness.options import BatchContext
         from cmlab.harness.runner import run_batch
 
         method = self.method(cell)
         detectors = self.detectors(cell) if not method.watermarked else [method]
-        gen_kwargs = dict(max_new_tokens=cell.max_new_tokens, temperature=self.protocol.temperature,
-                          min_new_tokens=cell.max_new_tokens)
+        how = Sampling(max_new_tokens=cell.max_new_tokens, min_new_tokens=cell.max_new_tokens,
+                       temperature=self.protocol.temperature, seed=_seed_base(cell, batch),
+                       batch_size=len(batch.items))
+        context = BatchContext(self.model, self.tokenizer, self.vocab_size, how, self.attacks(cell),
+                               self.protocol.alpha, True)
         with torch.no_grad():
-            records = list(run_batch(method, detectors, batch.items, batch.seed - _seed_base(cell, batch),
-                                      self.model, self.tokenizer, self.attacks(cell), self.vocab_size,
-                                      self.protocol.alpha, _seed_base(cell, batch), True, gen_kwargs))
+            records = list(run_batch(context, method, detectors, batch.items, batch.seed - _seed_base(cell, batch)))
         for r in records:
             r["batch"] = batch.index
             r["seed"] = batch.seed
@@ -125,14 +128,16 @@ def regenerate_command(experiments: Sequence[str] = EXPERIMENTS) -> str:
 
 def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = EXPERIMENTS,
         root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL, fresh: Sequence[str] = (),
-        progress: bool = True, stop_after: int | None = None, model_name: str | None = None) -> dict[str, int]:
+        control: RunControl = RunControl(), model_name: str | None = None) -> dict[str, int]:
     """Run (or resume) the reference; returns ``{"written": batches, "skipped": batches}``.
 
     ``fresh`` names experiments whose batches on disk are deleted first (after a
-    change to what generation produces). ``stop_after`` stops after that many
-    new batches (to show resuming). Batches are written whole, so an
+    change to what generation produces). ``control`` shows a progress bar or not and may stop the run
+    after ``stop_after`` new batches (to show resuming). Batches are written whole, so an
     interruption loses at most the batch in flight.
     """
+    if not isinstance(control, RunControl):
+        raise TypeError(f"control must be a RunControl, got {type(control).__name__}")
     model_name = model_name or get_settings().model
     root = Path(root) if root is not None else reference_dir(model_name)
     for e in fresh:
@@ -144,7 +149,7 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
             (root / name).unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     with lock_run_folder(root):  # one writer per reference folder (a second one stops at once)
-        return _run_locked(root, model, tokenizer, experiments, protocol, progress, stop_after, model_name)
+        return _run_locked(root, model, tokenizer, experiments, protocol, control, model_name)
 
 
 def pending(root: Path, protocol: Protocol = PROTOCOL,
@@ -162,7 +167,7 @@ def pending(root: Path, protocol: Protocol = PROTOCOL,
 
 
 def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[str], protocol: Protocol,
-                progress: bool, stop_after: int | None, model_name: str) -> dict[str, int]:
+                control: RunControl, model_name: str) -> dict[str, int]:
     from tqdm.auto import tqdm
 
     manifest = manifest_for(root, protocol, model_name)
@@ -185,9 +190,9 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
     env = environment(model)
     written = 0
-    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not progress or progress_bars_off())
+    bar = tqdm(total=sum(len(b.items) for _, b in todo), unit="text", desc="reference", disable=not control.progress or progress_bars_off())
     for cell, batch in todo:
-        if stop_after is not None and written >= stop_after:
+        if control.stop_after is not None and written >= control.stop_after:
             break
         bar.set_postfix_str(f"{cell.experiment}/{cell.name} b{batch.index:03d}")
         t0 = time.perf_counter()
