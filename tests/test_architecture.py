@@ -174,6 +174,17 @@ def test_no_public_function_of_the_wheel_takes_more_than_eight_parameters():
     assert {name: n for name, n in over.items() if name not in MANY_PARAMETERS_ALLOWED} == {}
 
 
+def test_no_public_function_of_the_lab_takes_more_than_eight_parameters():
+    """Issue 49, the lab's turn: over every module of ``cmlab`` (harness, comparison, teaching and its command
+    line), no public function, method or class ``__init__`` takes more than eight parameters either; the
+    runners' loose sampling and run arguments travel as a ``Sampling`` inside small frozen options."""
+    over = {}
+    for path in sorted(LAB.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            over.update(_many_parameters(path.read_text("utf-8"), _dotted(path)))
+    assert {name: n for name, n in over.items() if name not in MANY_PARAMETERS_ALLOWED} == {}
+
+
 def test_the_parameter_counter_sees_functions_methods_and_inits():
     source = textwrap.dedent("""
         def nine(a, b, c, d, e, f, g, h, *, i): ...
