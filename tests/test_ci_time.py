@@ -99,3 +99,18 @@ def test_the_costliest_units_are_listed_slowest_first():
 
     lines = unit_seconds_table({"tests/test_a.py": 12.0, "foreign-model": 725.0, "tests/test_b.py": 61.0}, top=2)
     assert [line.lstrip() for line in lines] == ["12 min 05 s  foreign-model", "1 min 01 s  tests/test_b.py"]
+
+
+def test_each_worker_takes_its_share_of_the_cores():
+    from conftest import share_the_cores
+
+    two = {"PYTEST_XDIST_WORKER_COUNT": "2"}
+    assert share_the_cores(two, cores=2) == 1 and two["OMP_NUM_THREADS"] == two["MKL_NUM_THREADS"] == "1"
+    four_cores = {"PYTEST_XDIST_WORKER_COUNT": "2"}
+    assert share_the_cores(four_cores, cores=4) == 2 and four_cores["OMP_NUM_THREADS"] == "2"
+    many = {"PYTEST_XDIST_WORKER_COUNT": "4"}
+    assert share_the_cores(many, cores=2) == 1
+    chosen = {"PYTEST_XDIST_WORKER_COUNT": "2", "OMP_NUM_THREADS": "3"}
+    assert share_the_cores(chosen, cores=2) is None and chosen["OMP_NUM_THREADS"] == "3"
+    alone = {}
+    assert share_the_cores(alone, cores=2) is None and "OMP_NUM_THREADS" not in alone
