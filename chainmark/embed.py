@@ -420,15 +420,16 @@ class Sampling:
     batch_size: int = 8
 
     def __post_init__(self) -> None:
-        for name in ("max_new_tokens", "batch_size"):
-            check_int(getattr(self, name), name, 1)
+        for name in ("max_new_tokens", "batch_size"):  # numpy integers are kept as Python ints
+            object.__setattr__(self, name, check_int(getattr(self, name), name, 1))
         if self.min_new_tokens is not None:
-            check_int(self.min_new_tokens, "min_new_tokens", 0)
+            object.__setattr__(self, "min_new_tokens", check_int(self.min_new_tokens, "min_new_tokens", 0))
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
                 or not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise TypeError(f"seed must be an integer, got {type(self.seed).__name__}")
+        object.__setattr__(self, "seed", int(self.seed))
 
     @classmethod
     def of(cls, sampling: Sampling | None = None, **overrides: Any) -> Sampling:

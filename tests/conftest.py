@@ -47,7 +47,8 @@ def share_the_cores(environ=os.environ, cores: int | None = None) -> int | None:
     workers = environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not workers or environ.get("OMP_NUM_THREADS"):
         return None
-    threads = max(1, (cores or os.cpu_count() or 1) // max(1, int(workers)))
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+    threads = max(1, cores // max(1, int(workers)))
     environ["OMP_NUM_THREADS"] = environ["MKL_NUM_THREADS"] = str(threads)
     if "torch" in sys.modules and environ is os.environ:  # imported already (a plugin): set it there too
         sys.modules["torch"].set_num_threads(threads)

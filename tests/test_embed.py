@@ -56,6 +56,9 @@ def test_sampling_carries_generates_arguments_and_refuses_bad_ones():
     base = Sampling(max_new_tokens=40, seed=7)
     assert Sampling.of(base, batch_size=3) == Sampling(max_new_tokens=40, seed=7, batch_size=3)
     assert Sampling.of(None, min_new_tokens=40) == Sampling(min_new_tokens=40)
+    numpy_ints = Sampling(max_new_tokens=np.int64(40), min_new_tokens=np.int32(8), seed=np.int64(7))
+    assert numpy_ints == Sampling(max_new_tokens=40, min_new_tokens=8, seed=7)
+    assert all(type(getattr(numpy_ints, f)) is int for f in ("max_new_tokens", "min_new_tokens", "seed", "batch_size"))
     for bad, error in [({"max_new_tokens": 0}, ValueError), ({"batch_size": True}, TypeError),
                        ({"min_new_tokens": -1}, ValueError), ({"temperature": 0.0}, ValueError),
                        ({"seed": "42"}, TypeError), ({"max_new_tokens": "64"}, TypeError)]:

@@ -107,3 +107,16 @@ def test_a_browser_block_inlines_its_assets_code():
     block = W.browser_block(PLAYGROUND, "cm-playground", "P", "a note", {"b": math.pi})
     assert 'class="cm-playground tex2jax_ignore mathjax_ignore"' in block and "This playground runs" in block
     assert "window.ChainMarkPlayground.mountFrom" in block and "a note" in block
+
+
+def test_a_one_text_example_takes_no_batch_size_and_the_lr_test_no_positional_vocabulary():
+    """generate_example samples a batch of one: a batch_size is refused, not silently replaced; lr_detect's
+    arguments after the topology are keywords, so an old positional alpha cannot be read as a vocabulary."""
+    from chainmark import ChainMarkConfig, Gate
+
+    config = ChainMarkConfig(KEY, S=5, rho=0.5)
+    gate = Gate.calibrate("high_entropy", 0.5, [0.1, 0.5, 1.0, 2.0])
+    with pytest.raises(TypeError, match="batch_size"):
+        E.generate_example(object(), object(), config, gate, "a prompt", batch_size=4)
+    with pytest.raises(TypeError):
+        lr_detect(np.arange(30), KEY, np.full(29, 0.3), 5, "clockwork", 0.01)

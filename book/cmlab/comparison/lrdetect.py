@@ -174,6 +174,7 @@ def lr_detect(
     gate_probs: Any,
     S: int = 5,
     topology: TopologyLike = "clockwork",
+    *,
     vocab_size: int | None = None,
     null: SimulatedNull | None = None,
     **overrides: Unpack[SimulatedNullArgs],

@@ -194,6 +194,8 @@ def generate_example(model: Any, tokenizer: Any, config: ChainMarkConfig, gate: 
     as keywords; the text is one batch of one, sampled with seed ``seed``."""
     from cmlab.harness.adapters import ChainMarkMethod
 
+    if "batch_size" in overrides:
+        raise TypeError("generate_example samples one text, a batch of one: it takes no batch_size")
     how = replace(_explorer_sampling(sampling, overrides), batch_size=1)
     method = ChainMarkMethod(config, gate, "example")
     records = _cell_records(model, tokenizer, method, [prompt], how, alpha)

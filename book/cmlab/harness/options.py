@@ -44,7 +44,8 @@ def options_of(cls: type[_O], options: _O | None, overrides: Mapping[str, Any]) 
 def named_sampling(options: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The sampling settings a call named: the given ``Sampling``'s fields off their defaults, then those
     given as keywords, as given (what a run's ``run.json`` and :func:`~cmlab.harness.runner.generate_once`'s
-    folder name have always recorded)."""
+    folder name have always recorded). A keyword at its default value is named, a ``Sampling`` field at its
+    default is not: the two spellings name one run except where a keyword repeats a default."""
     given = overrides.get("sampling", getattr(options, "sampling", None))
     named = {} if given is None else {f: getattr(given, f) for f in SAMPLING_FIELDS
                                       if getattr(given, f) != getattr(Sampling(), f)}

@@ -142,7 +142,7 @@ CHAPTER_WORK: Mapping[str, Mapping[str, Work]] = {
     "book/07b_attacks": {"smoke": _w(8, ("replies", 24, 128), ("rewrites", 18, 160)),
                          "full": _w(16, ("replies", 150, 200), ("rewrites", 900, 320))},
     "book/08_head_to_head": {
-        "smoke": _w(12, ("4 methods", 32, 96), ("paraphrases", 24, 128), ("scoring", 80, 96, "score")),
+        "smoke": _w(12, ("4 methods", 32, 64), ("paraphrases", 24, 96), ("scoring", 80, 64, "score")),
         "full": _w(25, ("4 methods", 1600, 200), ("paraphrases", 1200, 320), ("back-translation", 2400, 320),
                    ("scoring", 4800, 200, "score"))},
     "book/08a_reference": {"smoke": _w(1), "full": _w(1)},

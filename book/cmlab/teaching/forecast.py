@@ -186,8 +186,8 @@ def expect_generation(model: Any, tokenizer: Any, steps: Sequence[Step | tuple[s
         long = _probe(model, tokenizer, batch, _PROBE_TOKENS)
     token_seconds = max(long - short, 0.0) / (_PROBE_TOKENS - 1)
     # the one-token probe is the prompt's pass plus one token; on a loaded machine the long probe can come out so
-    # slow that its per-token cost nears the short probe's, and then the short probe itself is the prompt's cost
-    prompt_pass = short - token_seconds if short > 2 * token_seconds else short
+    # slow that its per-token cost nears or passes the short probe's: the prompt's pass is then at least half of it
+    prompt_pass = max(short - token_seconds, 0.5 * short)
     prefill_seconds = prompt_pass * max(prompt_tokens, 1) / _PROBE_PROMPT_TOKENS
     seconds = [step_seconds(s, batch, prefill_seconds, token_seconds, prompt_tokens) for s in steps]
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
