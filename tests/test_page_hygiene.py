@@ -215,3 +215,23 @@ def test_every_number_the_prose_cites_was_glued_by_the_page(chapter):
     glued = set(json.loads(store.read_text())) if store.exists() else set()
     missing = unglued(nbformat.read(executed, as_version=4), glued)
     assert not missing, f"{chapter} cites numbers its run never glued: {missing}"
+
+
+_GLUE_CALL = re.compile(r"""^\s*glue\(\s*["']([^"']+)["']""", re.M)
+
+
+def glued_twice(nb: nbformat.NotebookNode) -> list[str]:
+    """Names a page's code glues more than once (the build warns, and the prose shows whichever ran last)."""
+    names = [m.group(1) for c in nb.cells if c.cell_type == "code" for m in _GLUE_CALL.finditer(c.source)]
+    return sorted({n for n in names if names.count(n) > 1})
+
+
+def test_the_duplicate_glue_check_finds_a_name_glued_twice():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('glue("a", 1)\nglue("b", 2)'), nbformat.v4.new_code_cell('glue("a", 3);')]
+    assert glued_twice(nb) == ["a"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_page_glues_a_name_twice(chapter):
+    assert glued_twice(nbformat.read(ROOT / chapter, as_version=4)) == []
