@@ -43,13 +43,17 @@ def share_the_cores(environ=os.environ, cores: int | None = None) -> int | None:
     which spin against each other and run slower together than one process alone (the first CI run on two
     workers: the tests 35 min, against 23 min in one process on a machine of the same kind). Each worker gets
     cores // workers threads (at least one) through ``OMP_NUM_THREADS``, which its kernels and command-line
-    subprocesses inherit; a thread count already set by the caller is kept. Returns the count set, or None."""
+    subprocesses inherit; a thread count already set by the caller is kept. Their OpenMP threads wait passively
+    (``OMP_WAIT_POLICY=PASSIVE``, unless set): a process that must run with more threads, such as the reference
+    verification with its recorded two, would otherwise spin at its barriers against the other worker's thread
+    (benchmarks/bench_wait_policy.py). Returns the count set, or None."""
     workers = environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not workers or environ.get("OMP_NUM_THREADS"):
         return None
     cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
     threads = max(1, cores // max(1, int(workers)))
     environ["OMP_NUM_THREADS"] = environ["MKL_NUM_THREADS"] = str(threads)
+    environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "torch" in sys.modules and environ is os.environ:  # imported already (a plugin): set it there too
         sys.modules["torch"].set_num_threads(threads)
     return threads

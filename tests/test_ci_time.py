@@ -106,6 +106,7 @@ def test_each_worker_takes_its_share_of_the_cores():
 
     two = {"PYTEST_XDIST_WORKER_COUNT": "2"}
     assert share_the_cores(two, cores=2) == 1 and two["OMP_NUM_THREADS"] == two["MKL_NUM_THREADS"] == "1"
+    assert two["OMP_WAIT_POLICY"] == "PASSIVE"
     four_cores = {"PYTEST_XDIST_WORKER_COUNT": "2"}
     assert share_the_cores(four_cores, cores=4) == 2 and four_cores["OMP_NUM_THREADS"] == "2"
     many = {"PYTEST_XDIST_WORKER_COUNT": "4"}
