@@ -40,8 +40,8 @@ def share_the_cores(environ=os.environ, cores: int | None = None) -> int | None:
     """On a pytest-xdist worker, give PyTorch (and every process the worker starts) its share of the cores.
 
     PyTorch takes a thread per core in every process; two workers on two cores then run four busy threads,
-    which spin against each other and run slower together than one process alone (the first CI run on two
-    workers: the tests 35 min, against 23 min in one process on a machine of the same kind). Each worker gets
+    which spin against each other and run slower together than one process alone (six model-heavy modules on
+    two workers: 504 s with two threads each, 134 s with one; benchmarks/bench_test_threads.py). Each worker gets
     cores // workers threads (at least one) through ``OMP_NUM_THREADS``, which its kernels and command-line
     subprocesses inherit; a thread count already set by the caller is kept. Their OpenMP threads wait passively
     (``OMP_WAIT_POLICY=PASSIVE``, unless set): a process that must run with more threads, such as the reference
