@@ -37,7 +37,6 @@ from .grids import (
     AttackSweep as AttackSweep,
     AttackSweepArgs as AttackSweepArgs,
     DELTAS as DELTAS,
-    EXPLORER_TOKENS as EXPLORER_TOKENS,
     ExplorerGrid as ExplorerGrid,
     attack_curve as attack_curve,
     embedding_grid as embedding_grid,
@@ -87,9 +86,7 @@ from .options import (
     GridOptions as GridOptions,
     RunArgs as RunArgs,
     RunOptions as RunOptions,
-    SAMPLING_FIELDS as SAMPLING_FIELDS,
     named_sampling as named_sampling,
-    options_of as options_of,
 )
 from .prompts import (
     CODE_TEMPLATE as CODE_TEMPLATE,
@@ -137,4 +134,4 @@ from .settings import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AttackSweep", "AttackSweepArgs", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "COLAB_DRIVE", "CORPUS_LICENSE", "CORPUS_NAME", "ChainMarkMethod", "DELTAS", "DEVICE_MEMORY_ENV", "DOCUMENT_LENGTHS", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "EXPLORER_TOKENS", "ExplorerGrid", "GGUF_FILENAME", "GGUF_PACKAGE", "GridArgs", "GridOptions", "GridRun", "KGWMethod", "LOCK_FILE", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "Output", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SAMPLING_FIELDS", "SCALES", "SCALE_ENV", "SEGMENT_LENGTHS", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "cache_dir", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_once", "generate_resumable", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "options_of", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["AttackSweep", "AttackSweepArgs", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "COLAB_DRIVE", "CORPUS_LICENSE", "CORPUS_NAME", "ChainMarkMethod", "DELTAS", "DEVICE_MEMORY_ENV", "DOCUMENT_LENGTHS", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GGUF_FILENAME", "GGUF_PACKAGE", "GridArgs", "GridOptions", "GridRun", "KGWMethod", "LOCK_FILE", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "Output", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SCALES", "SCALE_ENV", "SEGMENT_LENGTHS", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "cache_dir", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_once", "generate_resumable", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]

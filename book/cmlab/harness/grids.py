@@ -99,15 +99,15 @@ def _cell_records(model: Any, tokenizer: Any, method: Any, prompts: Sequence[str
 
 
 #: New tokens a text of the explorers' grids, unless a ``Sampling`` says otherwise.
-EXPLORER_TOKENS = 64
+_EXPLORER_TOKENS = 64
 
 
 def _explorer_sampling(sampling: Sampling | None, overrides: Mapping[str, Any]) -> Sampling:
-    """``sampling`` (default: :data:`EXPLORER_TOKENS` new tokens, otherwise ``Sampling``'s defaults) with the
+    """``sampling`` (default: :data:`_EXPLORER_TOKENS` new tokens, otherwise ``Sampling``'s defaults) with the
     keywords of ``overrides`` that name its fields; another name is a ``TypeError``."""
     from chainmark.embed import Sampling
 
-    return Sampling.of(sampling if sampling is not None else Sampling(max_new_tokens=EXPLORER_TOKENS), **overrides)
+    return Sampling.of(sampling if sampling is not None else Sampling(max_new_tokens=_EXPLORER_TOKENS), **overrides)
 
 
 @dataclass(frozen=True)
@@ -328,5 +328,5 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
             "texts": texts, "seed": seed}
 
 
-__all__ = ["AttackSweep", "AttackSweepArgs", "DELTAS", "EXPLORER_TOKENS", "ExplorerGrid", "attack_curve",
+__all__ = ["AttackSweep", "AttackSweepArgs", "DELTAS", "ExplorerGrid", "attack_curve",
            "embedding_grid", "generate_example", "grid_cell", "robustness_grid", "simulate_watermarked_ids"]

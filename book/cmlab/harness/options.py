@@ -20,22 +20,22 @@ from cmlab.harness.runs import RunControl
 
 _O = TypeVar("_O")
 #: The names of :class:`~chainmark.embed.Sampling`'s fields.
-SAMPLING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Sampling))
+_SAMPLING_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Sampling))
 
 
-def options_of(cls: type[_O], options: _O | None, overrides: Mapping[str, Any]) -> _O:
+def _options_of(cls: type[_O], options: _O | None, overrides: Mapping[str, Any]) -> _O:
     """``options`` (default: ``cls()``) with ``overrides``: the options' own fields, ``sampling``, or the
     fields of its :class:`~chainmark.embed.Sampling`; an unknown name is a ``TypeError``."""
     if options is not None and not isinstance(options, cls):
         raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
     own = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(overrides) - own - set(SAMPLING_FIELDS))
+    unknown = sorted(set(overrides) - own - set(_SAMPLING_FIELDS))
     if unknown:
         raise TypeError(f"unknown argument(s) {', '.join(unknown)}: expected one of "
-                        f"{', '.join(sorted(own | set(SAMPLING_FIELDS)))}")
+                        f"{', '.join(sorted(own | set(_SAMPLING_FIELDS)))}")
     base = options if options is not None else cls()
     mine = {k: v for k, v in overrides.items() if k in own and k != "sampling"}
-    how = {k: v for k, v in overrides.items() if k in SAMPLING_FIELDS}
+    how = {k: v for k, v in overrides.items() if k in _SAMPLING_FIELDS}
     if "sampling" in own:
         mine["sampling"] = Sampling.of(overrides.get("sampling", base.sampling), **how)  # type: ignore[attr-defined]
     return replace(base, **mine)  # type: ignore[type-var]
@@ -47,9 +47,9 @@ def named_sampling(options: Any, overrides: Mapping[str, Any]) -> dict[str, Any]
     folder name have always recorded). A keyword at its default value is named, a ``Sampling`` field at its
     default is not: the two spellings name one run except where a keyword repeats a default."""
     given = overrides.get("sampling", getattr(options, "sampling", None))
-    named = {} if given is None else {f: getattr(given, f) for f in SAMPLING_FIELDS
+    named = {} if given is None else {f: getattr(given, f) for f in _SAMPLING_FIELDS
                                       if getattr(given, f) != getattr(Sampling(), f)}
-    named.update({k: overrides[k] for k in SAMPLING_FIELDS if k in overrides})
+    named.update({k: overrides[k] for k in _SAMPLING_FIELDS if k in overrides})
     return named
 
 
@@ -67,7 +67,7 @@ class RunOptions(RunControl):
     @classmethod
     def of(cls, options: RunOptions | None = None, **overrides: Any) -> RunOptions:
         """``options`` (default: the defaults) with ``overrides`` (its fields or ``Sampling``'s)."""
-        return options_of(cls, options, overrides)
+        return _options_of(cls, options, overrides)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class GridOptions(RunOptions):
     @classmethod
     def of(cls, options: GridOptions | None = None, **overrides: Any) -> GridOptions:  # type: ignore[override]
         """``options`` (default: the defaults) with ``overrides`` (its fields or ``Sampling``'s)."""
-        return options_of(cls, options, overrides)
+        return _options_of(cls, options, overrides)
 
 
 @dataclass(frozen=True)
@@ -119,5 +119,4 @@ class GridArgs(RunArgs, total=False):
     run_name: str
 
 
-__all__ = ["BatchContext", "GridArgs", "GridOptions", "RunArgs", "RunOptions", "SAMPLING_FIELDS", "named_sampling",
-           "options_of"]
+__all__ = ["BatchContext", "GridArgs", "GridOptions", "RunArgs", "RunOptions", "named_sampling"]
