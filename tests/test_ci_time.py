@@ -59,6 +59,19 @@ def test_measure_ci_reads_module_times_and_the_slowest_tests(tmp_path):
     assert [t["test"] for t in slowest] == ["test_b::test_three[x]", "test_a::test_one"]
 
 
+def test_measure_ci_says_where_the_machines_cpu_time_went():
+    """A run that had two cores to itself for 100 s and used 150 CPU seconds: 75% its own, 0 other, 25% idle;
+    the same run beside a busy neighbour and a host that withheld time shows both."""
+    before = {"busy": 1000.0, "idle": 500.0, "steal": 10.0}
+    alone = measure_ci.cpu_account(before, {"busy": 1150.0, "idle": 550.0, "steal": 10.0}, own_seconds=150.0)
+    assert alone == {"run_share": 0.75, "other_share": 0.0, "idle_share": 0.25, "steal_share": 0.0}
+    shared = measure_ci.cpu_account(before, {"busy": 1160.0, "idle": 500.0, "steal": 50.0}, own_seconds=100.0)
+    assert shared == {"run_share": 0.5, "other_share": 0.3, "idle_share": 0.0, "steal_share": 0.2}
+    now = measure_ci.cpu_times()  # this machine's own counters, read twice: they only grow
+    assert set(now) == {"busy", "idle", "steal"} and all(v >= 0 for v in now.values())
+    assert all(b >= a for a, b in zip(now.values(), measure_ci.cpu_times().values()))
+
+
 def test_the_budget_is_the_same_everywhere():
     assert measure_ci.BUDGET_MINUTES == BUDGET_MINUTES == json.loads(RECORD.read_text())["budget_minutes"]
 

@@ -13,7 +13,11 @@ or chainmark caches) and records, from that one run:
   browser, tests; see ``tests/conftest.py``);
 - the seconds each chapter executed (the build's ``_build/timings.json``);
 - the seconds each test module took and the 30 slowest tests (pytest's JUnit XML);
-- the machine, its load average before and after, the commit.
+- the machine, its load average before and after, the commit;
+- where the machine's CPU time went during the run (``/proc/stat``): the share the run itself used, the
+  share other processes on this machine took, and the share the hypervisor withheld ("steal"). The same
+  commit measured here once took twice as long as in a later run on the idle machine; a record whose
+  ``other_share`` or ``steal_share`` is not near zero measured a shared machine, not the book.
 
 The record goes to ``benchmarks/results/ci_time.json`` (committed: the README's figures come from
 it). The exit status is 1 when ``make test`` failed or ran over the budget. Run it on an otherwise
@@ -56,9 +60,36 @@ def test_times(junit: Path, slowest: int = 30) -> tuple[dict[str, float], list[d
     return ({m: round(s, 1) for m, s in sorted(modules.items(), key=lambda kv: -kv[1])}, tests[:slowest])
 
 
+def cpu_times() -> dict[str, float]:
+    """The machine's CPU seconds so far, all cores summed, from ``/proc/stat`` (Linux): busy, idle, steal."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields] + [0] * (8 - len(fields))
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks[:8]
+    hz = os.sysconf("SC_CLK_TCK")
+    return {"busy": (user + nice + system + irq + softirq) / hz, "idle": (idle + iowait) / hz, "steal": steal / hz}
+
+
+def cpu_account(before: dict[str, float], after: dict[str, float], own_seconds: float) -> dict[str, float]:
+    """Where the machine's CPU time went between two :func:`cpu_times`: the run's own share (``own_seconds``,
+    the CPU time of its process tree), other processes' share, idle and steal, each a share of all cores' time."""
+    spent = {k: after[k] - before[k] for k in before}
+    total = sum(spent.values()) or 1.0
+    other = max(spent["busy"] - own_seconds, 0.0)
+    return {"run_share": round(own_seconds / total, 3), "other_share": round(other / total, 3),
+            "idle_share": round(spent["idle"] / total, 3), "steal_share": round(spent["steal"] / total, 3)}
+
+
 def phases(clock_file: Path) -> dict[str, float]:
     """The phase times `make test` wrote (tests/conftest.py writes them beside its last line)."""
     return json.loads(clock_file.read_text()) if clock_file.exists() else {}
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this process's finished children: the run's whole process tree."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
                PYTEST_ADDOPTS=f"--junitxml={junit} --durations=30",
                CHAINMARK_MEASURING_CI="1")  # the record's own test waits for the record
     load_before = [round(x, 2) for x in os.getloadavg()]
+    cpu_before, own_before = cpu_times(), _children_cpu()
     print(f"measure_ci: `make test` in {clone} (HOME={home}); log in {work / 'make_test.log'}", flush=True)
     start = time.perf_counter()
     with open(work / "make_test.log", "w") as log:
         status = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - start
+    cpu = cpu_account(cpu_before, cpu_times(), _children_cpu() - own_before)
     tail = (work / "make_test.log").read_text().splitlines()[-3:]
 
     record = {
@@ -96,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": _machine(),
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "cpu": cpu,
         "exit_status": status,
         "wall_seconds": round(wall, 1),
         "budget_seconds": BUDGET_MINUTES * 60,
@@ -121,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "within" if record["within_budget"] else "OVER"
     print(f"measure_ci: exit {status}, {wall / 60:.1f} min, {verdict} the {BUDGET_MINUTES}-minute budget; "
           f"recorded in {args.out}")
+    print(f"  the machine's CPU time: {cpu['run_share']:.0%} this run, {cpu['other_share']:.0%} other processes, "
+          f"{cpu['idle_share']:.0%} idle, {cpu['steal_share']:.0%} withheld by the host")
     for line in tail:
         print("  " + line)
     return 0 if record["within_budget"] else 1
