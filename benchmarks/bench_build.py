@@ -39,6 +39,8 @@ def forecast_tokens(executed: Path) -> dict[str, int]:
 
     tokens: dict[str, int] = {}
     for path in sorted(executed.glob("*.ipynb")):
+        if not (ROOT / "book" / path.name).exists():  # a page written in MyST Markdown (teaching.md): no chapter
+            continue
         nb = nbformat.read(path, as_version=4)
         total = 0
         for cell in nb.cells:
@@ -99,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     for nb, n in sorted(tokens.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  {nb}: {n:,} tokens, floor {n * per_token:.0f} s, executed in {chapters.get(nb, float('nan')):.0f} s")
     if args.json:
+        import subprocess
+
+        commit = subprocess.run(["git", "-C", str(args.build.resolve().parent), "rev-parse", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or None  # the built checkout's
         Path(args.json).write_text(json.dumps({
-            "build_wall_seconds": wall, "jobs": record.get("jobs", 1), "chapters_seconds_sum": summed,
+            "commit": commit, "build": str(args.build), "build_wall_seconds": wall, "jobs": record.get("jobs", 1), "chapters_seconds_sum": summed,
             "forecast_new_tokens": new_tokens, "seconds_per_token_batch8": per_token, "floor_seconds": floor,
             "build_over_floor": wall / floor, "tokens_per_chapter": tokens}, indent=1))
     return 0

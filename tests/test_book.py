@@ -288,6 +288,7 @@ def test_the_build_benchmark_counts_the_decoding_the_chapters_forecast(tmp_path)
         "execute_result", data={"text/plain": str(shown)}, execution_count=1)]), nbformat.v4.new_code_cell("1")]
     nbformat.write(nb, tmp_path / "05_detection.ipynb")
     nbformat.write(nbformat.v4.new_notebook(), tmp_path / "01_partition.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "teaching.ipynb")  # teaching.md's executed copy: no chapter
     assert bench_build.forecast_tokens(tmp_path) == {"book/05_detection.ipynb": 6 * 48 + 32 * 96,
                                                       "book/01_partition.ipynb": 0}
 

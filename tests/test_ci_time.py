@@ -96,6 +96,18 @@ def test_the_readme_quotes_the_latest_fresh_clone_run_and_its_place_against_the_
     assert f"{where} the suite's budget of {BUDGET_MINUTES} minutes" in readme, where
 
 
+def test_the_readme_quotes_the_cold_build_benchmark_and_the_chapters_measured_one_at_a_time():
+    """The README's cold-build time and commit are benchmarks/bench_build.py's record of a fresh clone's build, and
+    its one-at-a-time minutes are the sum of the chapters' recorded times (book/data/chapter_timings.json)."""
+    bench = json.loads((ROOT / "benchmarks" / "results" / "bench_build.json").read_text())
+    readme = (ROOT / "README.md").read_text("utf-8")
+    minutes, seconds = divmod(round(bench["build_wall_seconds"]), 60)
+    assert f"build took {minutes} min {seconds:02d} s (commit {bench['commit'][:7]}" in readme
+    chapters = json.loads((ROOT / "book" / "data" / "chapter_timings.json").read_text())["chapters"]
+    one_by_one = re.search(r"One at a time, as a reader runs them, the chapters take\s+(\d+) minutes", readme)
+    assert one_by_one and int(one_by_one.group(1)) == round(sum(c["seconds"] for c in chapters.values()) / 60)
+
+
 def test_the_workers_get_whole_modules_and_the_foreign_model_group_together():
     """make test's scheduler (tests/conftest.py): a module's tests are one unit of work, and the two modules that
     read the foreign-model chapters' session fixture are one unit between them, so it is built once."""
