@@ -6,6 +6,7 @@ Both skip when the book has not been built (``make test`` builds it first).
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -235,3 +236,47 @@ def test_the_duplicate_glue_check_finds_a_name_glued_twice():
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_no_page_glues_a_name_twice(chapter):
     assert glued_twice(nbformat.read(ROOT / chapter, as_version=4)) == []
+
+
+#: The detectors a chapter calls, and how many positional arguments each takes before the configuration's place is
+#: past (detect(ids, config), detect_text(text, tokenizer, config)): one more is a key with S beside it.
+_DETECTORS = {"detect": 3, "detect_batch": 3, "detect_segments": 3, "key_randomisation_test": 3, "detect_text": 4}
+
+
+def loose_detections(source: str) -> list[str]:
+    """The calls in a cell's code that give a detector a key with S or the topology beside it, not one
+    ChainMarkConfig (issue 49: one configuration from generation to detection)."""
+    if source.lstrip().startswith("%%"):
+        return []  # a cell magic: not Python
+    code = "\n".join(line[:len(line) - len(line.lstrip())] + "pass  # magic" if line.lstrip().startswith(("%", "!"))
+                     else line for line in source.splitlines())
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return [f"the cell does not parse ({exc.msg}, line {exc.lineno}), so its calls cannot be checked"]
+    return [f"line {node.lineno}: {ast.get_source_segment(code, node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and (name := getattr(node.func, "id", getattr(node.func, "attr", None))) in _DETECTORS
+            and (len(node.args) >= _DETECTORS[name] or any(kw.arg in ("S", "topology") for kw in node.keywords))]
+
+
+def test_the_loose_detection_check_finds_a_key_given_with_s_or_a_topology():
+    assert loose_detections("r = detect(ids, key, S)") == ["line 1: detect(ids, key, S)"]
+    assert len(loose_detections("%pip install -q chainmark\nr = cm.detect_batch(ids, key, S=5)\n"
+                                "x = detect(ids, key, S, topo, 0.01)")) == 2
+    assert len(loose_detections("if ok:\n    !ls\n    detect_text(text, tok, key, S)")) == 1
+    assert len(loose_detections("detect_segments(ids, key, 5)\nkey_randomisation_test(ids, key, topology=t)")) == 2
+    assert loose_detections("detect(ids, config, alpha=0.01, test='exact')\ndetect(generation)\n"
+                            "detect_batch(rows, ChainMarkConfig(key, S=S_, topology=name), vocab_size=V)\n"
+                            "detect_text(text, tok, config)\ndetect_segments(ids, config, draws=99)") == []
+    assert loose_detections("detect(ids,") != []
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_chapter_detects_with_one_configuration(chapter):
+    """detect(ids, config) is the one way the chapters detect: a key given loose with S beside it could disagree
+    with the configuration the text was generated with."""
+    nb = nbformat.read(ROOT / chapter, as_version=4)
+    found = [f"cell {index}, {call}" for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             for call in loose_detections(cell.source)]
+    assert not found, f"{chapter} gives a detector a key with S or the topology beside it: {found}"
