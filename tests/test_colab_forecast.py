@@ -69,9 +69,16 @@ def test_the_forecast_is_complete_and_says_what_does_not_fit():
             assert seconds > 0
             assert by[(chapter, model, gpu, "full")] >= by[(chapter, model, gpu, "smoke")]
     embedded = FORECAST_MODELS[0].label
-    # a GPU runs the embedded model's smoke scale no slower than the build's CPU did
+    # a GPU runs the embedded model's smoke scale no slower than the measuring CPU ran the same work: the chapter's
+    # measured time, or what generating the texts it read back from an earlier chapter adds to it (5.1 reads
+    # chapter 4's texts; a Colab notebook starts on its own and generates them)
+    cpu = {r["chapter"]: r["cpu_seconds"] for r in rows}
     for chapter, measured in timings.items():
-        assert by[(chapter, embedded, "T4", "smoke")] <= measured * 1.01, chapter
+        assert cpu[chapter] >= measured
+        assert by[(chapter, embedded, "T4", "smoke")] <= cpu[chapter] * 1.01, chapter
+    assert cpu["book/08_head_to_head"] == timings["book/08_head_to_head"]  # it generates all it shows
+    read_back = colab_forecast({"book/05a_false_positives": 1.0})  # a second: its texts were read back
+    assert all(r["cpu_seconds"] > 1.0 for r in read_back)
     # a larger model is never forecast faster on the same GPU, and the A100 is never slower than the T4
     for chapter in timings:
         assert by[(chapter, "Qwen2.5-1.5B-Instruct", "T4", "full")] >= by[(chapter, embedded, "T4", "full")]

@@ -220,7 +220,10 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
     """The forecast, one row per chapter, model, GPU and scale: ``seconds`` is ``None`` where the model does not fit.
 
     ``timings`` maps ``book/NAME`` to the chapter's measured CPU seconds at the smoke scale
-    (:func:`chapter_timings`); every chapter there needs an entry in :data:`CHAPTER_WORK`.
+    (:func:`chapter_timings`); every chapter there needs an entry in :data:`CHAPTER_WORK`. Each row's
+    ``cpu_seconds`` is what that chapter's whole smoke work takes on the measuring CPU: its measured time, or more
+    when it was measured reading texts an earlier chapter stored (chapter 5.1 reads chapter 4's), where a
+    Colab notebook, which starts on its own, generates them.
     """
     missing = sorted(set(timings) - set(CHAPTER_WORK))
     if missing:
@@ -232,6 +235,7 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
         cpu_prefill = cpu_token * 2  # a prompt's pass on the CPU: about two decoding steps (an assumption)
         cpu_generation = _generation_seconds(smoke, cpu_prefill, cpu_token)
         rest = max(measured - cpu_generation, 0.1 * measured)  # never less than a tenth of the chapter
+        cpu_seconds = max(measured, rest + cpu_generation)
         for model in models:
             weights = 2 * model.params
             load = 0.0 if model.hub_id == DEFAULT_MODEL else weights / LOAD_BYTES_PER_SECOND
@@ -242,7 +246,7 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
                     seconds = (rest * (REST_FULL_FACTOR if scale == "full" else 1.0) + load
                                + _gpu_seconds(work, gpu, model)) if fits else None
                     rows.append({"chapter": chapter, "model": model.label, "gpu": gpu.name, "scale": scale,
-                                 "seconds": seconds})
+                                 "seconds": seconds, "cpu_seconds": cpu_seconds})
     return rows
 
 
