@@ -274,8 +274,9 @@ def test_the_loose_detection_check_finds_a_key_given_with_s_or_a_topology():
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_chapter_detects_with_one_configuration(chapter):
-    """detect(ids, config) is the one way the chapters detect: a key given loose with S beside it could disagree
-    with the configuration the text was generated with."""
+    """The chapters call the package's detectors with one configuration, never a key with S or the topology beside
+    it, which could disagree with the configuration the text was generated with. (A key alone, which means S = 5
+    and the clockwork, is not caught; the lab's wrappers, e.g. lr_detect and keyed_scrub, still take a key and S.)"""
     nb = nbformat.read(ROOT / chapter, as_version=4)
     found = [f"cell {index}, {call}" for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
              for call in loose_detections(cell.source)]

@@ -4,7 +4,9 @@
     .venv/bin/python tools/measure_chapters.py --from-build _build.log  # any build log
     .venv/bin/python tools/measure_chapters.py --run [book/X.ipynb ...] # executes chapters itself
 
-``--from-build`` reads ``_build/timings.json`` (written by
+``--run`` executes in an empty temporary runs folder unless ``CHAINMARK_RUNS`` names one (the
+measurements of 2026-11-30 used an empty one): a chapter reads back only what the chapter before it in
+its group stored in the same pass. ``--from-build`` reads ``_build/timings.json`` (written by
 ``tools/build_book.py``) or a build log, i.e. MyST-NB's "Executed notebook in
 N seconds" lines, so the numbers are those of a real build. ``--run``
 executes notebooks (default: every notebook of ``_toc.yml``) one after the
@@ -165,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         save(timings, f"build ({source.name})", source.stat().st_mtime, None)
         measured = len(timings)
     else:
+        # in the book's order from an empty runs folder, as a reader's first pass: a chapter of a group reads what
+        # the one before it stored (cmlab.teaching.colab.READ_BACK), never records of an earlier pass
+        if not os.environ.get("CHAINMARK_RUNS"):
+            import tempfile
+
+            os.environ["CHAINMARK_RUNS"] = tempfile.mkdtemp(prefix="measure_chapters_runs.")
+        print(f"runs folder for this pass: {os.environ['CHAINMARK_RUNS']}", flush=True)
         for rel in args.run or toc_notebooks():  # saved one by one, so an interrupted run keeps its results
             load_before = _load()
             seconds = run_one(rel, args.timeout)

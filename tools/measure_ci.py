@@ -17,7 +17,9 @@ or chainmark caches) and records, from that one run:
 - where the machine's CPU time went during the run (``/proc/stat``): the share the run itself used, the
   share other processes on this machine took, and the share the hypervisor withheld ("steal"). The same
   commit measured here once took twice as long as in a later run on the idle machine; a record whose
-  ``other_share`` or ``steal_share`` is not near zero measured a shared machine, not the book.
+  ``other_share`` or ``steal_share`` is not near zero measured a shared machine, not the book. The run's
+  own share counts the processes its tree waited for (``RUSAGE_CHILDREN``): one it left orphaned, and the
+  kernel's interrupt time, count as other; in a container ``/proc/stat`` is the whole host's.
 
 The record goes to ``benchmarks/results/ci_time.json`` (committed: the README's figures come from
 it). The exit status is 1 when ``make test`` failed or ran over the budget. Run it on an otherwise

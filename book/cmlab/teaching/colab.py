@@ -37,6 +37,7 @@ from cmlab.harness.models import EMBEDDED_PARAMS, memory_needed
 from cmlab.teaching.forecast import Step, step_seconds
 
 __all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "CPU_STEP_SECONDS", "FLOPS_SHARE", "FORECAST_MODELS",
+           "READ_BACK",
            "ForecastModel", "Gpu", "LOAD_BYTES_PER_SECOND", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work",
            "chapter_timings", "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
 
@@ -158,6 +159,13 @@ CHAPTER_WORK: Mapping[str, Mapping[str, Work]] = {
     "book/appendix_paper": {"smoke": _w(1), "full": _w(1)},
 }
 
+#: The chapters whose long steps an earlier chapter of their group already ran with the same settings: executed in
+#: the book's order (a build, ``tools/measure_chapters.py --run``) they read those texts back from the runs folder
+#: (``generate_once``, or chapter 7's run folder), where a Colab notebook, which starts on its own, generates them.
+READ_BACK: Mapping[str, str] = {"book/04b_cost": "book/04_embedding", "book/05a_false_positives": "book/05_detection",
+                                "book/05b_lr_detector": "book/05_detection", "book/07b_attacks": "book/07_robustness",
+                                "book/09a_recalibration": "book/09_audit"}
+
 
 def chapter_timings(root: str | Path | None = None) -> dict[str, float]:
     """Each chapter's measured CPU seconds at the smoke scale, keyed ``book/NAME``, from ``book/data/chapter_timings.json``.
@@ -221,9 +229,9 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
 
     ``timings`` maps ``book/NAME`` to the chapter's measured CPU seconds at the smoke scale
     (:func:`chapter_timings`); every chapter there needs an entry in :data:`CHAPTER_WORK`. Each row's
-    ``cpu_seconds`` is what that chapter's whole smoke work takes on the measuring CPU: its measured time, or more
-    when it was measured reading texts an earlier chapter stored (chapter 5.1 reads chapter 4's), where a
-    Colab notebook, which starts on its own, generates them.
+    ``cpu_seconds`` is what that chapter's whole smoke work takes on the measuring CPU: its measured time, but for
+    a chapter of :data:`READ_BACK`, measured reading back texts an earlier chapter stored, the measured time or
+    the CPU model's time for generating them (its other work, plus the modelled generation), whichever is more.
     """
     missing = sorted(set(timings) - set(CHAPTER_WORK))
     if missing:
@@ -235,7 +243,7 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
         cpu_prefill = cpu_token * 2  # a prompt's pass on the CPU: about two decoding steps (an assumption)
         cpu_generation = _generation_seconds(smoke, cpu_prefill, cpu_token)
         rest = max(measured - cpu_generation, 0.1 * measured)  # never less than a tenth of the chapter
-        cpu_seconds = max(measured, rest + cpu_generation)
+        cpu_seconds = max(measured, rest + cpu_generation) if chapter in READ_BACK else measured
         for model in models:
             weights = 2 * model.params
             load = 0.0 if model.hub_id == DEFAULT_MODEL else weights / LOAD_BYTES_PER_SECOND
