@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = subprocess.run(["git", "-C", str(args.build.resolve().parent), "rev-parse", "HEAD"],
                                 capture_output=True, text=True).stdout.strip() or None  # the built checkout's
         Path(args.json).write_text(json.dumps({
-            "commit": commit, "build": str(args.build), "build_wall_seconds": wall, "jobs": record.get("jobs", 1), "chapters_seconds_sum": summed,
+            "commit": commit, "build_wall_seconds": wall, "jobs": record.get("jobs", 1), "chapters_seconds_sum": summed,
             "forecast_new_tokens": new_tokens, "seconds_per_token_batch8": per_token, "floor_seconds": floor,
             "build_over_floor": wall / floor, "tokens_per_chapter": tokens}, indent=1))
     return 0

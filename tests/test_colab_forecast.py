@@ -171,7 +171,7 @@ def test_the_chapters_that_read_back_follow_the_chapter_they_read_in_their_group
 
     order = toc_chapters()
     for chapter, source in READ_BACK.items():
-        code = "".join("".join(c["source"]) for c in json.loads((ROOT / f"{chapter}.ipynb").read_text("utf-8"))["cells"]
-                       if c["cell_type"] == "code")
+        cells = json.loads((ROOT / f"{chapter}.ipynb").read_text("utf-8"))["cells"]
+        code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         assert "generate_once(" in code or "generate_resumable(" in code, chapter
         assert order.index(source) < order.index(chapter) and chapter_group(source) == chapter_group(chapter)

@@ -37,9 +37,8 @@ from cmlab.harness.models import EMBEDDED_PARAMS, memory_needed
 from cmlab.teaching.forecast import Step, step_seconds
 
 __all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "CPU_STEP_SECONDS", "FLOPS_SHARE", "FORECAST_MODELS",
-           "READ_BACK",
-           "ForecastModel", "Gpu", "LOAD_BYTES_PER_SECOND", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work",
-           "chapter_timings", "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
+           "ForecastModel", "Gpu", "LOAD_BYTES_PER_SECOND", "READ_BACK", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS",
+           "Work", "chapter_timings", "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
 
 
 @dataclass(frozen=True)
