@@ -372,3 +372,18 @@ def test_the_claims_robustness_record_covers_every_chapter_and_no_live_claim_fai
         assert chapter["keys"] == record["keys"] and chapter["completed"] == chapter["keys"], (name, chapter["runs"])
         assert not chapter["live_failed_under_some_key"], (name, chapter["live_failed_under_some_key"])
         assert len({r["key_fingerprint"] for r in chapter["runs"]}) == record["keys"], name
+
+
+def test_claims_robustness_runs_one_keys_chapters_of_a_group_in_order_in_one_worker():
+    """Chapters of one group share a runs folder under a key (4.1 reads chapter 4's texts): side by side, the second
+    found the first's folder locked, so each (key, group) is one worker's unit, in the book's order."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import claims_robustness
+
+    chapters = ["book/04_embedding.ipynb", "book/04b_cost.ipynb", "book/05_detection.ipynb"]
+    tasks = [(c, f"{k}.key", k, "work", 60, 1) for c in chapters for k in ("a", "b")]  # chapter-major, as main's
+    units = claims_robustness.task_units(tasks)
+    assert [[(t[0][5:7], t[2]) for t in unit] for unit in units] == [
+        [("04", "a"), ("04", "a")], [("04", "b"), ("04", "b")], [("05", "a")], [("05", "b")]]
+    assert [t[0] for t in units[0]] == chapters[:2]
+    assert sorted(t for unit in units for t in unit) == sorted(tasks)

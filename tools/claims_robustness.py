@@ -134,14 +134,31 @@ def summarise(rows: list[dict], chapters: list[str], n_keys: int) -> dict:
 
 
 def run_task(task: tuple[str, Path, str, Path, int, int | None]) -> dict:
-    """One chapter under one key (a worker process's job): the row the summary is made of."""
+    """One chapter under one key: the row the summary is made of."""
     chapter, key_file, fingerprint, work, timeout, threads = task
     tag = f"{fingerprint}-{Path(chapter).stem}"
-    # one runs folder per key, as a build has one: a section reads what its chapter generated under the
-    # same key (chapter-major order runs a chapter under every key before the next chapter starts)
+    # one runs folder per key, as a build has one: a section reads what its chapter generated under the same key
     result = execute(chapter, key_file, work / f"claims-{tag}.jsonl", work / "runs" / fingerprint, timeout,
                      threads=threads)
     return {"key_fingerprint": fingerprint, "chapter": chapter, **result}
+
+
+def task_units(tasks: list[tuple]) -> list[list[tuple]]:
+    """The tasks (chapter, key file, fingerprint, ...) as units a worker process runs in order: one key's chapters of
+    one group (tools/execute_parallel.py's ``chapter_group``), in the given order. Two chapters of a group under one
+    key share a runs folder, and 4.1 reads what chapter 4 stores: run side by side, the second found the first's
+    folder locked (RunFolderBusy)."""
+    from execute_parallel import chapter_group
+
+    units: dict[tuple[str, str], list[tuple]] = {}
+    for task in tasks:
+        units.setdefault((task[2], chapter_group(task[0])), []).append(task)
+    return list(units.values())
+
+
+def run_unit(unit: list[tuple]) -> list[dict]:
+    """A worker process's job: the unit's chapters one after the other (a kernel each)."""
+    return [run_task(task) for task in unit]
 
 
 def main() -> int:
@@ -174,7 +191,7 @@ def main() -> int:
         key_files = [teaching_file, *key_files]
     done_file = args.work / "runs.jsonl"
     rows = [json.loads(line) for line in done_file.read_text("utf-8").splitlines()] if done_file.exists() else []
-    todo = []  # chapter-major: every key of a chapter before the next chapter, so results arrive chapter by chapter
+    todo = []  # chapter-major; task_units then keeps one key's chapters of a group in one worker, in order
     for chapter in chapters:
         for key_file in key_files:
             fingerprint = key_fingerprint(read_key_file(key_file))
@@ -186,7 +203,7 @@ def main() -> int:
     # 15 minutes); each process has its own client, its own ZeroMQ context and its own event loop
     tasks = [(chapter, key_file, fingerprint, args.work, args.timeout, args.threads) for chapter, key_file, fingerprint in todo]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for row in pool.map(run_task, tasks):
+        for row in (row for unit_rows in pool.map(run_unit, task_units(tasks)) for row in unit_rows):
             rows.append(row)
             with done_file.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
