@@ -535,6 +535,15 @@ def test_the_page_name_counter_sees_private_names(tmp_path):
     names, private = page_names(nb)
     assert private == {"chainmark.partition._table", "chainmark.cli.detect_commands._cmd", "chainmark.Thing._step"}
     assert "chainmark.detect" in names
+    # a hidden cell's names are off the page, but its private names are still seen
+    cells.append({"cell_type": "code", "metadata": {"tags": ["remove-cell"]},
+                  "source": ["from cmlab.teaching import glue\n", "glue('x', cm.z_alpha(1)); cm.keys._raw(2)\n"]})
+    cells.append({"cell_type": "code", "source": ["cm.detect(glue)\n"]})  # a hidden import used on the page
+    nb.write_text(json.dumps({"cells": cells}), "utf-8")
+    names, private = page_names(nb)
+    shown, _ = page_names(nb, on_page=True)
+    assert {"chainmark.z_alpha", "cmlab.teaching.glue"} <= names and "chainmark.keys._raw" in private
+    assert "chainmark.z_alpha" not in shown and "cmlab.teaching.glue" in shown and "chainmark.detect" in shown
 
 
 def test_the_stubs_name_every_lazy_name():

@@ -4,7 +4,9 @@ A page should show the method, not the whole toolbox: issue 49 asks for at most
 30 names of the two packages on a page and no private name at all. This reads
 every chapter's code cells (imports, ``cm.<...>`` and ``lab.<...>`` chains, and
 attributes reached through an imported name such as ``partition._state_table``)
-and prints one line per page::
+and prints one line per page. A page's count is what the built page shows: a name
+used only in hidden cells (the claims, the glue, the banner) is not counted, but
+a private name is refused in every cell::
 
     python tools/page_names.py            # a table: names per page, the private ones
     python tools/page_names.py --names    # every page's names, one per line
@@ -25,12 +27,17 @@ ALIASES = {"cm": "chainmark", "lab": "cmlab", "chainmark": "chainmark", "cmlab":
 LIMIT = 30
 
 
-def _code(notebook: Path) -> str:
-    """A chapter's code cells as one Python source (IPython magics and shell lines become ``pass``)."""
+#: Cells whose code the built page does not show (the claims, the glue, the run's banner).
+HIDDEN = {"remove-cell", "remove-input"}
+
+
+def _code(notebook: Path, on_page: bool = False) -> str:
+    """A chapter's code cells as one Python source (IPython magics and shell lines become ``pass``); with
+    ``on_page``, only the cells whose code the built page shows."""
     cells = json.loads(notebook.read_text("utf-8"))["cells"]
     lines = []
     for cell in cells:
-        if cell["cell_type"] == "code":
+        if cell["cell_type"] == "code" and not (on_page and HIDDEN & set(cell.get("metadata", {}).get("tags", []))):
             for line in "".join(cell["source"]).splitlines():
                 magic = line.lstrip().startswith(("%", "!"))
                 lines.append(line[:len(line) - len(line.lstrip())] + "pass" if magic else line)
@@ -38,17 +45,23 @@ def _code(notebook: Path) -> str:
     return "\n".join(lines)
 
 
-def page_names(notebook: Path) -> tuple[set[str], set[str]]:
-    """The qualified package names a chapter uses, and the private ones among them (``_name``, not dunders)."""
-    source = _code(notebook)
+def page_names(notebook: Path, on_page: bool = False) -> tuple[set[str], set[str]]:
+    """The qualified package names a chapter uses, and the private ones among them (``_name``, not dunders).
+
+    With ``on_page``, only the names the built page shows: those in its hidden cells' code alone (claims, glue,
+    the banner) are left out, as the reader of the site never sees them.
+    """
+    every = _code(notebook)
+    source = _code(notebook, on_page) if on_page else every
     names: set[str] = set()
-    imported: dict[str, str] = {}  # local name -> qualified package name
-    for node in ast.walk(ast.parse(source)):
+    imported: dict[str, str] = {}  # local name -> qualified package name, from every cell
+    for node in ast.walk(ast.parse(every)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGES:
             for alias in node.names:
-                qualified = f"{node.module}.{alias.name}"
-                names.add(qualified)
-                imported[alias.asname or alias.name] = qualified
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for local, qualified in imported.items():
+        if re.search(rf"(?<![\w.]){re.escape(local)}\b", source):  # imported, or used, where it is counted
+            names.add(qualified)
     roots = dict(ALIASES)
     roots.update({local: qualified for local, qualified in imported.items() if local[:1].islower()})
     pattern = "|".join(sorted(map(re.escape, roots), key=len, reverse=True))
@@ -88,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     problems = 0
     print(f"{'page':<28} {'names':>5}  private")
     for notebook in sorted((ROOT / "book").glob("*.ipynb")):
-        names, private = page_names(notebook)
+        names, private = page_names(notebook, on_page=True)
+        private = page_names(notebook)[1]  # private names are refused in every cell, shown or not
         over = len(names) > args.limit
         problems += bool(private) + over
         flag = " !" if over else ""
