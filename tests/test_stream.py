@@ -17,7 +17,7 @@ from chainmark.detection import detect, detect_text
 from chainmark.auditor.keyfiles import write_key_file
 from chainmark.auditor.repetition import repetition_warning
 from chainmark.auditor.stream import (StreamingDetector, UncuttableText, _cut_keeps_tokens, decoded_chunks,
-                              detect_text_stream, stream_text, _text_pieces)
+                              detect_text_stream, stream_text, text_pieces)
 from chainmark.auditor.tokenizer import load_tokenizer
 from chainmark.cli.common import EXIT_USAGE
 
@@ -73,7 +73,7 @@ def test_pieces_give_the_whole_texts_tokens_at_every_kind_of_boundary(tokenizer)
         text = mixed_text(30_000, seed)
         whole = tokenizer(text, add_special_tokens=False)["input_ids"]
         for piece_chars in (64, 200, 1000, 7000):
-            pieces = list(_text_pieces([text[i:i + 333] for i in range(0, len(text), 333)], tokenizer, piece_chars))
+            pieces = list(text_pieces([text[i:i + 333] for i in range(0, len(text), 333)], tokenizer, piece_chars))
             assert "".join(pieces) == text
             assert len(pieces) > len(text) // (2 * piece_chars) if piece_chars < 7000 else len(pieces) > 2
             ids = [i for p in pieces for i in tokenizer(p, add_special_tokens=False)["input_ids"]]
@@ -105,16 +105,16 @@ def test_a_cut_that_changes_tokens_is_refused_not_trusted(tokenizer):
     assert not _cut_keeps_tokens(text, text.index("four"), marker)
     assert _cut_keeps_tokens(text, text.index("four"), tokenizer)
     with pytest.raises(UncuttableText, match="without changing its tokens"):
-        list(_text_pieces([text], marker, piece_chars=100, max_piece_chars=400))
+        list(text_pieces([text], marker, piece_chars=100, max_piece_chars=400))
     # within the reach allowed it is one piece: scored whole, exactly
-    assert list(_text_pieces([text[:300]], marker, piece_chars=400)) == [text[:300]]
+    assert list(text_pieces([text[:300]], marker, piece_chars=400)) == [text[:300]]
 
 
 def test_a_text_with_no_place_to_cut_is_an_error_beyond_the_reach(tokenizer):
     text = "🙂" * 5000
     with pytest.raises(UncuttableText):
-        list(_text_pieces([text], tokenizer, piece_chars=500, max_piece_chars=2000))
-    assert list(_text_pieces([text], tokenizer, piece_chars=500, max_piece_chars=6000)) == [text]
+        list(text_pieces([text], tokenizer, piece_chars=500, max_piece_chars=2000))
+    assert list(text_pieces([text], tokenizer, piece_chars=500, max_piece_chars=6000)) == [text]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 1 << 20])
@@ -219,7 +219,7 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
     piece_ids = []
     chunks = [text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20)]
-    for piece in _text_pieces(chunks, tokenizer, piece_chars=1 << 16):
+    for piece in text_pieces(chunks, tokenizer, piece_chars=1 << 16):
         piece_ids.append(np.asarray(tokenizer(piece, add_special_tokens=False)["input_ids"], dtype=np.int64))
     assert len(piece_ids) >= 32, len(piece_ids)
     assert np.array_equal(np.concatenate(piece_ids), ids)
@@ -289,7 +289,7 @@ def test_pair_counts_are_kept_up_to_a_cap_and_then_dropped_so_memory_stays_flat(
     a, b, m = scorer.pair_counts()
     ea, eb, em = pair_counts(ids)
     assert scorer.pairs_counted and (a.tolist(), b.tolist(), m.tolist()) == (ea.tolist(), eb.tolist(), em.tolist())
-    monkeypatch.setattr(stream_module, "PAIR_COUNT_MAX", 50)
+    monkeypatch.setattr(stream_module, "_PAIR_COUNT_MAX", 50)
     capped = StreamingDetector(ChainMarkConfig(KEY, S=5), 0.01, "z", 300, count_pairs=True)
     for piece in np.array_split(ids, 7):
         capped.update(piece)

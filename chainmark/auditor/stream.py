@@ -1,31 +1,20 @@
 """Score a text of any size in bounded memory, with the verdict that scoring it whole would give.
 
-Tokenizing a text whole costs far more memory than the text (about 180 bytes
-per byte with the embedded tokenizer), so a large text is cut into pieces of
-a quarter of a megabyte and the pieces are tokenized a few at a time. Two things make
-the result exact, not approximate:
+Tokenizing a text whole costs about 180 bytes of memory per byte of text (with the embedded tokenizer), so a large
+text is cut into pieces of a quarter of a megabyte, tokenized a few at a time. Two things make the result exact:
 
-- **cuts where the tokenizer cuts anyway.** A piece ends after a newline that
-  sits between two non-space characters (else before a single space between
-  two non-spaces): byte-level pre-tokenizers (GPT-2's, Llama 3's and the
-  embedded SmolLM2's) never join tokens across such a place. Each cut is
-  also *checked*: a window of text around it must tokenize to the same ids
-  whole as in two halves, so a tokenizer that treats the place differently
-  (one that prepends a space marker to every text, say) is caught, not
-  trusted. No checked cut within reach is an error, never a silent
+- **cuts where the tokenizer cuts anyway**: after a newline between two non-space characters (else before a single
+  space between two non-spaces), where byte-level pre-tokenizers (GPT-2's, Llama 3's, SmolLM2's) never join
+  tokens. Each cut is also checked (a window around it must tokenize the same whole as in two halves), so a
+  tokenizer that treats the place differently is caught; no checked cut within reach is an error, never a silent
   approximation.
-- **running counters.** The transition from one piece's last token to the
-  next piece's first is scored like any other; the exact test remembers the
-  tokens seen so far (a flag per vocabulary entry), the repeated-pair share
-  and the distinct-pair test the pairs seen so far (a fixed table of one bit
-  per possible pair for vocabularies up to 65,536 tokens).
+- **running counters**: the transition between two pieces is scored like any other, and the tests' memory (the
+  tokens seen, a flag per vocabulary entry; the pairs seen, one bit per possible pair for vocabularies up to
+  65,536 tokens) runs across pieces.
 
-:func:`detect_text_stream` returns the :class:`~chainmark.detection.DetectionResult`
-that :func:`~chainmark.detection.detect_text` returns for the whole text (same
-counts, phi, z and p-value; no per-transition masks) together with the
-text's repeated-pair share; :func:`stream_text` gives the fed detector itself,
-which with ``count_pairs`` also holds every pair's multiplicity, from which
-:mod:`chainmark.auditor.repetition` computes the text's own null and its warning.
+:func:`detect_text_stream` returns what :func:`~chainmark.detection.detect_text` returns for the whole text (no
+per-transition masks) with the text's repeated-pair share; :func:`stream_text` gives the fed detector, which with
+``count_pairs`` also holds every pair's multiplicity, for the text's own null (:mod:`chainmark.auditor.repetition`).
 """
 from __future__ import annotations
 
@@ -39,6 +28,9 @@ from ..config import ChainMarkConfig, takes_config
 from ..detection import DetectionResult, counts_result, detection_args, valid_transitions
 from ..partition import as_token_array, states_of
 
+__all__ = ["PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "detect_text_stream", "ids_batch",
+           "stream_text", "text_pieces"]
+
 #: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized _PIECES_PER_BATCH at a time
 #: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
 PIECE_CHARS = 1 << 18
@@ -47,6 +39,12 @@ _PIECES_PER_BATCH = 4
 _CHECK_WINDOW = 512
 #: Largest vocabulary whose token pairs are tracked in a fixed bit table (V^2 bits: 512 MiB at 65,536).
 _PAIR_BITMAP_MAX_VOCAB = 1 << 16
+#: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without a vocabulary
+#: size, the ids seen are kept in a sorted array.
+_DENSE_IDS_MAX = 1 << 24
+#: The most distinct token pairs whose multiplicities ``count_pairs`` keeps (16 bytes each: 32 MiB); a longer
+#: text is still scored, without its own null.
+_PAIR_COUNT_MAX = 2_000_000
 #: Bytes read from a file at a time.
 _READ_BYTES = 1 << 20
 
@@ -82,13 +80,10 @@ def _cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = _CHECK_W
     return _ids(tokenizer, text[lo:hi]) == _ids(tokenizer, text[lo:at]) + _ids(tokenizer, text[at:hi])
 
 
-def _safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None, tries: int = 8) -> int | None:
-    """The last place in ``[start, end]`` where ``text`` can be cut without changing its tokens, or None.
-
-    Newline cuts are preferred to space cuts; of each kind the ``tries`` last
-    candidates are checked with :func:`_cut_keeps_tokens`.
-    """
-    end = len(text) if end is None else min(end, len(text))
+def _safe_cut(text: str, tokenizer: Any, start: int, end: int, tries: int = 8) -> int | None:
+    """The last place in ``[start, end]`` where ``text`` can be cut without changing its tokens, or None:
+    newline cuts before space cuts, the ``tries`` last candidates of each kind checked."""
+    end = min(end, len(text))
     for pattern in _CUT_PATTERNS:
         candidates = [m.end() for m in pattern.finditer(text, start, min(end + 2, len(text)))]
         for at in reversed([at for at in candidates if at <= end][-tries:]):
@@ -97,10 +92,16 @@ def _safe_cut(text: str, tokenizer: Any, start: int = 0, end: int | None = None,
     return None
 
 
-def _text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
+def _first_candidate(text: str, start: int) -> int:
+    """Where the first few candidate cuts after ``start`` have been passed (the end of the search window)."""
+    ends = [m.end() for pattern in _CUT_PATTERNS for m, _ in zip(pattern.finditer(text, start), range(8))]
+    return max(ends, default=start)
+
+
+def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
                 max_piece_chars: int | None = None) -> Iterator[str]:
-    """Re-cut a stream of text (``chunks`` in any sizes) into pieces of about ``piece_chars`` characters at
-    checked cuts, so that tokenizing the pieces one by one gives the tokens of the whole text.
+    """The text of ``chunks`` (in any sizes) re-cut at checked cuts into pieces of about ``piece_chars``
+    characters, so that tokenizing the pieces one by one gives the whole text's tokens.
 
     A text of at most ``piece_chars`` characters is one piece. :class:`UncuttableText` when no checked cut
     lies within ``max_piece_chars`` (16 pieces' worth by default).
@@ -110,9 +111,9 @@ def _text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE
     for chunk in chunks:
         buffer += chunk
         while len(buffer) > piece_chars:
-            at = _safe_cut(buffer, tokenizer, start=piece_chars // 2, end=piece_chars)
+            at = _safe_cut(buffer, tokenizer, piece_chars // 2, piece_chars)
             if at is None:  # none in the second half of a piece: the first one after it
-                at = _safe_cut(buffer, tokenizer, start=piece_chars, end=_first_candidate(buffer, piece_chars))
+                at = _safe_cut(buffer, tokenizer, piece_chars, _first_candidate(buffer, piece_chars))
             if at is None:
                 if len(buffer) <= limit:
                     break  # read on: a cut may come later
@@ -124,19 +125,6 @@ def _text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE
             buffer = buffer[at:]
     if buffer:
         yield buffer
-
-
-def text_pieces(chunks: Iterable[str], tokenizer: Any, piece_chars: int = PIECE_CHARS,
-                max_piece_chars: int | None = None) -> Iterator[str]:
-    """The text of ``chunks`` re-cut at checked cuts into pieces of about ``piece_chars`` characters: tokenizing
-    the pieces one by one gives the whole text's tokens (what the anytime detector reads a pipe with)."""
-    return _text_pieces(chunks, tokenizer, piece_chars, max_piece_chars)
-
-
-def _first_candidate(text: str, start: int) -> int:
-    """Where the first few candidate cuts after ``start`` have been passed (the end of the search window)."""
-    ends = [m.end() for pattern in _CUT_PATTERNS for m, _ in zip(pattern.finditer(text, start), range(8))]
-    return max(ends, default=start)
 
 
 def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = _READ_BYTES) -> Iterator[str]:
@@ -160,58 +148,50 @@ def decoded_chunks(stream: IO[bytes], encoding: str = "utf-8", size: int = _READ
         offset += len(data)
 
 
-#: The most distinct token pairs whose multiplicities a :class:`StreamingDetector` keeps with ``count_pairs``
-#: (16 bytes each: 32 MiB); a longer text is still scored, without its own null.
-PAIR_COUNT_MAX = 2_000_000
+def _lookup(table: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the sorted, distinct ``values`` go in the sorted ``table``, and which of them it holds already."""
+    where = np.searchsorted(table, values)
+    known = np.zeros(values.size, dtype=bool)
+    inside = where < table.size
+    known[inside] = table[where[inside]] == values[inside]
+    return where, known
 
 
 class StreamingDetector:
     """The detector's counters, fed token ids a piece at a time (:meth:`update`), read at the end (:meth:`result`).
 
-    Equal to :func:`~chainmark.detection.detect` on the concatenated ids for every
-    test. What it keeps depends on the id range. With a known vocabulary of at
-    most :attr:`DENSE_IDS_MAX` tokens: one byte per vocabulary entry (the exact
-    test's seen tokens) and the token pairs seen so far (the repeated-pair
-    share, and the distinct-pair test), one bit per possible pair, a fixed
-    table, when the vocabulary has at most 65,536 tokens, else 8 bytes per
-    distinct pair. Without ``vocab_size``, or with a larger one, nothing is
-    sized by the id range (ids near 2**40 would ask for a tebibyte): the
-    distinct ids seen are kept sorted, each with a number in the order they
-    were first seen (16 bytes per distinct id), and the pairs are coded by
-    those numbers (8 bytes per distinct pair). ``config`` is the
-    :class:`~chainmark.config.ChainMarkConfig` that :func:`~chainmark.detection.detect`
-    takes; ``count_pairs`` keeps every pair's multiplicity too (the text's
-    own null: :mod:`chainmark.auditor.repetition`).
+    Equal to :func:`~chainmark.detection.detect` on the concatenated ids for every test; ``config`` is the
+    :class:`~chainmark.config.ChainMarkConfig` it takes. With a ``vocab_size`` of at most 2**24 it keeps a byte
+    per vocabulary entry (the tokens seen) and the pairs seen: a fixed table of one bit per possible pair up to
+    65,536 tokens, else 8 bytes per distinct pair. Without one, or with a larger one, nothing is sized by the id
+    range (ids near 2**40 would ask for a tebibyte): the distinct ids seen are kept sorted, each numbered in the
+    order first seen (16 bytes per distinct id), and pairs are coded by those numbers. ``count_pairs`` keeps
+    every pair's multiplicity too (the text's own null: :mod:`chainmark.auditor.repetition`).
     """
-
-    #: Largest vocabulary whose ids index tables directly (a byte per id: 16 MiB); past it, or without
-    #: ``vocab_size``, the ids seen are kept in a sorted array instead.
-    DENSE_IDS_MAX = 1 << 24
 
     @takes_config()
     def __init__(self, config: ChainMarkConfig, alpha: float = 0.01, test: str = "z", vocab_size: int | None = None,
                  count_pairs: bool = False) -> None:
-        self.config, self.vocab_size, self.count_pairs = config, vocab_size, count_pairs
+        self.vocab_size, self.count_pairs = vocab_size, count_pairs
         self._key = config.key
         self._topo, self.alpha, self.test = detection_args(config.key, config.S, config.topo, alpha, test)
         self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
-        self._dense = self.vocab_size is not None and self.vocab_size <= self.DENSE_IDS_MAX
+        self._dense = vocab_size is not None and vocab_size <= _DENSE_IDS_MAX
         # dense: a flag per vocabulary entry, pairs coded a * V + b; sparse: the distinct ids seen (sorted) and
         # their numbers (in the order first seen), pairs coded by number, the base widened as numbers grow
-        self._seen_tokens = np.zeros(self.vocab_size if self._dense else 0, dtype=bool)
+        self._seen_tokens = np.zeros(vocab_size if self._dense else 0, dtype=bool)
         self._seen_ids = np.zeros(0, dtype=np.int64)
         self._numbers = np.zeros(0, dtype=np.int64)
         self._seen_pairs = np.zeros(0, dtype=np.int64)
         self._pair_codes = np.zeros(0, dtype=np.int64)  # with count_pairs: the pairs seen, sorted, and how often
         self._pair_mult = np.zeros(0, dtype=np.int64)
-        self.pairs_counted = bool(self.count_pairs)  # False once the text passes PAIR_COUNT_MAX distinct pairs
-        self._width = self.vocab_size if self._dense else 0  # the pair code's base: a * width + b
-        # with a known vocabulary of at most 65,536 tokens the pairs seen are one bit each of a table of
-        # V^2 bits (512 MiB at most, 288 MiB for the embedded tokenizer), allocated lazily by the system:
-        # only pages a pair lands on take memory, and the table never grows, whatever the text's length
-        small = self._dense and self.vocab_size <= _PAIR_BITMAP_MAX_VOCAB
-        self._pair_bits = np.zeros((self.vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
+        self.pairs_counted = bool(count_pairs)  # False once the text passes _PAIR_COUNT_MAX distinct pairs
+        self._width = vocab_size if self._dense else 0  # the pair code's base: a * width + b
+        # the bit table of pairs seen (at most 512 MiB, 288 MiB for the embedded tokenizer) is allocated lazily
+        # by the system: only pages a pair lands on take memory, and it never grows, whatever the text's length
+        small = self._dense and vocab_size <= _PAIR_BITMAP_MAX_VOCAB
+        self._pair_bits = np.zeros((vocab_size ** 2 + 7) // 8, dtype=np.uint8) if small else None
 
     def update(self, token_ids: Any) -> None:
         """Add the next piece's token ids."""
@@ -225,8 +205,7 @@ class StreamingDetector:
         self._last = ids[-1:].copy()
         if ext.size < 2:
             return
-        states = states_of(ext, self._key, self._topo.S, self.vocab_size)
-        valid = valid_transitions(states, self._topo)
+        valid = valid_transitions(states_of(ext, self._key, self._topo.S, self.vocab_size), self._topo)
         if self._dense:
             codes = ext[:-1] * self._width + ext[1:]
             new_tokens = self._new_tokens(ext) if self.test == "exact" else None
@@ -236,18 +215,13 @@ class StreamingDetector:
         new_pairs = self._new_pairs(codes)
         if self.count_pairs:
             self._count(codes)
-        if self.test == "exact":
-            scored = new_tokens[1:]
-        elif self.test == "distinct":
-            scored = new_pairs
-        else:
-            scored = None
-        if scored is None:
+        if self.test == "z":
             self.n_scored += int(valid.size)
-            self.n_hits += int(np.count_nonzero(valid))
-        else:
+        else:  # the exact test scores transitions into new tokens, the distinct-pair test new pairs
+            scored = new_tokens[1:] if self.test == "exact" else new_pairs
             self.n_scored += int(np.count_nonzero(scored))
-            self.n_hits += int(np.count_nonzero(valid & scored))
+            valid = valid & scored
+        self.n_hits += int(np.count_nonzero(valid))
 
     def _new_tokens(self, ids: np.ndarray) -> np.ndarray:
         """Mask over ``ids`` (dense ids): True at a token's first occurrence in the whole text so far."""
@@ -262,10 +236,7 @@ class StreamingDetector:
         """Each id's number (ids of any size: no table over their range), and the mask over ``ids`` that is True
         at a token's first occurrence in the whole text so far; widens the pair codes' base as numbers grow."""
         uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        where = np.searchsorted(self._seen_ids, uniq)
-        known = np.zeros(uniq.size, dtype=bool)
-        inside = where < self._seen_ids.size
-        known[inside] = self._seen_ids[where[inside]] == uniq[inside]
+        where, known = _lookup(self._seen_ids, uniq)
         numbers = np.empty(uniq.size, dtype=np.int64)
         numbers[known] = self._numbers[where[known]]
         fresh = ~known
@@ -304,13 +275,9 @@ class StreamingDetector:
             known = ((self._pair_bits[byte] >> bit) & 1).astype(bool)
             np.bitwise_or.at(self._pair_bits, byte[~known], np.left_shift(1, bit[~known]).astype(np.uint8))
         else:  # a sorted array of the pairs seen: memory grows with the distinct pairs
-            where = np.searchsorted(self._seen_pairs, uniq)
-            known = np.zeros(uniq.size, dtype=bool)
-            inside = where < self._seen_pairs.size
-            known[inside] = self._seen_pairs[where[inside]] == uniq[inside]
-            fresh = uniq[~known]
-            if fresh.size:  # two sorted runs: the stable sort merges them in linear time
-                self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, fresh]), kind="stable")
+            known = _lookup(self._seen_pairs, uniq)[1]
+            if not known.all():  # two sorted runs: the stable sort merges them in linear time
+                self._seen_pairs = np.sort(np.concatenate([self._seen_pairs, uniq[~known]]), kind="stable")
         mask = np.zeros(codes.size, dtype=bool)
         mask[first[~known]] = True
         self.distinct_pairs += int(np.count_nonzero(~known))
@@ -318,16 +285,13 @@ class StreamingDetector:
 
     def _count(self, codes: np.ndarray) -> None:
         """Add a piece's pairs to the multiplicities (sorted codes): existing pairs in place, new ones inserted;
-        past :data:`PAIR_COUNT_MAX` distinct pairs the counts are dropped (:attr:`pairs_counted` turns False)."""
+        past :data:`_PAIR_COUNT_MAX` distinct pairs the counts are dropped (:attr:`pairs_counted` turns False)."""
         if not self.pairs_counted:
             return
         uniq, counts = np.unique(codes, return_counts=True)
-        where = np.searchsorted(self._pair_codes, uniq)
-        known = np.zeros(uniq.size, dtype=bool)
-        inside = where < self._pair_codes.size
-        known[inside] = self._pair_codes[where[inside]] == uniq[inside]
+        where, known = _lookup(self._pair_codes, uniq)
         self._pair_mult[where[known]] += counts[known]
-        if self._pair_codes.size + int(np.count_nonzero(~known)) > PAIR_COUNT_MAX:
+        if self._pair_codes.size + int(np.count_nonzero(~known)) > _PAIR_COUNT_MAX:
             self.pairs_counted = False  # memory stays flat: the text's own null is not computed for it
             self._pair_codes = self._pair_mult = np.zeros(0, dtype=np.int64)
             return
@@ -337,11 +301,11 @@ class StreamingDetector:
     def pair_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The text's distinct pairs (as token labels a, b: ids, or numbers in order of first appearance) and
         their multiplicities, as :func:`chainmark.auditor.repetition.pair_counts` gives them (needs ``count_pairs``,
-        and a text of at most :data:`PAIR_COUNT_MAX` distinct pairs: see :attr:`pairs_counted`)."""
+        and a text of at most :data:`_PAIR_COUNT_MAX` distinct pairs: see :attr:`pairs_counted`)."""
         if not self.count_pairs:
             raise ValueError("this StreamingDetector was made without count_pairs=True: it kept no multiplicities")
         if not self.pairs_counted:
-            raise ValueError(f"the text has more than {PAIR_COUNT_MAX:,} distinct token pairs: their "
+            raise ValueError(f"the text has more than {_PAIR_COUNT_MAX:,} distinct token pairs: their "
                              "multiplicities were not kept (memory stays flat)")
         if self._width == 0:
             empty = np.zeros(0, dtype=np.int64)
@@ -369,13 +333,11 @@ class StreamingDetector:
 def detect_text_stream(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01,
                        test: str = "z", vocab_size: int | None = None,
                        piece_chars: int | None = None) -> tuple[DetectionResult, float]:
-    """:func:`~chainmark.detection.detect_text` for a text given in chunks of any size, in bounded memory.
+    """:func:`~chainmark.detection.detect_text` for a text given in chunks of any size, in bounded memory: the
+    result (equal to scoring the whole text; masks left empty) and the text's repeated-pair share.
 
-    Returns the result (equal to scoring the whole text; masks left empty)
-    and the text's repeated-pair share. ``piece_chars`` defaults to
-    :data:`PIECE_CHARS`; ``vocab_size`` to
-    ``len(tokenizer)``. :class:`UncuttableText` when the text cannot be cut
-    safely (see :func:`_text_pieces`).
+    ``piece_chars`` defaults to :data:`PIECE_CHARS`, ``vocab_size`` to ``len(tokenizer)``. :class:`UncuttableText`
+    when the text cannot be cut safely (see :func:`text_pieces`).
     """
     scorer = stream_text(chunks, tokenizer, config, alpha, test, vocab_size, piece_chars)
     return scorer.result(), scorer.repeated_pair_share
@@ -389,7 +351,7 @@ def stream_text(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, 
     with ``count_pairs`` it also holds the pairs' multiplicities, for the text's own null."""
     scorer = StreamingDetector(config, alpha, test, len(tokenizer) if vocab_size is None else vocab_size, count_pairs)
     batch: list[str] = []
-    for piece in _text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
+    for piece in text_pieces(chunks, tokenizer, PIECE_CHARS if piece_chars is None else piece_chars):
         batch.append(piece)
         if len(batch) == _PIECES_PER_BATCH:
             _score_batch(scorer, tokenizer, batch)
@@ -401,6 +363,3 @@ def stream_text(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, 
 def _score_batch(scorer: StreamingDetector, tokenizer: Any, pieces: list[str]) -> None:
     for ids in ids_batch(tokenizer, pieces):
         scorer.update(np.asarray(ids, dtype=np.int64))
-
-
-__all__ = [ "PAIR_COUNT_MAX", "PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "ids_batch", "detect_text_stream", "stream_text", "text_pieces",]
