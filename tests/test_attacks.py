@@ -3,6 +3,7 @@ the (1-delta)^2 law, the Monte Carlo."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -478,6 +479,38 @@ def test_seq2seq_translator_needs_a_tokenizer_for_a_loaded_model():
     model, _ = _tiny_nllb()
     with pytest.raises(ValueError, match="tokenizer"):
         R.Seq2SeqTranslator(model)
+
+
+def test_translator_or_fallback_falls_back_to_the_chat_model_once(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(R, "_SEQ2SEQ_LOADED", {})
+    missing = str(tmp_path / "no-such-translator")  # a model that cannot load (offline or not)
+    chat = object()  # the chat model: LMTranslator only keeps it until it translates
+    first = R.translator_or_fallback(chat, "tok", max_new_tokens=12, batch_size=3, seed=5, translator=missing)
+    assert isinstance(first, R.LMTranslator)
+    assert (first.model, first.tokenizer, first.max_new_tokens, first.batch_size, first.seed) == (chat, "tok", 12, 3, 5)
+    assert re.fullmatch(rf"could not load {re.escape(missing)} \(\w+\); the chat model translates\n",
+                        capsys.readouterr().out)
+    again = R.translator_or_fallback(chat, "tok", max_new_tokens=12, batch_size=3, seed=6, translator=missing)
+    assert isinstance(again, R.LMTranslator) and again.seed == 6
+    assert capsys.readouterr().out == ""  # the failure is kept: no second attempt, no second line
+    skipped = R.translator_or_fallback(chat, "tok", max_new_tokens=12, batch_size=3, translator=missing + "-2",
+                                       use_seq2seq=False)
+    assert isinstance(skipped, R.LMTranslator) and skipped.seed == R.ATTACK_SEED
+    assert (missing + "-2", 3) not in R._SEQ2SEQ_LOADED  # not even tried
+    assert capsys.readouterr().out == ""
+
+
+def test_translator_or_fallback_loads_a_seq2seq_model_once(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(R, "_SEQ2SEQ_LOADED", {})
+    model, tok = _tiny_nllb()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    first = R.translator_or_fallback(object(), None, max_new_tokens=12, batch_size=2, translator=str(tmp_path))
+    assert isinstance(first, R.Seq2SeqTranslator) and first.batch_size == 2
+    assert R.translator_or_fallback(object(), None, max_new_tokens=12, batch_size=2, seed=9,
+                                    translator=str(tmp_path)) is first
+    assert capsys.readouterr().out == ""
+    assert len(R.BackTranslation("zh", first).apply_text(["abc"])) == 1
 
 
 def test_clean_reply():

@@ -1,6 +1,7 @@
 """The text-level attacks, which rewrite strings with a model: :class:`Paraphrase` with a causal chat model and
 :class:`BackTranslation` through a pivot language with any translator (NLLB-200 through :class:`Seq2SeqTranslator`, or
-the chat model as a weak one through :class:`LMTranslator`); and :func:`make_attack`, every attack by name.
+the chat model as a weak one through :class:`LMTranslator`; :func:`translator_or_fallback` picks between them); and
+:func:`make_attack`, every attack by name.
 """
 from __future__ import annotations
 
@@ -224,6 +225,35 @@ class LMTranslator:
                            fields={"src": src_name, "tgt": tgt_name})
 
 
+_SEQ2SEQ_LOADED: dict[tuple[str, int], Seq2SeqTranslator | None] = {}  # (model id, batch size) -> model, or None
+
+
+def translator_or_fallback(model: Any, tokenizer: Any, *, max_new_tokens: int | None, batch_size: int,
+                           seed: int = ATTACK_SEED, translator: str = DEFAULT_TRANSLATOR,
+                           use_seq2seq: bool = True) -> Seq2SeqTranslator | LMTranslator:
+    """The translator of a chapter's back-translation: ``translator`` (NLLB-200) through :class:`Seq2SeqTranslator`,
+    or the chat ``model`` through :class:`LMTranslator` (sampling with ``seed``) when it cannot load.
+
+    The fallback exists because NLLB-200 comes from the Hugging Face Hub: offline (the book's CPU build, a machine
+    without Hub access) a chapter must still run to its end, so the chat model translates from an instruction, a
+    weak translator, and one printed line says why. ``use_seq2seq=False`` skips the attempt (a smoke run). The
+    outcome of the first attempt is kept for the session (a loaded model, or the failure), so calling this once
+    per seed loads, or fails, once.
+    """
+    if use_seq2seq:
+        slot = (translator, batch_size)
+        if slot not in _SEQ2SEQ_LOADED:
+            try:
+                _SEQ2SEQ_LOADED[slot] = Seq2SeqTranslator(translator, batch_size=batch_size)
+            except Exception as exc:  # no Hub access, a missing model, no transformers: the chat model translates
+                print(f"could not load {translator} ({type(exc).__name__}); the chat model translates")
+                _SEQ2SEQ_LOADED[slot] = None
+        loaded = _SEQ2SEQ_LOADED[slot]
+        if loaded is not None:
+            return loaded
+    return LMTranslator(model, tokenizer, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+
+
 _TRANSLATOR_HELP = ("a Translator: a callable translate(texts, source, target) -> list[str], such as "
                     "Seq2SeqTranslator() (NLLB-200), LMTranslator(model, tokenizer) (a chat model, weak) "
                     "or your own function")
@@ -308,4 +338,5 @@ def make_attack(name: str, **kwargs: Any) -> Attack:
     return _ATTACKS[name](**kwargs)
 
 
-__all__ = ["DEFAULT_TRANSLATOR", "BackTranslation", "LMTranslator", "Paraphrase", "Seq2SeqTranslator", "make_attack"]
+__all__ = ["DEFAULT_TRANSLATOR", "BackTranslation", "LMTranslator", "Paraphrase", "Seq2SeqTranslator", "make_attack",
+           "translator_or_fallback"]
