@@ -1,42 +1,24 @@
 """Audit a corpus: every document scored under one key, one row each, in bounded memory, resumable, on one
 process or a Dask cluster.
 
-The corpus (a JSON Lines file, a Parquet file or folder, or a folder of ``.txt`` files) is divided into
-*batches* of a fixed number of documents, each described by a small picklable :class:`Batch` (a byte range,
-a row-group slice, a slice of the sorted file list). A batch is read, tokenized together (the
-``tokenizers`` library spreads it over the cores), scored in one vectorised pass (:func:`score_many`; texts
-longer than a piece go through :mod:`chainmark.auditor.stream`), and its rows are written to one part file in
-``<out>.parts/``, atomically. An interrupted audit scores only the batches without a part file, so no
-document is scored twice or lost. At the end the p-values of all parts give the Benjamini-Hochberg q-values
+The corpus is read in batches (:mod:`chainmark.auditor.corpus_input`); each batch is tokenized together, scored
+in one vectorised pass (:func:`score_many`; texts longer than a piece go through :mod:`chainmark.auditor.stream`)
+and its rows written atomically to one part file in ``<out>.parts/``, so an interrupted audit scores only the
+batches without a part. At the end the p-values of all parts give the Benjamini-Hochberg q-values
 (``scipy.stats.false_discovery_control``) and the parts are merged into the output, Parquet or JSON Lines.
 
-Only documents the regime judges enter that step. A document shorter than the regime's ``n_min`` tokens, or
-with no scored transition, keeps its row and its p-value but is never flagged and never a discovery: its
-``q_value`` is null (``None`` in Python, ``null`` in JSON Lines, a null in the Parquet column), and it does
-not count among the m p-values Benjamini-Hochberg ranks, so it can neither be discovered nor move another
-document's q-value. The summary says how many documents entered the step and how many were too short.
+Only the documents the regime judges enter that step: one shorter than ``n_min`` tokens, or with no scored
+transition, keeps its p-value but is never flagged and its ``q_value`` is null. The exact test's p-values are
+valid for every text under a random key and the plain z-test decides by its nominal p-value; a z-test regime whose
+threshold is not z_alpha (recalibrated, or lowered to trade false positives for power) says that the normal tail
+is not the null of its scores, so under it the audit computes no q-values and says why (:func:`_fdr_refusal`),
+rather than borrow another test's p-values that its rows would not show.
 
-Benjamini-Hochberg needs p-values that are valid for every document, on the scale the regime decides by. The
-exact test's (a binomial tail over the spanning forest) are valid for every text under a uniformly random
-key, and the plain z-test's nominal normal tail is the one its decisions use (flag when p < alpha). A z-test
-regime whose threshold is not z_alpha (recalibrated on a null corpus, set below it by a regime that trades
-false positives for power, or any other threshold) decides by z > threshold instead: its own calibration
-says the normal tail is not the null of its scores, and it publishes one calibrated threshold, not a
-p-value for every z. Under such a regime the audit computes **no q-values** (every ``q_value`` null, no
-discoveries counted) and the summary says why and what to do (audit with the exact test). It does not
-swap in the exact test's p-values behind the regime's back: an auditor applying a published regime expects
-every number in a row (p-value, flag, q-value) to come from that regime's test, and q-values from another
-test, absent from the row, would contradict the flag beside them and could not be checked from the output.
-
-With ``segments`` the audit also searches each document for watermarked spans (the window scan of
-:mod:`chainmark.auditor.segments`, its family-wise p-value by re-drawn keys seeded from the key and the document id), in two more
-columns; a document long enough to be scored in pieces is not searched (its columns are null).
-
-On Dask (an :class:`AuditExecution` whose ``scheduler`` is "local" for processes on this machine, or a
-scheduler's address) each batch is one task named ``chainmark-audit-<run>-<batch>``; the key reaches the
-workers in a worker plugin, never in a task's name or arguments, and each worker loads the tokenizer and
-builds the state table once. The rows are those of one process, document for document. Parquet needs
-``pyarrow`` and a cluster ``dask[distributed]`` (the ``audit`` extra); the scoring itself is the core's.
+With ``segments`` each document is also searched for watermarked spans (:mod:`chainmark.auditor.segments`, its
+re-drawn keys seeded from the key and the document id), in two more columns, null for a document scored in
+pieces. On Dask each batch is one task named ``chainmark-audit-<run>-<batch>``; the key reaches the workers in a
+worker plugin, never in a task's name or arguments. Parquet needs ``pyarrow`` and a cluster ``dask[distributed]``
+(the ``audit`` extra).
 """
 from __future__ import annotations
 
@@ -45,6 +27,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,30 +35,29 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-
 from ..config import ChainMarkConfig
 from ..detection import valid_transitions
-from ..significance import transition_statistics
+from ..jsonio import atomic_write, atomic_write_json, to_jsonable
 from ..partition import states_of
+from ..significance import transition_statistics
 from ..topology import Topology, resolve_topology
-from ..jsonio import atomic_write_json, to_jsonable
-from .regime import Regime
 from ..verdict import decide
+from .corpus_input import AuditError, Batch, CorpusReading, corpus_batches, pyarrow_parquet, read_batch
+from .rates import clopper_pearson
+from .regime import Regime
 from .stream import PIECE_CHARS, detect_text_stream, ids_batch
-from .corpus_input import AuditError, Batch, CorpusReading, pyarrow_parquet, corpus_batches, read_batch
 
-#: Columns of an audit's output, in order.
-_COLUMNS = ("doc_id", "n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "test", "flagged",
-           "repeated_pair_share", "q_value")
+#: Columns of an audit's output, in order, with their Arrow types (for Parquet).
+_COLUMNS = {"doc_id": "string", "n_tokens": "int64", "n_transitions": "int64", "n_valid": "int64",
+            "phi": "float64", "z": "float64", "p_value": "float64", "test": "string", "flagged": "bool",
+            "repeated_pair_share": "float64", "q_value": "float64"}
 #: The columns ``segments=`` adds: the watermarked spans found in the document (a JSON list of
 #: ``[start, end, p_value]`` in token positions) and the document's family-wise p-value of the scan.
-_SEGMENT_COLUMNS = ("segments", "segments_p_value")
+_SEGMENT_COLUMNS = {"segments": "string", "segments_p_value": "float64"}
+#: The columns :func:`score_many` computes, in the order a long document's streamed result gives them.
+_SCORES = ("n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "repeated_pair_share")
 #: Format tag of a part folder's manifest.
 _MANIFEST_FORMAT = "chainmark-audit-parts/1"
-
-
-# --------------------------------------------------------------------------- scoring one batch
-
 
 _TOKENIZERS: dict[tuple[str | None, str | None], Any] = {}
 
@@ -90,34 +72,24 @@ def _tokenizer(settings: Regime) -> Any:
     return _TOKENIZERS[key]
 
 
-def _score_batch(batch: Batch, settings: Regime, key: bytes, segments: int | None = None) -> dict[str, list]:
-    """The rows of one batch (columns of :data:`_COLUMNS` but the q-value), in the batch's document order,
-    decided by the regime (``settings``: its test, threshold and n_min); with ``segments`` (a number of
-    re-drawn keys) also each document's watermarked spans (:data:`_SEGMENT_COLUMNS`)."""
-    return _finish_batch(_prepare_batch(batch, settings), settings, key, segments)
-
-
 def _prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
     """A batch read and tokenized: its documents, and the token ids of those short enough to tokenize whole.
-
-    The tokenizers library spreads the batch over the cores and releases the GIL meanwhile, so the next batch
-    can be prepared in a thread while this one is scored.
-    """
+    The tokenizers library releases the GIL, so the next batch can be prepared in a thread meanwhile."""
     docs = read_batch(batch)
-    tokenizer = _tokenizer(settings)
     short = [i for i, (_, text) in enumerate(docs) if len(text) <= PIECE_CHARS]
-    texts = [docs[i][1] for i in short]
-    encoded = [np.asarray(ids, dtype=np.int64) for ids in ids_batch(tokenizer, texts)]
-    return docs, dict(zip(short, encoded))
+    encoded = ids_batch(_tokenizer(settings), [docs[i][1] for i in short])
+    return docs, {i: np.asarray(ids, dtype=np.int64) for i, ids in zip(short, encoded)}
 
 
 def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]], settings: Regime,
-                 key: bytes, segments: int | None = None) -> dict[str, list]:
-    """Score a prepared batch (:func:`_prepare_batch`) into its rows, decided by the regime."""
+                  key: bytes, segments: int | None) -> dict[str, list]:
+    """A prepared batch's rows (every column but the q-value) in its document order, decided by the regime
+    (its test, threshold and n_min); with ``segments`` (a number of re-drawn keys) also each document's spans."""
     docs, encoded = prepared
     tokenizer = _tokenizer(settings)
     vocab = len(tokenizer)
     topo = resolve_topology(settings.topology, settings.S)
+    config = ChainMarkConfig(key, S=topo.S, topology=topo)
     test = settings.effective_test
     order = sorted(encoded)
     columns = score_many([encoded[i] for i in order], key, topo, test, vocab)
@@ -126,11 +98,8 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
         full[name][order] = values
     for i, (_, text) in enumerate(docs):
         if i not in encoded:  # a long document: in pieces, in bounded memory
-            r, share = detect_text_stream([text], tokenizer, ChainMarkConfig(key, S=topo.S, topology=topo), settings.alpha,
-                                          test=test, vocab_size=vocab)
-            for name, value in zip(("n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value",
-                                    "repeated_pair_share"),
-                                   (r.n_tokens, r.n_scored, r.n_hits, r.phi, r.z, r.p_value, share)):
+            r, share = detect_text_stream([text], tokenizer, config, settings.alpha, test=test, vocab_size=vocab)
+            for name, value in zip(_SCORES, (r.n_tokens, r.n_scored, r.n_hits, r.phi, r.z, r.p_value, share)):
                 full[name][i] = value
     too_short = _too_short(full["n_tokens"], full["n_transitions"], settings.n_min)
     threshold = None if settings.exact else settings.threshold
@@ -138,32 +107,28 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
     rows = {name: full[name].tolist() for name in full}
     rows.update(doc_id=[doc_id for doc_id, _ in docs], test=[test] * len(docs), flagged=flagged.tolist())
     if segments is not None:
-        rows.update(_segment_rows(docs, encoded, key, topo, settings.alpha, segments))
+        rows.update(_segment_rows(docs, encoded, config, settings.alpha, segments))
     return {name: rows[name] for name in _columns(segments) if name != "q_value"}
 
 
-def _columns(segments: int | None) -> tuple[str, ...]:
-    return _COLUMNS + _SEGMENT_COLUMNS if segments is not None else _COLUMNS
+def _columns(segments: int | None) -> dict[str, str]:
+    return {**_COLUMNS, **_SEGMENT_COLUMNS} if segments is not None else _COLUMNS
 
 
-def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], key: bytes, topo: Topology,
+def _segment_rows(docs: Sequence[tuple[str, str]], encoded: dict[int, np.ndarray], config: ChainMarkConfig,
                   alpha: float, draws: int) -> dict[str, list]:
-    """Each document's spans by the window scan (:func:`chainmark.auditor.segments.detect_segments`), its re-drawn
-    keys seeded from the key and the document id (:func:`chainmark.randomisation.key_seed`); a document longer than a piece (scored in pieces) is not searched."""
+    """Each document's spans by the window scan, its re-drawn keys seeded from the key and the document id; a
+    document scored in pieces is not searched (None)."""
     from ..randomisation import key_seed
     from .segments import detect_segments
 
     spans: list[str | None] = []
     p_values: list[float | None] = []
     for i, (doc_id, _) in enumerate(docs):
-        if i not in encoded:
-            spans.append(None)
-            p_values.append(None)
-            continue
-        res = detect_segments(encoded[i], ChainMarkConfig(key, S=topo.S, topology=topo), alpha=alpha, draws=draws,
-                              seed=key_seed(key, doc_id))
-        spans.append(json.dumps([[s.start, s.end, s.p_value] for s in res.segments]))
-        p_values.append(res.p_value)
+        res = None if i not in encoded else detect_segments(encoded[i], config, alpha=alpha, draws=draws,
+                                                            seed=key_seed(config.key, doc_id))
+        spans.append(None if res is None else json.dumps([[s.start, s.end, s.p_value] for s in res.segments]))
+        p_values.append(None if res is None else res.p_value)
     return {"segments": spans, "segments_p_value": p_values}
 
 
@@ -174,13 +139,8 @@ def _too_short(n_tokens: Any, n_transitions: Any, n_min: int | None) -> np.ndarr
 
 
 def _fdr_refusal(settings: Regime) -> str | None:
-    """Why an audit under ``settings`` computes no q-values, or None when it computes them.
-
-    None for the exact test, and for a z-test (plain or distinct) whose threshold is z_alpha or unset (it
-    flags when its nominal p-value is below alpha). A z-test regime that carries a ``recalibration`` or
-    decides by another threshold gets the reason: its p-values are not on the scale it decides by (see the
-    module docstring).
-    """
+    """Why an audit under ``settings`` computes no q-values (a z-test regime that carries a ``recalibration`` or
+    decides by a threshold other than z_alpha: see the module docstring), or None when it computes them."""
     if settings.exact:
         return None
     threshold, za = settings.threshold, settings.z_alpha
@@ -237,9 +197,6 @@ def score_many(texts: Sequence[np.ndarray], key: bytes, topology: Topology, test
             "z": z, "p_value": p, "repeated_pair_share": share}
 
 
-# --------------------------------------------------------------------------- parts, resuming, the output
-
-
 @dataclass
 class AuditSummary:
     """What the auditor publishes about one audit (no key): counts, rates with intervals, throughput."""
@@ -270,8 +227,10 @@ class AuditSummary:
     fdr_refused: str | None = None
 
     def lines(self) -> list[str]:
+        """The summary as the command line prints it."""
         rate = self.flagged / self.documents if self.documents else 0.0
-        short = f"{self.below_n_min:,} below n_min = {self.n_min or 0} tokens" if self.n_min else ""
+        scoring = max(self.extra["scoring_seconds"], 1e-9)
+        short = f"{self.below_n_min:,} below n_min = {self.n_min} tokens" if self.n_min else ""
         short += (", " if short else "") + f"{self.unscored:,} with no scored transition"
         if self.fdr_refused is not None:
             fdr = [f"discoveries at FDR {self.fdr:g}: not computed (every q_value is null): {self.fdr_refused}",
@@ -290,9 +249,8 @@ class AuditSummary:
             *fdr,
             f"{self.batches_scored} batch(es) scored now, {self.batches_resumed} resumed from an earlier run; "
             f"{self.seconds:.1f} s in all",
-            f"throughput: {self.extra['scored_documents'] / max(self.extra['scoring_seconds'], 1e-9):,.0f} "
-            f"documents/s, {self.extra['scored_tokens'] / max(self.extra['scoring_seconds'], 1e-9):,.0f} tokens/s "
-            "(the batches scored now)",
+            f"throughput: {self.extra['scored_documents'] / scoring:,.0f} documents/s, "
+            f"{self.extra['scored_tokens'] / scoring:,.0f} tokens/s (the batches scored now)",
             f"wrote {self.output}",
         ]
 
@@ -303,12 +261,16 @@ def parts_folder(out: str | os.PathLike) -> Path:
     return out.with_name(out.name + ".parts")
 
 
-def _manifest(batches: Sequence[Batch], settings: Regime, source: str, batch_docs: int) -> dict[str, Any]:
+def _manifest(batches: Sequence[Batch], settings: Regime, source: str, reading: CorpusReading,
+              segments: int | None) -> dict[str, Any]:
+    """What must match for an earlier run's parts to be resumed: the corpus (its files' sizes and times), the
+    regime, the reading and the segment search."""
     files = sorted({b.path for b in batches} | {str(Path(b.path) / n) for b in batches for n in b.names})
     stats = [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in files if Path(f).is_file()]
-    return {"format": _MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
-            "batches": len(batches), "batch_docs": batch_docs, "text_field": batches[0].text_field,
-            "id_field": batches[0].id_field, "files": stats}
+    manifest = {"format": _MANIFEST_FORMAT, "source": str(source), "regime": to_jsonable(dataclasses.asdict(settings)),
+                "batches": len(batches), "batch_docs": reading.batch_docs, "text_field": batches[0].text_field,
+                "id_field": batches[0].id_field, "files": stats}
+    return manifest if segments is None else {**manifest, "segments_draws": segments}
 
 
 @dataclass(frozen=True)
@@ -341,12 +303,9 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
               reading: CorpusReading = CorpusReading(), fdr: float = 0.01, segments: int | None = None,
               execution: AuditExecution = AuditExecution()) -> AuditSummary:
     """Audit ``source`` into ``out`` (``.parquet`` or ``.jsonl``) under ``key`` and the regime ``settings``,
-    resuming the parts an earlier run left. ``reading`` says which fields hold each document's text and id
-    and how many documents make a batch (:class:`~chainmark.auditor.corpus_input.CorpusReading`). ``fdr`` is
-    the false discovery rate of the discoveries the summary counts. ``segments`` (a number of re-drawn keys,
-    at least 1/alpha - 1) also searches every document for watermarked spans (:data:`_SEGMENT_COLUMNS`).
-    ``execution`` says where the batches are scored (this process or Dask), reports progress and hands over
-    a loaded tokenizer (:class:`AuditExecution`).
+    resuming the parts an earlier run left; ``fdr`` is the false discovery rate of the discoveries counted.
+    ``segments`` (a number of re-drawn keys, at least 1/alpha - 1) also searches every document for watermarked
+    spans. :class:`AuditError` for a problem with the corpus or the output the caller can fix.
     """
     for name, value, kind in (("settings", settings, Regime), ("reading", reading, CorpusReading),
                               ("execution", execution, AuditExecution)):
@@ -359,8 +318,6 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
                          f"(1/alpha - 1), got {segments!r}")
     if execution.tokenizer is not None:
         _TOKENIZERS[(settings.tokenizer, settings.tokenizer_revision)] = execution.tokenizer
-    from .rates import clopper_pearson
-
     start = time.perf_counter()
     out = Path(out)
     if out.suffix not in (".parquet", ".jsonl"):
@@ -371,33 +328,19 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
         raise AuditError(f"fdr must lie in (0, 1), got {fdr!r}")
     if out.suffix == ".parquet":
         pyarrow_parquet()
-    batches = corpus_batches(source, reading.text_field, reading.id_field, reading.batch_docs)
+    batches = corpus_batches(source, reading)
     if not batches:
         raise AuditError(f"{source}: no documents")
     parts = parts_folder(out)
-    manifest = _manifest(batches, settings, str(source), reading.batch_docs)
-    if segments is not None:
-        manifest["segments_draws"] = segments
-    if parts.exists():
-        try:
-            previous = json.loads((parts / "manifest.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            previous = None
-        if previous != json.loads(json.dumps(manifest)):
-            raise AuditError(f"{parts} holds parts of another audit (another corpus, key or settings); delete it "
-                             "or choose another output")
-    else:
-        parts.mkdir(parents=True, mode=0o700)
-        atomic_write_json(parts / "manifest.json", manifest)
+    _open_parts(parts, _manifest(batches, settings, str(source), reading, segments))
     todo = [b for b in batches if not _part(parts, b.index).exists()]
-    resumed = len(batches) - len(todo)
-    done = resumed
+    done = resumed = len(batches) - len(todo)
     if execution.progress:
         execution.progress(done, len(batches))
     scored_docs = scored_tokens = 0
     scoring = time.perf_counter()
-    for index, rows in _score_all(todo, settings, key, execution.scheduler, execution.workers, segments):
-        _write_part(parts, index, rows)
+    for index, rows in _score_all(todo, settings, key, execution, segments):
+        atomic_write(_part(parts, index), json.dumps(rows, allow_nan=False))
         scored_docs += len(rows["doc_id"])
         scored_tokens += sum(rows["n_tokens"])
         done += 1
@@ -407,8 +350,6 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
     refused = _fdr_refusal(settings)
     merged = _merge(parts, len(batches), out, fdr, settings.n_min, refused is None)
     low, high = clopper_pearson(merged["flagged"], merged["documents"])
-    import shutil
-
     shutil.rmtree(parts)
     return AuditSummary(merged["documents"], merged["tokens"], merged["flagged"], low, high, merged["discoveries"],
                         fdr, settings.alpha, settings.effective_test, settings.key_fingerprint, len(todo), resumed,
@@ -418,47 +359,47 @@ def run_audit(source: str | os.PathLike, out: str | os.PathLike, key: bytes, set
                         unscored=merged["unscored"], n_min=settings.n_min, fdr_refused=refused)
 
 
+def _open_parts(parts: Path, manifest: dict[str, Any]) -> None:
+    """Create the part folder with its manifest, or check that the one there holds parts of this same audit."""
+    if not parts.exists():
+        parts.mkdir(parents=True, mode=0o700)
+        atomic_write_json(parts / "manifest.json", manifest)
+        return
+    try:
+        previous = json.loads((parts / "manifest.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        previous = None
+    if previous != json.loads(json.dumps(manifest)):
+        raise AuditError(f"{parts} holds parts of another audit (another corpus, key or settings); delete it "
+                         "or choose another output")
+
+
 def _part(parts: Path, index: int) -> Path:
     return parts / f"part-{index:07d}.json"
-
-
-def _write_part(parts: Path, index: int, rows: dict[str, list]) -> None:
-    """One batch's rows as one JSON object of columns (floats written exactly), under a temporary name, then
-    renamed: a part file exists only once it is complete."""
-    path = _part(parts, index)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(rows, allow_nan=False))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _read_part(parts: Path, index: int) -> dict[str, list]:
     return json.loads(_part(parts, index).read_text("utf-8"))
 
 
-def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None,
-           with_q: bool = True) -> dict[str, Any]:
+def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None, with_q: bool) -> dict[str, Any]:
     """q-values from the p-values of every part's judged documents (those :func:`_too_short` leaves in; none
     without ``with_q``), then the rows to ``out`` part by part (one part in memory); the counts."""
     from scipy.stats import false_discovery_control
 
-    p, n_tokens, n_transitions = [], [], []
+    kept: dict[str, list[np.ndarray]] = {"p_value": [], "n_tokens": [], "n_transitions": []}
     for i in range(n_batches):
         columns = _read_part(parts, i)
-        p.append(np.asarray(columns["p_value"], dtype=float))
-        n_tokens.append(np.asarray(columns["n_tokens"], dtype=np.int64))
-        n_transitions.append(np.asarray(columns["n_transitions"], dtype=np.int64))
-    p = np.concatenate(p)
-    n_tokens, n_transitions = np.concatenate(n_tokens), np.concatenate(n_transitions)
+        for name, arrays in kept.items():
+            arrays.append(np.asarray(columns[name], dtype=float if name == "p_value" else np.int64))
+    p, n_tokens, n_transitions = (np.concatenate(arrays) for arrays in kept.values())
     below = n_tokens < (n_min or 0)
     short = _too_short(n_tokens, n_transitions, n_min)
     judged = ~short & with_q
     q = np.full(p.size, np.nan)  # NaN marks "no q-value" here; the rows get None (JSON null, a Parquet null)
     if judged.any():
         q[judged] = false_discovery_control(p[judged], method="bh")
-    del n_tokens, n_transitions
+    del kept, n_tokens, n_transitions
     tmp = out.with_name(out.name + ".tmp")
     tokens = flagged = position = 0
     writer = None
@@ -476,7 +417,7 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None
                     fh.writelines(json.dumps(dict(zip(names, values)), allow_nan=False) + "\n"
                                   for values in zip(*(columns[c] for c in names)))
                 else:
-                    writer = _write_parquet_columns(writer, tmp, columns)
+                    writer = _write_parquet_columns(writer, tmp, columns, names)
         if writer is not None:
             writer.close()
             writer = None
@@ -492,16 +433,12 @@ def _merge(parts: Path, n_batches: int, out: Path, fdr: float, n_min: int | None
             "unscored": int(np.count_nonzero(short & ~below))}
 
 
-def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list]) -> Any:
+def _write_parquet_columns(writer: Any, path: Path, columns: dict[str, list], names: dict[str, str]) -> Any:
+    """One part's rows appended to the Parquet file at ``path`` (its writer opened on the first part)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("doc_id", pa.string()), ("n_tokens", pa.int64()), ("n_transitions", pa.int64()),
-                        ("n_valid", pa.int64()), ("phi", pa.float64()), ("z", pa.float64()),
-                        ("p_value", pa.float64()), ("test", pa.string()), ("flagged", pa.bool_()),
-                        ("repeated_pair_share", pa.float64()), ("q_value", pa.float64())]
-                       + ([("segments", pa.string()), ("segments_p_value", pa.float64())] if "segments" in columns
-                          else []))
+    schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in names.items()])
     table = pa.Table.from_pydict({c: columns[c] for c in schema.names}, schema=schema)
     if writer is None:
         writer = pq.ParquetWriter(path, schema)
@@ -517,39 +454,35 @@ def read_audit(path: str | os.PathLike) -> list[dict[str, Any]]:
     return pyarrow_parquet().read_table(path).to_pylist()
 
 
-# --------------------------------------------------------------------------- one process, or Dask
-
-
-def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str | None,
-               workers: int | None, segments: int | None = None) -> Iterator[tuple[int, dict[str, list]]]:
+def _score_all(batches: Sequence[Batch], settings: Regime, key: bytes, execution: AuditExecution,
+               segments: int | None) -> Iterator[tuple[int, dict[str, list]]]:
     """(batch index, rows) for every batch, in completion order."""
-    if scheduler is None:  # read and tokenize the next batch in a thread while this one is scored
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chainmark-audit-read") as pool:
-            ahead = pool.submit(_prepare_batch, batches[0], settings) if batches else None
-            for n, batch in enumerate(batches):
-                prepared = ahead.result()
-                ahead = pool.submit(_prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
-                yield batch.index, _finish_batch(prepared, settings, key, segments)
+    if execution.scheduler is not None:
+        yield from _score_on_dask(batches, settings, key, execution, segments)
         return
-    yield from _score_on_dask(batches, settings, key, scheduler, workers, segments)
+    from concurrent.futures import ThreadPoolExecutor
+
+    # read and tokenize the next batch in a thread while this one is scored
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="chainmark-audit-read") as pool:
+        ahead = pool.submit(_prepare_batch, batches[0], settings) if batches else None
+        for n, batch in enumerate(batches):
+            prepared = ahead.result()
+            ahead = pool.submit(_prepare_batch, batches[n + 1], settings) if n + 1 < len(batches) else None
+            yield batch.index, _finish_batch(prepared, settings, key, segments)
 
 
-def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, scheduler: str,
-                   workers: int | None, segments: int | None = None) -> Iterator[tuple[int, dict[str, list]]]:
+def _score_on_dask(batches: Sequence[Batch], settings: Regime, key: bytes, execution: AuditExecution,
+                   segments: int | None) -> Iterator[tuple[int, dict[str, list]]]:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
         raise AuditError("a Dask scheduler needs the audit extra: pip install 'chainmark[audit]' "
                          "(or audit on this process with --scheduler none)") from None
     cluster = None
-    if scheduler == "local":
-        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40)
-        client = Client(cluster)
-    else:
-        client = Client(scheduler)
+    if execution.scheduler == "local":
+        cluster = LocalCluster(n_workers=execution.workers or os.cpu_count() or 1, threads_per_worker=1,
+                               processes=True, dashboard_address=None, silence_logs=40)
+    client = Client(cluster if cluster is not None else execution.scheduler)
     try:
         client.register_plugin(_key_plugin(key, settings.key_fingerprint),
                                name=f"chainmark-audit-key-{settings.key_fingerprint}")
@@ -587,11 +520,11 @@ def _key_plugin(key: bytes, fingerprint: str) -> Any:
     return KeyPlugin()
 
 
-def _score_on_worker(batch: Batch, settings: Regime, segments: int | None = None) -> tuple[int, dict[str, list]]:
+def _score_on_worker(batch: Batch, settings: Regime, segments: int | None) -> tuple[int, dict[str, list]]:
     from distributed import get_worker
 
     key = get_worker()._chainmark_keys[settings.key_fingerprint]
-    return batch.index, _score_batch(batch, settings, key, segments)
+    return batch.index, _finish_batch(_prepare_batch(batch, settings), settings, key, segments)
 
 
 __all__ = ["AuditExecution", "AuditSummary", "parts_folder", "read_audit", "run_audit", "score_many"]

@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-#: Documents per batch (one part file, one task).
-BATCH_DOCS = 1000
-
 
 class AuditError(ValueError):
     """A problem with the corpus or the output the caller can fix (the command line exits with code 2)."""
@@ -43,7 +40,7 @@ class CorpusReading:
 
     text_field: str = "text"
     id_field: str | None = None
-    batch_docs: int = BATCH_DOCS
+    batch_docs: int = 1000
 
     def __post_init__(self) -> None:
         if not isinstance(self.text_field, str):
@@ -54,15 +51,9 @@ class CorpusReading:
             raise AuditError(f"batch_docs must be a positive integer, got {self.batch_docs!r}")
 
 
-# --------------------------------------------------------------------------- the corpus, as batches
-
-
-def corpus_batches(source: str | os.PathLike, text_field: str = "text", id_field: str | None = None,
-                   batch_docs: int = BATCH_DOCS) -> list[Batch]:
+def corpus_batches(source: str | os.PathLike, reading: CorpusReading) -> list[Batch]:
     """The batches of a corpus, in a fixed order: a JSON Lines file (``.jsonl``/``.json``), a Parquet file or a
     folder of them (``.parquet``), or a folder of ``.txt`` files (searched recursively, sorted)."""
-    if isinstance(batch_docs, bool) or not isinstance(batch_docs, int) or batch_docs < 1:
-        raise AuditError(f"batch_docs must be a positive integer, got {batch_docs!r}")
     path = Path(source)
     if not path.exists():
         raise AuditError(f"{path} does not exist")
@@ -72,51 +63,53 @@ def corpus_batches(source: str | os.PathLike, text_field: str = "text", id_field
         if parquet and texts:
             raise AuditError(f"{path} holds both .parquet and .txt files; point the audit at one kind")
         if parquet:
-            return _parquet_batches(parquet, text_field, id_field, batch_docs)
+            return _parquet_batches(parquet, reading)
         if texts:
             names = [str(p.relative_to(path)) for p in texts]
-            return [Batch(i, "txt", str(path), names=tuple(names[s:s + batch_docs]))
-                    for i, s in enumerate(range(0, len(names), batch_docs))]
+            size = reading.batch_docs
+            return [Batch(i, "txt", str(path), names=tuple(names[s:s + size]))
+                    for i, s in enumerate(range(0, len(names), size))]
         raise AuditError(f"{path} holds no .parquet or .txt files")
     if path.suffix == ".parquet":
-        return _parquet_batches([path], text_field, id_field, batch_docs)
+        return _parquet_batches([path], reading)
     if path.suffix in (".jsonl", ".json", ".ndjson"):
-        return _jsonl_batches(path, text_field, id_field, batch_docs)
+        return _jsonl_batches(path, reading)
     raise AuditError(f"{path}: not a corpus the audit reads (a .jsonl file, a .parquet file or folder, or a "
                      "folder of .txt files)")
 
 
-def _jsonl_batches(path: Path, text_field: str, id_field: str | None, batch_docs: int) -> list[Batch]:
+def _jsonl_batches(path: Path, reading: CorpusReading) -> list[Batch]:
     """Byte ranges of ``batch_docs`` non-blank lines each, found in one pass over the file (lines end at \\n)."""
     batches, start, line_no, first, docs, offset = [], 0, 0, 1, 0, 0
+    fields = (reading.text_field, reading.id_field)
     with open(path, "rb") as fh:
         for line in fh:  # binary iteration splits on b"\n" only, never on U+2028
             line_no += 1
             offset += len(line)
-            if line.strip():
-                docs += 1
-            if docs == batch_docs:
-                batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), text_field, id_field))
+            docs += bool(line.strip())
+            if docs == reading.batch_docs:
+                batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), *fields))
                 start, first, docs = offset, line_no + 1, 0
     if docs:
-        batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), text_field, id_field))
+        batches.append(Batch(len(batches), "jsonl", str(path), start, offset, first, (), *fields))
     return batches
 
 
-def _parquet_batches(files: Sequence[Path], text_field: str, id_field: str | None, batch_docs: int) -> list[Batch]:
+def _parquet_batches(files: Sequence[Path], reading: CorpusReading) -> list[Batch]:
     pq = pyarrow_parquet()
     batches = []
+    size, fields = reading.batch_docs, (reading.text_field, reading.id_field)
     for file in files:
         meta = pq.ParquetFile(file).metadata
         names = pq.ParquetFile(file).schema_arrow.names
-        for name in (text_field, id_field):
+        for name in fields:
             if name is not None and name not in names:
                 raise AuditError(f"{file}: no column {name!r} (columns: {', '.join(names)})")
         for group in range(meta.num_row_groups):
             rows = meta.row_group(group).num_rows
-            for s in range(0, rows, batch_docs):
-                batches.append(Batch(len(batches), "parquet", str(file), s, min(s + batch_docs, rows), group, (),
-                                     text_field, id_field))
+            for s in range(0, rows, size):
+                batches.append(Batch(len(batches), "parquet", str(file), s, min(s + size, rows), group, (),
+                                     *fields))
     return batches
 
 
@@ -183,4 +176,4 @@ def pyarrow_parquet() -> Any:
     return pq
 
 
-__all__ = ["AuditError", "BATCH_DOCS", "Batch", "CorpusReading", "corpus_batches", "pyarrow_parquet", "read_batch"]
+__all__ = ["AuditError", "Batch", "CorpusReading", "corpus_batches", "pyarrow_parquet", "read_batch"]
