@@ -109,8 +109,8 @@ class ChainMarkMethod(Method):
         return _outputs(_generate(model, tokenizer, prompts, self.config, self.gate, **kwargs))
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        return [detect(list(ids), self.config.key, self.config.S, self.config.topo, alpha,
-                       vocab_size=vocab_size).to_dict("record") for ids in token_ids]
+        return [detect(list(ids), self.config, alpha=alpha, vocab_size=vocab_size).to_dict("record")
+                for ids in token_ids]
 
     def secrets(self):
         return [self.config.key]
