@@ -82,11 +82,26 @@ def texts() -> dict[str, np.ndarray]:
             "Apache licence": _licence_ids()}
 
 
+def crossing_hits(grid, max_scored: int, alpha: float) -> np.ndarray:
+    """For m = 0..max_scored, the fewest legal transitions among m scored at which E reaches 1/alpha (m + 1 where
+    none does): E crosses exactly when the legal count reaches this boundary, which turns a simulation over many
+    keys into a comparison of counts. Every bet is on a rate above p0, so E grows with the legal count at a fixed
+    m: the boundary is well defined, and found by bisection for all m at once."""
+    m, bound = np.arange(max_scored + 1, dtype=np.int64), math.log(1.0 / alpha)
+    lo, hi = np.zeros_like(m), m + 1  # the boundary lies in [lo, hi]; hi = m + 1 means E never gets there
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        reached = grid._log_e(mid.astype(float), m.astype(float)) >= bound
+        lo, hi = np.where(reached, lo, mid + 1), np.where(reached, mid, hi)
+        lo = np.minimum(lo, hi)
+    return hi
+
+
 def crossing_rate(ids: np.ndarray, scored: np.ndarray, keys: int, seed: int) -> tuple[int, int]:
     """How many of ``keys`` random keys make the e-process over the ``scored`` transitions reach 1/alpha at some
     point (stop at the first crossing): each distinct token's state drawn uniformly, as
     :func:`chainmark.randomisation.legal_transitions_null` draws them, the crossing read off the boundary."""
-    boundary = bet_grid(TOPO.p0, 0.5).crossing_hits(int(scored.sum()), ALPHA)
+    boundary = crossing_hits(bet_grid(TOPO.p0, 0.5), int(scored.sum()), ALPHA)
     _, inverse = np.unique(ids, return_inverse=True)
     rng, crossed, block = np.random.default_rng(seed), 0, 2000
     for _ in range(keys // block):
@@ -102,7 +117,7 @@ def crossing_rate(ids: np.ndarray, scored: np.ndarray, keys: int, seed: int) -> 
 def test_the_boundary_is_where_the_e_value_crosses():
     """crossing_hits(m) is the fewest legal among m scored transitions with E >= 1/alpha (checked directly)."""
     grid = bet_grid(0.2, 0.5)
-    boundary = grid.crossing_hits(150, ALPHA)
+    boundary = crossing_hits(grid, 150, ALPHA)
     for m in range(151):
         logs = grid.log_e(np.arange(m + 1), np.full(m + 1, m))
         over = np.flatnonzero(logs >= math.log(1 / ALPHA))

@@ -1,78 +1,43 @@
 """Anytime-valid detection: evidence that may be checked after every token of a stream, at no cost in error.
 
-Re-running a fixed-length test after each new token and stopping at the
-first rejection (peeking) inflates its false-positive rate far above alpha.
-An **e-process** does not: a nonnegative process E_t with E_0 = 1 that is a
-supermartingale under the null obeys Ville's inequality,
-P(sup_t E_t >= 1/alpha) <= alpha, so the text may be stopped (or read on)
+Re-running a fixed-length test after each new token and stopping at the first rejection (peeking) inflates its
+false-positive rate far above alpha. An **e-process** does not: a nonnegative supermartingale E_t under the null
+with E_0 = 1 obeys Ville's inequality, P(sup_t E_t >= 1/alpha) <= alpha, so a text may be stopped (or read on)
 whenever anyone likes and flagged as soon as E_t reaches 1/alpha.
 
-**Why ChainMark has one, for every text.** Under the null the text does not
-depend on the key, and over a uniformly random key the states of the text's
-distinct tokens are independent and uniform on {0, ..., S-1} (SHA-256 as
-a random function; reducing its 64-bit digest mod S leaves a bias of order
-S/2^64). Call the
-transition x_{t-1} -> x_t *scored* when x_t has not occurred at any position
-before t. Its state is then a fresh uniform draw, independent of every state
-seen so far (those belong to other tokens), so given the whole past the
-transition is legal with probability exactly r(s_{t-1})/S, the number of
-legal successors of the previous state over S: k/S = p0 for every row of a
-k-regular topology (rows are all this needs; an irregular one is refused,
-since p0 must be exact). The scored legal indicators X_1, X_2, ... therefore
-satisfy P(X_j = 1 | past) = p0 exactly, whatever the text repeats, and even
-when each next token is chosen after seeing the indicators so far (they say
-nothing about the state of a token not yet used). A transition into a
-repeated token is skipped: its state is not fresh, and its legality is
-determined by, or correlated with, what was already seen (a periodic text
-would otherwise count one coin many times). The scored transitions are the
-exact test's spanning forest (:func:`chainmark.significance.spanning_forest`).
+**Why ChainMark has one, for every text.** Under the null the text does not depend on the key, and over a uniformly
+random key the states of its distinct tokens are independent and uniform on {0, ..., S-1} (SHA-256 as a random
+function; reducing its digest mod S leaves a bias of order S/2^64). Call the transition x_{t-1} -> x_t *scored*
+when x_t has not occurred before t: its state is then a fresh uniform draw, so given the whole past it is legal
+with probability exactly k/S = p0 in a k-regular topology (an irregular one is refused: p0 must be exact). The
+scored legal indicators therefore have P(X_j = 1 | past) = p0, whatever the text repeats, even when each next token
+is chosen after seeing the indicators so far. A transition into a repeated token is skipped: its legality is
+determined by, or correlated with, what was already seen. The scored transitions are the exact test's spanning
+forest (:func:`chainmark.significance.spanning_forest`).
 
-**The mixture: a grid of bets on rates above p0.** For any legal rate q
-of the alternative, the likelihood ratio prod_j (q/p0)^X_j ((1-q)/(1-p0))^(1-X_j)
-is a test martingale under that null, and so is any mixture of them with
-weights fixed in advance. We mix over a finite grid of rates
-q_i = p0 + (1 - p0) u_i, u_i = (i - 1/2)/100 for i = 1..100, all above p0:
+**The mixture: a grid of bets on rates above p0.** For a legal rate q, the likelihood ratio
+prod_j (q/p0)^X_j ((1-q)/(1-p0))^(1-X_j) is a test martingale under the null, and so is any mixture with weights
+fixed in advance. We mix over q_i = p0 + (1 - p0) u_i, u_i = (i - 1/2)/100, i = 1..100:
 
     log E = logsumexp_i [log w_i + h log(q_i/p0) + (m - h) log((1 - q_i)/(1 - p0))]
 
-for h legal among m scored transitions. We chose the grid over the
-closed-form Beta mixture B(a + h, b + m - h) / B(a, b) / (p0^h (1-p0)^(m-h))
-because a Beta prior on q also bets on rates *below* p0: its E grows on a
-text with fewer legal transitions than chance (on a long text whose
-transitions are all illegal it crosses 1/alpha), so a flag would not mean
-"more legal transitions than chance", which is what the watermark makes.
-Truncating the Beta to (p0, 1) needs the log of a regularised incomplete
-beta function, which scipy gives only on the linear scale, where it
-underflows on long texts. The grid is
-one-sided by construction, exact in log space on a text of any length, and
-cheap: at most 100 terms per scored transition, and a whole stream has at
-most as many scored transitions as the vocabulary has tokens. Against a bet
-on the text's own rate q, the grid loses the log of its nearest point's
-weight and that point's distance from q, at most
-(0.005 (1 - p0))^2 / (2 q (1 - q)) nats per scored transition: about 2.5
-nats over all 49,152 tokens of the embedded vocabulary at S = 5.
+for h legal among m scored transitions. A closed-form Beta mixture would also bet on rates *below* p0 (its E grows
+on a text with fewer legal transitions than chance), so a flag would not mean "more legal transitions than
+chance"; truncating it to (p0, 1) needs a log incomplete beta function that scipy does not give. The grid is
+one-sided, exact in log space on a text of any length and cheap (a stream has at most as many scored transitions
+as the vocabulary has tokens); against a bet on the text's own rate q it loses at most
+(0.005 (1 - p0))^2 / (2 q (1 - q)) nats per scored transition, about 2.5 nats over the embedded vocabulary at S = 5.
 
-**The weights, informed by the configuration.** Under the watermark a gated
-position is forced onto a legal successor and the others are legal with
-probability about p0, so a scored transition is legal with probability
-about q* = p0 + rho (1 - p0), that is u* = rho (rho = 1 for the ``"all"``
-gate). Which positions a gate picks (high or low entropy) changes how many
-gated positions bring a new token, which cannot be known without the model,
-so the weights follow a broad Beta(4 mu, 4 (1 - mu)) density in u, mu = rho
-clipped into [0.05, 0.95], worth four transitions of belief and soon
-outweighed by the text. ``prior=(a, b)`` sets another Beta density in u,
-fixed before the text is read (weights chosen after looking at the text do
-not give a valid test).
+**The weights.** Under the watermark a scored transition is legal with probability about p0 + rho (1 - p0), that
+is u* = rho; which positions a gate picks changes how many gated positions bring a new token, so the weights follow
+a broad Beta(4 mu, 4 (1 - mu)) density in u, mu = rho clipped into [0.05, 0.95], worth four transitions of belief.
+``prior=(a, b)`` sets another, fixed before the text is read (weights chosen after looking do not give a valid
+test).
 
-The guarantee is over a random key, as the exact test's is; a deployed key
-is one key, whose rate on a corpus :mod:`chainmark.auditor.keyaudit`
-measures. The detector needs no randomness. Memory is bounded by the
-vocabulary: the ids seen so far (a flag per vocabulary entry when its size is
-known, else their sorted array), the previous token's state and the counts.
-``tests/test_anytime.py`` checks the guarantee by simulation on periodic,
-repeated-paragraph, repeated-pair, de Bruijn and licence texts, and checks
-that the same e-process over *all* transitions breaks it on each of them.
-Model-free: numpy only.
+The guarantee is over a random key, as the exact test's is (:mod:`chainmark.auditor.keyaudit` measures one key's
+rate on a corpus). Memory is bounded by the vocabulary. ``tests/test_anytime.py`` checks the guarantee by
+simulation on periodic, repeated-paragraph, repeated-pair, de Bruijn and licence texts, and that the same
+e-process over *all* transitions breaks it on each of them. Model-free: numpy only.
 """
 from __future__ import annotations
 
@@ -83,12 +48,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..checks import check_alpha, check_int, check_rho, is_number
+from ..checks import check_alpha, check_rho, is_number
 from ..config import ChainMarkConfig, takes_config
 from ..detection import detection_args, valid_transitions
 from ..partition import as_token_array, states_of
 from ..topology import Topology
-from .stream import text_pieces
+from .stream import ids_and_offsets, text_pieces
 
 __all__ = ["GRID_POINTS", "AnytimeDetector", "AnytimeResult", "BetGrid",
            "anytime_detect", "bet_grid", "default_prior"]
@@ -150,24 +115,6 @@ class BetGrid:
             out[lo:lo + _BLOCK] = _logsumexp_rows(self.log_weights + hb * up + (mb - hb) * down)
         return out
 
-    def crossing_hits(self, max_scored: int, alpha: float) -> np.ndarray:
-        """For m = 0..max_scored, the fewest legal transitions among m scored at which E reaches 1/alpha (m + 1
-        where none does): E crosses exactly when the legal count reaches this boundary, which turns a simulation
-        over many keys into a comparison of counts.
-
-        Every bet is on a rate above p0, so each term grows with the legal count at a fixed m (by the factor
-        q (1 - p0) / (p0 (1 - q)) > 1): the boundary is well defined, and found by bisection for all m at once.
-        """
-        max_scored, bound = check_int(max_scored, "max_scored", 0), math.log(1.0 / check_alpha(alpha))
-        m = np.arange(max_scored + 1, dtype=np.int64)
-        lo, hi = np.zeros_like(m), m + 1  # the boundary lies in [lo, hi]; hi = m + 1 means E never gets there
-        while np.any(lo < hi):
-            mid = (lo + hi) // 2
-            reached = self._log_e(mid.astype(float), m.astype(float)) >= bound
-            lo, hi = np.where(reached, lo, mid + 1), np.where(reached, mid, hi)
-            lo = np.minimum(lo, hi)
-        return hi
-
 
 def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
     """log sum exp along each row (scipy's logsumexp, without its generality: three times faster here)."""
@@ -200,13 +147,11 @@ def _grid(p0: float, prior: tuple[float, float]) -> BetGrid:
 class AnytimeResult:
     """Whether and where a text's anytime evidence crossed 1/alpha, and how strong it was.
 
-    ``crossing_token`` is the index of the token whose transition first took
-    E to 1/alpha or above (None if it never did), ``crossing_char`` the
-    character offset just past that token (the text up to there already
-    holds the evidence; None without offsets). ``log_e_value`` is log E after
-    the last token read, ``max_log_e_value`` the largest log E on the way;
-    ``n_scored`` transitions reached a new token, ``n_legal`` of them were
-    legal. ``read_to_end`` is False when reading stopped at the crossing.
+    ``crossing_token`` is the index of the token whose transition first took E to 1/alpha or above (None if it
+    never did), ``crossing_char`` the character offset just past that token (the text up to there already holds
+    the evidence; None without offsets). ``log_e_value`` is log E after the last token read, ``max_log_e_value``
+    the largest log E on the way; ``n_scored`` transitions reached a new token, ``n_legal`` of them were legal.
+    ``read_to_end`` is False when reading stopped at the crossing.
     """
 
     crossed: bool
@@ -269,13 +214,10 @@ def _regular(config: ChainMarkConfig) -> Topology:
 class AnytimeDetector:
     """The e-process of one text, fed token ids as they arrive (:meth:`update`) or text (:meth:`feed_text`).
 
-    Holds the ids seen so far, the previous token's state, the counts (m
-    scored, h legal), log E now and at its largest, and the first crossing
-    of 1/alpha. ``config`` is the :class:`~chainmark.config.ChainMarkConfig`
-    that :func:`chainmark.detect` takes; its rho centres the prior, and
-    ``prior=(a, b)`` replaces the prior outright. ``vocab_size`` (when
-    known) rejects ids outside the vocabulary and keeps the ids seen as one
-    flag per entry.
+    Holds the ids seen so far, the previous token's state, the counts (m scored, h legal), log E now and at its
+    largest, and the first crossing of 1/alpha. ``config`` is the :class:`~chainmark.config.ChainMarkConfig` that
+    :func:`chainmark.detect` takes; its rho centres the prior, and ``prior=(a, b)`` replaces the prior outright.
+    ``vocab_size`` (when known) rejects ids outside the vocabulary and keeps the ids seen as one flag per entry.
     """
 
     @takes_config(("key", "S", "topology", "rho"))
@@ -304,11 +246,6 @@ class AnytimeDetector:
     def crossed(self) -> bool:
         """Whether E has reached 1/alpha at some token so far."""
         return self.crossing_token is not None
-
-    @property
-    def e_value(self) -> float:
-        """E after the last token read (``inf`` beyond a double's range)."""
-        return _exp(self.log_e_value)
 
     def update(self, token_ids: Any, offsets: Sequence[tuple[int, int]] | None = None) -> bool:
         """Add the next token ids (one id or a piece); ``offsets`` are their (start, end) character spans in the
@@ -385,7 +322,7 @@ class AnytimeDetector:
         base = 0
         pieces = text_pieces(chunks, tokenizer, piece_chars, 256 * piece_chars)
         for piece in pieces:
-            ids, offsets = _piece_tokens(tokenizer, piece)
+            ids, offsets = ids_and_offsets(tokenizer, piece)
             self.update(np.asarray(ids, dtype=np.int64),
                         None if offsets is None else [(a + base, b + base) for a, b in offsets])
             base += len(piece)
@@ -401,15 +338,6 @@ class AnytimeDetector:
         return AnytimeResult(self.crossed, self.crossing_token, self.crossing_char, self.log_e_value,
                              self.max_log_e_value, self.n_tokens, self.n_scored, self.n_legal, self.alpha, self.p0,
                              self.grid.prior, self.read_to_end)
-
-
-def _piece_tokens(tokenizer: Any, text: str) -> tuple[Any, list[tuple[int, int]] | None]:
-    """A piece's token ids and, where the tokenizer gives them, each token's character span in the piece."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        enc = backend.encode(text, add_special_tokens=False)
-        return enc.ids, enc.offsets
-    return tokenizer(text, add_special_tokens=False)["input_ids"], None
 
 
 @takes_config(("key", "S", "topology", "rho"))

