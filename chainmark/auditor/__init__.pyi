@@ -107,12 +107,12 @@ from .segments import (
     window_z as window_z,
 )
 from .stream import (
-    PAIR_COUNT_MAX as PAIR_COUNT_MAX,
     PIECE_CHARS as PIECE_CHARS,
     StreamingDetector as StreamingDetector,
     UncuttableText as UncuttableText,
     decoded_chunks as decoded_chunks,
     detect_text_stream as detect_text_stream,
+    ids_and_offsets as ids_and_offsets,
     ids_batch as ids_batch,
     stream_text as stream_text,
     text_pieces as text_pieces,
@@ -128,4 +128,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PAIR_COUNT_MAX", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
