@@ -584,7 +584,7 @@ def test_null_file_missing(capsys, tmp_path):
 
 
 def test_read_null_z_skips_blank_lines_and_extra_fields():
-    assert detect_commands._read_null_z(['{"z": 1}', "", '  {"z": -2.5, "file": "a"}  ']) == [1.0, -2.5]
+    assert detect_commands._read_null_z(['{"z": 1}', "", '  {"z": -2.5, "file": "a"}  '], "f") == [1.0, -2.5]
 
 
 # ---------------------------------------------------------------------------

@@ -60,12 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     """Entry point of the ``chainmark`` console script; returns the exit code.
 
-    ``parser`` (default :func:`build_parser`) lets another program, the book's lab, run its own commands
-    with the same exit codes, error lines and Ctrl-C handling.
-
-    Called without ``argv`` (as the program), it first makes Ctrl-C end the
-    process with code 130, before any heavy import; called with ``argv``
-    (tests, the audit chapter) it leaves signal handling to the caller.
+    ``parser`` (default :func:`build_parser`) lets the book's lab run its own commands with the same exit codes,
+    error lines and Ctrl-C handling. Called without ``argv`` (as the program), it first makes Ctrl-C end the process
+    with code 130, before any heavy import; with ``argv`` (tests, the audit chapter) signals are the caller's.
     """
     previous = _exit_130_on_interrupt() if argv is None else None
     try:
@@ -90,12 +87,8 @@ def _exit_130_on_interrupt() -> Any:
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    """Ctrl-C: one line on stderr, then exit 130 at once.
-
-    Exiting here, rather than raising KeyboardInterrupt, gives the same code
-    wherever the signal lands: inside an import, or inside a library that
-    would turn the exception into an error of its own (exit 3).
-    """
+    """Ctrl-C: one line on stderr, then exit 130 at once, wherever the signal lands (a KeyboardInterrupt raised
+    inside an import or a library could turn into an error of its own, exit 3)."""
     name = {signal.SIGINT: "interrupted"}.get(signum) or f"stopped by {signal.Signals(signum).name}"
     try:
         sys.stdout.flush()
@@ -123,8 +116,9 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
         return code
     except (UsageError, RegimeError) as exc:  # a regime that does not fit the key, tokenizer or options
         return fail(str(exc))
-    except BrokenPipeError:
-        return _output_closed()
+    except BrokenPipeError:  # the reader of standard output went away (`| head`): say so once
+        _discard_stdout()
+        return fail("standard output was closed before the results were written (broken pipe)")
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             return _internal(exc)
@@ -154,27 +148,20 @@ _NUMERIC_OPTIONS = ("--threshold",)
 
 def _negative_values_attached(argv: list[str]) -> list[str]:
     out: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in _NUMERIC_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-"):
-            try:
-                float(argv[i + 1])
-            except ValueError:
-                pass
-            else:
-                out.append(f"{arg}={argv[i + 1]}")
-                i += 2
-                continue
-        out.append(arg)
-        i += 1
+    for arg in argv:
+        if out and out[-1] in _NUMERIC_OPTIONS and arg.startswith("-") and _is_number(arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
     return out
 
 
-def _output_closed() -> int:
-    """The reader of standard output went away (``| head``): say so once, and write nothing more."""
-    _discard_stdout()
-    return fail("standard output was closed before the results were written (broken pipe)")
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _discard_stdout() -> None:

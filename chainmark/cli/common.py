@@ -35,55 +35,41 @@ def warn(message: str) -> None:
     print(f"chainmark: warning: {message}", file=sys.stderr)
 
 
-# ---------------------------------------------------------------------------
-# argument types: bad values are usage errors with the allowed range
-# ---------------------------------------------------------------------------
 #: The largest --max-bytes: a safety limit on reading, far above any text a machine holds (2**62 bytes).
 MAX_INPUT_BYTES_LIMIT = 2**62
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
-    """An integer >= low."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
-        return value
-    return parse
+    """An integer >= low; a bad value is a usage error that states the range."""
+    return _integer(low, None, f"an integer >= {low}")
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:
     """An integer in [low, high] (the upper bound is checked before anything of that size exists)."""
+    return _integer(low, high, f"an integer >= {low} and <= {high}")
+
+
+def _integer(low: int, high: int | None, what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low} and <= {high}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
         return value
     return parse
 
 
 def float_in(low: float, high: float, closed: bool | str) -> Callable[[str], float]:
     """A float in an interval: closed=True [low, high], False (low, high), "right" (low, high]."""
-    if closed not in (True, False, "right"):
-        raise ValueError(f"closed must be True, False or 'right', got {closed!r}")
     brackets = {True: "[{}, {}]", False: "({}, {})", "right": "({}, {}]"}[closed]
 
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        inside = {True: low <= value <= high, False: low < value < high,
-                  "right": low < value <= high}[closed]
+        value = _float(text)
+        inside = {True: low <= value <= high, False: low < value < high, "right": low < value <= high}[closed]
         if not inside:
-            raise argparse.ArgumentTypeError(
-                f"must lie in {brackets.format(low, high)}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must lie in {brackets.format(low, high)}, got {text!r}")
         return value
     return parse
 
@@ -91,19 +77,21 @@ def float_in(low: float, high: float, closed: bool | str) -> Callable[[str], flo
 def finite_float() -> Callable[[str], float]:
     """A finite float."""
     def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
+        value = _float(text)
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         return value
     return parse
 
 
-# ---------------------------------------------------------------------------
-# the files a command creates
-# ---------------------------------------------------------------------------
+def _float(text: str) -> float:
+    """The float ``text`` spells, NaN (in no interval, not finite) when it spells none."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def out_path(value: str, what: str) -> Path:
     """The path an ``--out`` option names: a file to create, never a folder, standard output or nothing."""
     if not value.strip():

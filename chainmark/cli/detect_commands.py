@@ -119,7 +119,6 @@ examples:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``detect``, ``calibrate`` and ``recalibrate`` with their options."""
     fmt = argparse.RawDescriptionHelpFormatter
-    # detect ---------------------------------------------------------------
     d = subparsers.add_parser(
         "detect", help="score text files for the watermark",
         description="Score each input for the ChainMark watermark: tokens scored, "
@@ -179,7 +178,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "over a random key; a fixed seed keeps that only on average over seeds)")
     d.set_defaults(func=_cmd_detect)
 
-    # calibrate ------------------------------------------------------------
     c = subparsers.add_parser(
         "calibrate", help="S* from the targets (n, rho, alpha)",
         description="The smallest state count S* that detects watermarked text of n "
@@ -199,7 +197,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true", help="print a JSON object")
     c.set_defaults(func=_cmd_calibrate)
 
-    # recalibrate ----------------------------------------------------------
     r = subparsers.add_parser(
         "recalibrate", help="operating threshold from a null corpus",
         description="The operating z threshold z* from the z-scores of unwatermarked "
@@ -215,13 +212,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     r.set_defaults(func=_cmd_recalibrate)
 
 
-def _read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]:
-    """z-scores from JSON lines: one object per line with a numeric ``"z"`` field.
-
-    Blank lines are skipped; anything else is an error naming the line. The
-    output of ``chainmark detect --json`` has exactly this form, so detecting
-    on unwatermarked domain text produces a null file directly.
-    """
+def _read_null_z(lines: Iterable[str], source: str) -> list[float]:
+    """z-scores from JSON lines, one object per line with a numeric ``"z"`` field (``chainmark detect --json``
+    writes exactly this); blank lines are skipped, anything else is an error naming the line."""
     values: list[float] = []
     for number, line in enumerate(lines, start=1):
         line = line.strip()
@@ -247,9 +240,6 @@ def _read_null_z(lines: Iterable[str], source: str = "null file") -> list[float]
     return values
 
 
-# ---------------------------------------------------------------------------
-# detect
-# ---------------------------------------------------------------------------
 def _cmd_detect(args: argparse.Namespace) -> int:
     from ..keys import key_fingerprint
     from ..auditor.repetition import pair_null, repetition_warning
@@ -260,27 +250,16 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     regime.check_key(key)  # when the regime names a key fingerprint, the key must have it
     topo = regime_topology(regime)
     if args.anytime or args.keep_reading:  # before any input is read: standard input is read as it arrives
-        return _report_anytime(args, key, regime, topo)
+        from .anytime_command import anytime_reports, anytime_table
+
+        rows = anytime_reports(args, key, regime, topo)
+        return _emit(args, rows, lambda: anytime_table(rows, regime))
     texts = read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
     tokenizer = load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
     regime.check_tokenizer(tokenizer)  # and the tokenizer its vocabulary fingerprint
     if args.certificate:  # a certificate given here replaces the one the regime carries
         regime = regime.replace(key_audit=read_certificate(args.certificate))
-    # a key-audit certificate must be this key's, tokenizer's, S's and topology's; for another test or alpha
-    # chosen here it does not speak, and the audit says so
-    for note in regime.check_certificate(key, tokenizer, strict_test=False):
-        warn(f"the regime's key-audit certificate does not cover this audit ({note}): its rates are not certified")
-    if regime.key_audit is not None and regime.key_audit.get("verdict") != "pass":
-        row = regime.key_audit["tests"][regime.key_audit["deploy_test"]]
-        warn(f"this regime's key is not certified for the {regime.key_audit['deploy_test']} test (its audit "
-             f"says {regime.key_audit['verdict'].upper()}): it flagged {100 * row['fpr']:.2f}% "
-             f"[{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of {row['documents']} unwatermarked "
-             f"documents at alpha = {regime.alpha:g}, upper bound {100 * row['upper_bound']:.2f}% "
-             "(see the certificate)")
-    if regime.trades_fpr_for_power:
-        warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
-             f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "
-             "(trades_fpr_for_power)")
+    _warn_of_regime(regime, key, tokenizer)
     # the audit always states its threshold on z (z_alpha unless one is given) and the key it used
     regime = regime.replace(threshold=None if regime.exact else regime.operating_threshold,
                             key_fingerprint=key_fingerprint(key))
@@ -295,14 +274,31 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         null = None if test == "exact" or not scorer.pairs_counted else pair_null(*scorer.pair_counts(), topo, test)
         note, rate = repetition_warning(null, share, scorer.n_transitions, res.n_scored, test,
                                         regime.operating_threshold, regime.alpha, topo.p0)
-        rows.append({"file": item.label, **res.to_dict("audit", regime=regime),
-                     "repeated_pair_share": round(share, 6),
-                     "text_null_fpr": rate,
-                     "text_null_variance_ratio": None if null is None else null.variance_ratio,
+        rows.append({"file": item.label, **res.to_dict("audit", regime=regime), "repeated_pair_share": round(share, 6),
+                     "text_null_fpr": rate, "text_null_variance_ratio": None if null is None else null.variance_ratio,
                      "z_text_null": None if null is None else null.z_standardised(res.n_hits)})
         if note:
             warn(f"{_printable(item.label)}: {note}")
     return _emit(args, rows, lambda: _detect_table(rows, regime))
+
+
+def _warn_of_regime(regime: Regime, key: bytes, tokenizer: Any) -> None:
+    """The regime's caveats on stderr: a key-audit certificate that does not cover this audit (it must be this
+    key's, tokenizer's, S's and topology's; for another test or alpha it does not speak), a key it does not
+    certify, a threshold below z_alpha."""
+    for note in regime.check_certificate(key, tokenizer, strict_test=False):
+        warn(f"the regime's key-audit certificate does not cover this audit ({note}): its rates are not certified")
+    if regime.key_audit is not None and regime.key_audit.get("verdict") != "pass":
+        row = regime.key_audit["tests"][regime.key_audit["deploy_test"]]
+        warn(f"this regime's key is not certified for the {regime.key_audit['deploy_test']} test (its audit "
+             f"says {regime.key_audit['verdict'].upper()}): it flagged {100 * row['fpr']:.2f}% "
+             f"[{100 * row['ci_low']:.2f}, {100 * row['ci_high']:.2f}] of {row['documents']} unwatermarked "
+             f"documents at alpha = {regime.alpha:g}, upper bound {100 * row['upper_bound']:.2f}% "
+             "(see the certificate)")
+    if regime.trades_fpr_for_power:
+        warn(f"this regime's threshold (z > {regime.threshold}) lies below z_alpha = {regime.z_alpha:.3f}: it "
+             f"flags more than alpha = {regime.alpha:g} of unwatermarked text, by the deployer's choice "
+             "(trades_fpr_for_power)")
 
 
 def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer: Any, key: bytes, regime: Regime,
@@ -326,14 +322,6 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
                         "seed": "from the key" if args.seed is None else args.seed})
     return _emit(args, reports, lambda: _segments_table(reports, regime))
-
-
-def _report_anytime(args: argparse.Namespace, key: bytes, regime: Regime, topo: Any) -> int:
-    """``detect --anytime``: each input's anytime evidence (:mod:`chainmark.cli.anytime_command`)."""
-    from .anytime_command import anytime_reports, anytime_table
-
-    rows = anytime_reports(args, key, regime, topo)
-    return _emit(args, rows, lambda: anytime_table(rows, regime))
 
 
 def _emit(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> int:
@@ -402,10 +390,9 @@ def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
     body = [[_printable(r["file"]), str(r["n_tokens"]), str(r["n_transitions"]), str(r["n_valid"]),
              f"{r['phi']:.3f}", f"{r['z']:.2f}", f"{r['p_value']:.2e}", r["decision"]] for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    numeric = {1, 2, 3, 4, 5, 6}
 
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+    def line(cells: list[str]) -> str:  # the file and the decision left-aligned, the numbers right-aligned
+        return "  ".join(c.ljust(w) if i in (0, 7) else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     detected = sum(r["is_watermarked"] for r in rows)
@@ -421,9 +408,6 @@ def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------
-# calibrate, recalibrate
-# ---------------------------------------------------------------------------
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from .. import calibrate as cal
 
@@ -468,20 +452,15 @@ def _s_star(n: int, rho: float, alpha: float, k: int) -> int:
     return s_star
 
 
-def _null_lines(source: str, max_bytes: int) -> list[str]:
-    """The lines of a null file (or standard input): at most ``max_bytes`` bytes of UTF-8 text."""
-    label = "<stdin>" if source == "-" else f"null file {source}"
-    text = read_input(source, label, max_bytes, not_text=": not JSON lines")
-    # JSON Lines end lines with "\n" only; str.splitlines would also split at U+2028, U+0085 and
-    # other characters a JSON string may hold raw (a "\r" before "\n" is JSON whitespace)
-    return text.split("\n")
-
-
 def _cmd_recalibrate(args: argparse.Namespace) -> int:
     from .. import calibrate as cal
 
     label = "<stdin>" if args.null == "-" else args.null
-    values = _read_null_z(_null_lines(args.null, args.max_bytes), label)
+    text = read_input(args.null, "<stdin>" if args.null == "-" else f"null file {args.null}", args.max_bytes,
+                      not_text=": not JSON lines")
+    # JSON Lines end lines with "\n" only; str.splitlines would also split at U+2028, U+0085 and
+    # other characters a JSON string may hold raw (a "\r" before "\n" is JSON whitespace)
+    values = _read_null_z(text.split("\n"), label)
     import numpy as np
 
     z = np.asarray(values, dtype=float)

@@ -16,9 +16,6 @@ __all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokeni
            "read_input", "read_inputs", "regime_topology", "tokenizer_label", "warn_if_not_private"]
 
 
-# ---------------------------------------------------------------------------
-# keys and tokenizers
-# ---------------------------------------------------------------------------
 def load_key(path: str | None) -> bytes:
     """The key of ``--key-file`` (else the environment's), with a warning when it is weak or readable by others."""
     from ..auditor import keyfiles
@@ -54,7 +51,7 @@ def warn_if_not_private(path: str) -> None:
 
 
 def load_tokenizer(name: str | None, revision: str | None = None) -> Any:
-    """The auditor's tokenizer (:mod:`chainmark.auditor.tokenizer`): the same code in the model-free install and the full one."""
+    """The auditor's tokenizer (:mod:`chainmark.auditor.tokenizer`), the same in the model-free and the full install."""
     from ..auditor import tokenizer
 
     try:
@@ -70,9 +67,6 @@ def tokenizer_label(name: str | None) -> str:
     return name or default_model_name()
 
 
-# ---------------------------------------------------------------------------
-# texts
-# ---------------------------------------------------------------------------
 class TextInput:
     """One input of ``detect``, checked in full (readable, within --max-bytes, text in --encoding, not empty)
     and then streamed again for scoring, so that no input of any size is held in memory whole.
@@ -91,8 +85,8 @@ class TextInput:
         try:
             if source == "-":
                 self._spool_stdin(stdin, max_bytes)
-            else:
-                _check_regular(source, max_bytes, label)
+            elif _regular_size(source) > max_bytes:  # refused before it is read
+                raise UsageError(f"{label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
             nonblank = False
             for chunk in self.chunks(max_bytes):  # read to the end: a decoding error anywhere is found now
                 nonblank = nonblank or bool(chunk.strip())
@@ -160,19 +154,16 @@ def _unreadable(exc: OSError, label: str) -> UsageError:
     return UsageError(f"{label} cannot be read ({exc.strerror or type(exc).__name__})")
 
 
-def _check_regular(path: str, max_bytes: int, label: str) -> None:
-    """A regular file within ``max_bytes``: a FIFO, socket or device is refused before it is opened (opening
-    a FIFO with no writer blocks forever), a file too large before it is read."""
+def _regular_size(path: str) -> int:
+    """The size of a regular file: a FIFO, socket or device is refused before it is opened (opening a FIFO with
+    no writer blocks forever; standard input, '-', is the way to pipe text in)."""
     info = os.stat(path)
     if stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(path)
     if not stat.S_ISREG(info.st_mode):
         raise UsageError(f"{path} is not a regular file (a pipe, socket or device); pipe text in through "
                          "standard input with '-' instead")
-    if info.st_size > max_bytes:
-        raise UsageError(f"{label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
-    with open(path, "rb"):  # readable by this user
-        pass
+    return info.st_size
 
 
 def read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
@@ -205,14 +196,13 @@ def read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8",
                too_large: str = " (raise the limit with --max-bytes)", not_text: str = "") -> str:
     """A file (or standard input for '-') as text: at most ``max_bytes`` bytes, decoded with ``encoding``.
 
-    Every problem is a :class:`UsageError` naming ``label``; a decoding error
-    gives the byte offset, never the bytes (a key file passed by mistake
-    must not be echoed).
+    Every problem is a :class:`UsageError` naming ``label``; a decoding error gives the byte offset, never the
+    bytes (a key file passed by mistake must not be echoed).
     """
     if source == "":
         raise UsageError("an empty file name was given (an empty argument, e.g. an unset shell variable)")
     try:
-        data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_bytes(source, max_bytes)
+        data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_file(source, max_bytes)
     except OSError as exc:
         raise _unreadable(exc, label) from None
     if len(data) > max_bytes:
@@ -223,18 +213,9 @@ def read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8",
         raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}){not_text}") from None
 
 
-def _read_bytes(path: str, max_bytes: int) -> bytes:
-    """At most ``max_bytes + 1`` bytes of a regular file: enough to tell that it is too large.
-
-    A FIFO, socket or device is refused before it is opened (opening a FIFO with no writer blocks
-    forever); standard input ('-') is the way to pipe text in.
-    """
-    mode = os.stat(path).st_mode
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(path)
-    if not stat.S_ISREG(mode):
-        raise UsageError(f"{path} is not a regular file (a pipe, socket or device); pipe text in through "
-                         "standard input with '-' instead")
+def _read_file(path: str, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a regular file: enough to tell that it is too large."""
+    _regular_size(path)
     with open(path, "rb") as fh:
         return fh.read(max_bytes + 1)
 
@@ -245,9 +226,6 @@ def _read_stdin(stdin: TextIO, max_bytes: int) -> bytes | str:
     return raw.read(max_bytes + 1) if raw is not None else stdin.read(max_bytes + 1)
 
 
-# ---------------------------------------------------------------------------
-# regimes and certificates
-# ---------------------------------------------------------------------------
 def load_regime(path: str) -> dict[str, Any]:
     """Read and check a regime file: bounded, UTF-8 JSON, every field valid (messages never quote its bytes)."""
     text = read_input(path, f"regime file {path}", MAX_REGIME_BYTES, too_large=": not a regime file",
@@ -264,23 +242,16 @@ def load_regime(path: str) -> dict[str, Any]:
 
 
 def detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> Regime:
-    """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published
-    document, the document over the defaults."""
-    return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
-                          test=_default_test(args, document),
-                          n_min=args.min_tokens,
-                          tokenizer=args.tokenizer,
-                          tokenizer_revision=args.tokenizer_revision)
-
-
-def _default_test(args: argparse.Namespace, document: dict[str, Any] | None) -> str | None:
-    """The test an audit applies when nothing names one: the exact test, whose false-positive rate holds for
-    every text. A published regime keeps its own (one without "test" means the paper's z-test, or distinct
-    pairs), and a --threshold or --distinct-pairs given alone asks for the z statistic they apply to."""
+    """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published document,
+    the document over the defaults. When nothing names a test it is the exact test, whose false-positive rate
+    holds for every text; a published regime keeps its own (one without "test" means the paper's z-test, or
+    distinct pairs), and a --threshold or --distinct-pairs alone asks for the z statistic they apply to."""
     test = named_test(args)
-    if test is not None or document is not None or args.threshold is not None:
-        return test
-    return "exact"
+    if test is None and document is None and args.threshold is None:
+        test = "exact"
+    return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
+                          test=test, n_min=args.min_tokens, tokenizer=args.tokenizer,
+                          tokenizer_revision=args.tokenizer_revision)
 
 
 def named_test(args: argparse.Namespace) -> str | None:
