@@ -9,7 +9,7 @@ import pytest
 from chainmark import cli
 from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, KEYS_TRIED_NOTE, CertificationTarget,
+from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, CertificationTarget,
                                        KeySelection, audit_key, certificate_problems, certify, _corpus_fingerprint,
                                        format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
@@ -32,7 +32,7 @@ def repetitive_corpus(texts: int = 300, seed: int = 0) -> list[np.ndarray]:
 
 def test_an_audit_reports_every_test_with_its_interval_and_a_threshold():
     cert = audit_key(CONFIG, repetitive_corpus(), CertificationTarget(alpha=0.01), vocab_size=400)
-    assert cert["format"] == CERTIFICATE_FORMAT and cert["key_fingerprint"] == key_fingerprint(KEY)
+    assert cert["format"] == _CERTIFICATE_FORMAT and cert["key_fingerprint"] == key_fingerprint(KEY)
     assert set(cert["tests"]) == {"z", "distinct", "exact"}
     for test, row in cert["tests"].items():
         assert row["texts"] == row["documents"] == 300
@@ -121,9 +121,9 @@ def test_choosing_among_keys_is_recorded_and_must_use_another_corpus():
                   selection=KeySelection(keys_tried=5, selected_on=fingerprint))
     cert = audit_key(CONFIG, corpus, vocab_size=400,
                      selection=KeySelection(keys_tried=5, selected_on="0123456789abcdef"))
-    assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef", "note": KEYS_TRIED_NOTE}
+    assert cert["selection"] == {"keys_tried": 5, "selected_on": "0123456789abcdef", "note": _KEYS_TRIED_NOTE}
     cert = seal({**cert, "tokenizer": "t", "tokenizer_fingerprint": "tf", "package_version": "0"})
-    assert format_audit(cert).splitlines()[-1] == f"chosen among 5 keys on corpus 0123456789abcdef; {KEYS_TRIED_NOTE}"
+    assert format_audit(cert).splitlines()[-1] == f"chosen among 5 keys on corpus 0123456789abcdef; {_KEYS_TRIED_NOTE}"
     same = seal({**cert, "selection": {"keys_tried": 5, "selected_on": fingerprint}})
     assert any("biased low" in p for p in certificate_problems(same))
 
@@ -142,7 +142,8 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
     corpus = repetitive_corpus(40)
     by_four = [f"doc {i // 4}" for i in range(40)]  # ten documents of four windows each
     by_two = [f"doc {i // 2}" for i in range(40)]  # twenty of two
-    fingerprints = {_corpus_fingerprint(corpus), _corpus_fingerprint(corpus, by_four), _corpus_fingerprint(corpus, by_two)}
+    fingerprints = {_corpus_fingerprint(corpus), _corpus_fingerprint(corpus, by_four),
+                    _corpus_fingerprint(corpus, by_two)}
     assert len(fingerprints) == 3
     # which texts share a document counts, not what the documents are called
     assert _corpus_fingerprint(corpus, [f"other {i // 4}" for i in range(40)]) == _corpus_fingerprint(corpus, by_four)
@@ -152,7 +153,8 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
     grouped = audit_key(CONFIG, corpus, vocab_size=400, documents=by_four)
     alone = audit_key(CONFIG, corpus, vocab_size=400)
     assert grouped["corpus"]["fingerprint"] != alone["corpus"]["fingerprint"]
-    assert grouped["corpus"]["texts_fingerprint"] == alone["corpus"]["texts_fingerprint"] == alone["corpus"]["fingerprint"]
+    assert grouped["corpus"]["texts_fingerprint"] == alone["corpus"]["texts_fingerprint"] == \
+        alone["corpus"]["fingerprint"]
     assert grouped["corpus"]["grouping"] == ("texts with the same document name form one document (40 texts, "
                                              "10 documents)")
     assert alone["corpus"]["grouping"] == "every text is its own document (no document names were given)"
@@ -173,7 +175,7 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
 
 
 def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp_path):
-    assert CERTIFICATE_FORMAT == "chainmark-key-audit/3"
+    assert _CERTIFICATE_FORMAT == "chainmark-key-audit/3"
     cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), vocab_size=400))
     old = seal({**cert, "format": "chainmark-key-audit/2"})
     problems = certificate_problems(old)
@@ -241,11 +243,11 @@ def test_keys_tried_is_recorded_as_declared_and_the_table_says_how_documents_wer
     cert = _sealed(audit_key(CONFIG, corpus, vocab_size=400,
                              documents=[f"licence {i // 10}" for i in range(40)],
                              grouping="ten windows of 200 tokens per licence"))
-    assert cert["selection"] == {"keys_tried": 1, "selected_on": None, "note": KEYS_TRIED_NOTE}
-    assert KEYS_TRIED_NOTE.startswith("keys_tried and selected_on are declared by whoever ran the audit, not verified")
+    assert cert["selection"] == {"keys_tried": 1, "selected_on": None, "note": _KEYS_TRIED_NOTE}
+    assert _KEYS_TRIED_NOTE.startswith("keys_tried and selected_on are declared by whoever ran the audit, not verified")
     table = format_audit(cert).splitlines()
     assert table[1] == "documents: ten windows of 200 tokens per licence"
-    assert table[-1] == f"keys tried: 1; {KEYS_TRIED_NOTE}"
+    assert table[-1] == f"keys tried: 1; {_KEYS_TRIED_NOTE}"
     # the note is part of what a certificate must say
     silent = _sealed({**cert, "selection": {"keys_tried": 1, "selected_on": None}})
     assert certificate_problems(silent) == [
@@ -260,8 +262,8 @@ def test_certificate_problems_name_every_mismatch():
     problems = certificate_problems(cert, key_fingerprint="other", tokenizer_fingerprint="x", S=7,
                                     topology="soft_cycle")
     assert len(problems) == 4 and any("key_fingerprint" in p for p in problems)
-    assert certificate_problems({"format": "other"}) == [f"not a {CERTIFICATE_FORMAT} certificate"]
-    assert "lacks" in certificate_problems({"format": CERTIFICATE_FORMAT})[0]
+    assert certificate_problems({"format": "other"}) == [f"not a {_CERTIFICATE_FORMAT} certificate"]
+    assert "lacks" in certificate_problems({"format": _CERTIFICATE_FORMAT})[0]
     with pytest.raises(ValueError, match="nothing to audit"):
         audit_key(CONFIG, [[1]])
 
@@ -291,7 +293,7 @@ def test_key_audit_writes_a_certificate_that_regime_and_detect_check(tmp_path, k
     assert cert["corpus"]["unit"] == "document" and cert["corpus"]["grouping"].startswith("each of the ")
     assert "replies of the embedded model is one document; the windows of 200 tokens cut from one topic of " \
         in cert["corpus"]["grouping"]
-    assert f"documents: {cert['corpus']['grouping']}\n" in out and KEYS_TRIED_NOTE in out
+    assert f"documents: {cert['corpus']['grouping']}\n" in out and _KEYS_TRIED_NOTE in out
     assert cert["tokenizer_fingerprint"] and "FPR [95% CI]" in out
     assert key_fingerprint(keys["a"].read_bytes()) == cert["key_fingerprint"]
     assert keys["a"].read_bytes().hex() not in cert_path.read_text("utf-8")  # never the key
@@ -365,7 +367,7 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     out = capsys.readouterr().out
     assert ("documents: each non-blank line of a .jsonl file is one document (its 'body' field); each other file "
             "is one document (its whole text); no two texts share a document\n") in out
-    assert "121 documents" in out and f"keys tried: 1; {KEYS_TRIED_NOTE}" in out
+    assert "121 documents" in out and f"keys tried: 1; {_KEYS_TRIED_NOTE}" in out
     assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--keys-tried", "3"]) == 2
     assert "choose on one corpus" in capsys.readouterr().err
     assert cli.main(args + ["--corpus", str(corpus)]) == 2  # no field "text"

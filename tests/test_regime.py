@@ -1,4 +1,4 @@
-"""Tests of the detection regime object (chainmark.auditor.regime.Regime): its file, its settings and its decision.
+"""Tests of the detection regime object (chainmark.auditor.regime.Regime): its document, settings and decision.
 
 The command line's use of it (``chainmark regime``, ``chainmark detect --regime``) is tested in
 test_cli.py and test_hard_edges.py; here the object itself, without a tokenizer or a model.
@@ -15,9 +15,8 @@ import pytest
 from chainmark.calibrate import z_alpha
 from chainmark.detection import detect
 from chainmark.keys import key_fingerprint
-from chainmark.limits import MAX_REGIME_BYTES
-from chainmark.auditor.regime import (GUARANTEES, REGIME_FORMAT, Regime, RegimeError, published_regime_problems,
-                                      regime_digest, regime_document, regime_problems, tokenizer_fingerprint)
+from chainmark.auditor.regime import (REGIME_FORMAT, Regime, RegimeError, published_regime_problems, regime_digest,
+                                      regime_document, regime_problems, tokenizer_fingerprint)
 from chainmark.topology import TOPOLOGY_K
 from chainmark.topology import Topology, cycle_topology, resolve_topology
 from chainmark.verdict import Verdict
@@ -40,22 +39,19 @@ def _verdict(z: float = 0.0, p: float = 0.5, n_tokens: int = 100, n_scored: int 
                    n_hits=n_scored // 2, p0=0.2, alpha=0.01)
 
 
-# ---------------------------------------------------------------- the file
+# ---------------------------------------------------------------- the document
 
 
-def test_a_published_document_round_trips_through_the_file(tmp_path):
+def test_a_published_document_round_trips_through_its_json():
     settings = Regime(S=3, topology="soft_cycle", alpha=0.001, threshold=3.5, n_min=200, tokenizer="org/tok",
                       tokenizer_revision="0123abcd", rho=0.5, gate="high_entropy", test="distinct",
                       recalibration={"method": "sd", "n_null": 500})
     doc = regime_document(KEY, settings, _Vocab())
-    path = tmp_path / "regime.json"
     regime = Regime.from_document(doc)
-    path.write_text(regime.to_json() + "\n", "utf-8")
-    back = Regime.from_file(path)
+    back = Regime.from_document(json.loads(json.dumps(doc, indent=2, allow_nan=False)))
     assert back == regime and back.to_document() == doc
-    assert json.loads(path.read_text("utf-8")) == doc  # the format is the document, key for key
-    assert list(regime.to_document()) == list(doc)
-    assert (back.S, back.topology, back.k, back.alpha, back.threshold, back.distinct_pairs, back.n_min) == \
+    assert list(regime.to_document()) == list(doc)  # the format is the document, key for key
+    assert (back.S, back.topology, back.topo.k, back.alpha, back.threshold, back.distinct_pairs, back.n_min) == \
            (3, "soft_cycle", 2, 0.001, 3.5, True, 200)
     assert back.key_fingerprint == key_fingerprint(KEY)
     assert back.tokenizer_fingerprint == tokenizer_fingerprint(_Vocab())
@@ -69,11 +65,12 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
                          "distinct_pairs", "tokenizer", "key_fingerprint", "guarantee", "tokenizer_fingerprint",
                          "vocab_size", "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
     # the document says what its test's alpha promises, and a reader cannot make it promise more
-    assert doc["guarantee"] == GUARANTEES["z"] and "normal approximation" in doc["guarantee"]
-    inflated = {**doc, "guarantee": GUARANTEES["exact"]}
+    exact_promise = regime_document(KEY, Regime(S=5, alpha=0.01, test="exact"), _Vocab())["guarantee"]
+    assert "normal approximation" in doc["guarantee"] and doc["guarantee"] != exact_promise
+    inflated = {**doc, "guarantee": exact_promise}
     inflated["digest"] = regime_digest(inflated)
     assert any('"guarantee"' in p for p in published_regime_problems(inflated))
-    assert "over a uniformly random key" in GUARANTEES["exact"] and "key audit" in GUARANTEES["exact"]
+    assert "over a uniformly random key" in exact_promise and "key audit" in exact_promise
     assert Regime(alpha=0.01).operating_threshold == z_alpha(0.01)
     with pytest.raises(RegimeError, match='"key_fingerprint" is null'):  # not a regime anyone can publish
         Regime(alpha=0.01).to_document()
@@ -84,12 +81,12 @@ def test_older_and_sparser_documents_still_read():
     """Fields a document leaves out, or sets to null, take the defaults; derived ones are recomputed."""
     regime = Regime.from_document({"format": REGIME_FORMAT, "S": 4, "threshold": None, "tokenizer": None})
     assert regime == Regime(S=4)
-    assert (regime.topology, regime.alpha, regime.threshold, regime.n_min, regime.k) == \
+    assert (regime.topology, regime.alpha, regime.threshold, regime.n_min, regime.topo.k) == \
            ("clockwork", 0.01, None, None, 1)
-    assert regime.p0 == 0.25 and regime.operating_threshold == z_alpha(0.01)
+    assert regime.topo.p0 == 0.25 and regime.operating_threshold == z_alpha(0.01)
 
 
-def test_bad_documents_and_files_are_refused_by_name(tmp_path):
+def test_bad_documents_are_refused_by_name():
     good = regime_document(KEY, Regime(S=5, alpha=0.01))
     with pytest.raises(RegimeError, match='"k" is 2, but the clockwork topology has k = 1'):
         Regime.from_document({**good, "k": 2})
@@ -100,16 +97,6 @@ def test_bad_documents_and_files_are_refused_by_name(tmp_path):
     with pytest.raises(RegimeError, match=REGIME_FORMAT):
         Regime.from_document({"S": 5})
     assert issubclass(RegimeError, ValueError)
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(RegimeError, match="not JSON"):
-        Regime.from_file(bad)
-    big = tmp_path / "big.json"
-    big.write_text(" " * (MAX_REGIME_BYTES + 1))
-    with pytest.raises(RegimeError, match="larger than"):
-        Regime.from_file(big)
-    with pytest.raises(FileNotFoundError):
-        Regime.from_file(tmp_path / "none.json")
 
 
 def test_a_regime_checks_its_settings():
@@ -204,7 +191,7 @@ def test_named_topologies_and_the_reference_resolve_through_one_function():
     for name, k in TOPOLOGY_K.items():
         assert resolve_topology(name, 7) == cycle_topology(7, k) == topology_for(7, k)
         assert resolve_topology(name, 7).name == name == cycle_topology(7, k).name
-        assert Regime(S=7, topology=name).k == k == resolve_topology(name, 7).k
+        assert Regime(S=7, topology=name).topo.k == k == resolve_topology(name, 7).k
     assert cycle_topology(7, 3) == Topology.from_offsets(7, (1, 2, 3)) == topology_for(7, 3)
 
 
@@ -247,7 +234,7 @@ def test_a_published_regime_refuses_every_silent_edit():
         published_regime_problems({**exact, "threshold": 3.0, "digest": regime_digest({**exact, "threshold": 3.0})}))
 
 
-def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
+def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused():
     from chainmark.auditor.regime import parse_regime_text
 
     text = json.dumps(_published())
@@ -255,10 +242,8 @@ def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused(tmp_path):
         parse_regime_text(text[:-1] + ', "threshold": -10}')
     with pytest.raises(ValueError, match="nested more than 32 levels"):
         parse_regime_text("[" * 10_000 + "]" * 10_000)
-    path = tmp_path / "dup.json"
-    path.write_text(text[:-1] + ', "threshold": -10}', "utf-8")
-    with pytest.raises(RegimeError, match="appears twice"):
-        Regime.from_file(path)
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_regime_text("{not json")
 
 
 def _certificate(**changes):

@@ -41,10 +41,8 @@ from .corpus_input import (
     read_batch as read_batch,
 )
 from .keyaudit import (
-    CERTIFICATE_FORMAT as CERTIFICATE_FORMAT,
     CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
     CertificationTarget as CertificationTarget,
-    KEYS_TRIED_NOTE as KEYS_TRIED_NOTE,
     KeySelection as KeySelection,
     audit_key as audit_key,
     certificate_problems as certificate_problems,
@@ -77,7 +75,6 @@ from .rates import (
     trials_to_bound as trials_to_bound,
 )
 from .regime import (
-    GUARANTEES as GUARANTEES,
     REGIME_FORMAT as REGIME_FORMAT,
     Regime as Regime,
     RegimeError as RegimeError,
@@ -128,4 +125,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "GUARANTEES", "KEYS_TRIED_NOTE", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "BATCH_DOCS", "Batch", "BetGrid", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "cover_segments", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]

@@ -1,29 +1,13 @@
 """Auditing a key before deployment: its false-positive rate on text it will be judged against.
 
-The false-positive rate of a deployed watermark is a property of its key: a
-common token pair ("of the", ". The") is legal under some keys and not
-others, and every text repeats such pairs, so one key's rate on human or
-model text can sit above alpha, even for the exact test, whose guarantee
-(size at most alpha for every text) is over a *random* key. :func:`audit_key`
-scores a corpus of unwatermarked documents under one key with every test
-(:data:`chainmark.detection.TESTS`) and reports each test's false-positive rate
-with its 95% interval and the threshold that would hold alpha on that
-corpus. Its verdict *certifies*: the key passes for the deployed test only
-when the one-sided upper confidence bound on its rate is at or below alpha,
-which needs a corpus of at least :func:`minimum_documents` documents (299 at
-alpha = 1%); below that the audit reports and certifies nothing. The unit is
-the document: windows cut from one document share its pairs and are not
-independent, so a document counts as flagged when any of its windows is.
-
-The result is a certificate (:data:`CERTIFICATE_FORMAT`) that names the key
-by its fingerprint only, binds the tokenizer's fingerprint and the corpus's
-(its texts *and* which texts form which document, since the counts are over
-documents), the test, alpha and a level of at least :data:`CERTIFICATE_LEVEL`,
-says in words how the texts became documents, records how many keys were
-tried before this one (and on which other corpus) as the auditor declares it,
-unverified, and carries a digest of its own content.
-:func:`certificate_problems` recomputes its verdict from its counts, and
-:func:`recheck_certificate`, given the key and the corpus, its counts.
+A common token pair ("of the") is legal under some keys and not others, so one key's rate on human or model
+text can sit above alpha, even for the exact test, whose guarantee is over a *random* key. :func:`audit_key`
+scores unwatermarked documents under one key with every test and *certifies* the key for the deployed test
+only when the one-sided upper confidence bound on its rate is at or below alpha (which needs at least
+:func:`minimum_documents` documents). The unit is the document: a document counts as flagged when any of its
+windows is. The certificate names the key by its fingerprint only, binds the tokenizer and the corpus (its
+texts and their grouping into documents) and carries a digest; :func:`certificate_problems` recomputes its
+verdict from its counts, :func:`recheck_certificate` its counts from the key and the corpus.
 """
 from __future__ import annotations
 
@@ -46,14 +30,13 @@ from ..partition import Key
 from ..topology import TopologyLike, resolve_topology
 
 #: Format 3: the corpus fingerprint covers which texts form which document (format 2's hashed the texts only).
-CERTIFICATE_FORMAT = "chainmark-key-audit/3"
+_CERTIFICATE_FORMAT = "chainmark-key-audit/3"
 #: The confidence of the bound a certificate states (one-sided): the least a certificate may use.
 CERTIFICATE_LEVEL = 0.95
 #: What a certificate says of ``keys_tried`` and ``selected_on``: nothing in it can check them.
-KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
-                   "among more keys than declared has a rate biased low")
-#: What a certificate can say: the upper bound is at or below alpha; the lower bound lies above it; neither.
-#: The fields a certificate must have, and what a regime's use of it must match.
+_KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
+                    "among more keys than declared has a rate biased low")
+#: The fields a certificate, its rows and its corpus must have.
 _CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
                       "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
                       "verdict", "package_version", "digest")
@@ -97,14 +80,9 @@ def minimum_documents(alpha: float, level: float = CERTIFICATE_LEVEL) -> int:
 
 
 def certify(flagged: int, documents: int, alpha: float, level: float = CERTIFICATE_LEVEL) -> str:
-    """The verdict on a key that flagged ``flagged`` of ``documents`` unwatermarked documents.
-
-    ``"pass"`` when the one-sided upper confidence bound on its rate is at
-    or below alpha (on at least :func:`minimum_documents` documents, which
-    that implies); ``"fail"`` when the one-sided lower bound lies above
-    alpha; ``"inconclusive"`` otherwise (the corpus is too small to tell).
-    A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``.
-    """
+    """The verdict on a key that flagged ``flagged`` of ``documents`` unwatermarked documents: ``"pass"`` when
+    the one-sided upper confidence bound on its rate is at or below alpha, ``"fail"`` when the lower bound lies
+    above alpha, ``"inconclusive"`` otherwise. A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``."""
     alpha, level = check_alpha(alpha), _check_level(level)
     if clopper_pearson_upper(flagged, documents, level) <= alpha:
         return "pass"
@@ -127,11 +105,10 @@ def _threshold(values: np.ndarray, alpha: float, upper: bool) -> float | None:
         return None
 
 
-def _per_document(flags: np.ndarray, documents: np.ndarray) -> np.ndarray:
-    """One flag per document: True when any of its texts is flagged."""
-    _, index = np.unique(documents, return_inverse=True)
-    out = np.zeros(int(index.max()) + 1, dtype=bool)
-    np.logical_or.at(out, index, flags)
+def _per_document(flags: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """One flag per document (``groups``: each text's document as 0, 1, ...): True when any of its texts is."""
+    out = np.zeros(int(groups.max()) + 1, dtype=bool)
+    np.logical_or.at(out, groups, flags)
     return out
 
 
@@ -176,9 +153,8 @@ class CertificationTarget:
 
 @dataclass(frozen=True)
 class KeySelection:
-    """How the audited key was chosen, as whoever runs the audit declares it (recorded, not verified:
-    :data:`KEYS_TRIED_NOTE`). ``keys_tried`` > 1 says it was chosen among others, which must have been done
-    on another corpus: ``selected_on`` is that corpus's fingerprint."""
+    """How the audited key was chosen, as whoever runs the audit declares it (recorded, not verified):
+    ``keys_tried`` > 1 says it was chosen among others, on another corpus, whose fingerprint is ``selected_on``."""
 
     keys_tried: int = 1
     selected_on: str | None = None
@@ -202,26 +178,15 @@ def audit_key(
     grouping: str | None = None,
     selection: KeySelection = KeySelection(),
 ) -> dict[str, Any]:
-    """Score unwatermarked ``texts`` (token ids) under the key of ``config`` (with its S and topology) with
-    every test; the certificate's body.
+    """Score unwatermarked ``texts`` (token ids) under the key, S and topology of ``config`` with every test;
+    the certificate's body (the caller adds the tokenizer fields and the package version, then :func:`seal`).
 
-    ``documents`` names the document each text comes from (windows cut from
-    one document share a name); by default every text is its own document.
-    ``grouping`` says in words how the texts became documents (recorded in
-    the certificate; by default what ``documents`` gives). The corpus
-    fingerprint covers the texts and which of them share a document, so a
-    recheck with another grouping fails; ``texts_fingerprint`` covers the
-    texts alone. For each test: texts and documents scored, documents flagged at
-    ``target.alpha`` (a document is flagged when any of its texts is), the rate
-    with its 95% two-sided Clopper-Pearson interval and its one-sided upper
-    bound at ``target.level``, whether that bound certifies alpha, and the
-    threshold that would hold alpha on this corpus's texts (the empirical
-    quantile of z, or of the exact test's p-values). The verdict is
-    :func:`certify`'s for ``target.test``. ``selection`` records how many keys
-    were tried before this one and on which other corpus (the caller's word,
-    recorded as declared); a key chosen among several on this very corpus is a
-    ``ValueError``. Texts shorter than two tokens are left out. The tokenizer
-    fields, package version and digest are added by the caller (:func:`seal`).
+    ``documents`` names each text's document (windows of one document share a name; by default every text is
+    its own), ``grouping`` says so in words. Each test's row: documents flagged at ``target.alpha``, the rate
+    with its 95% interval and its one-sided upper bound at ``target.level``, whether that certifies alpha, and
+    the corpus threshold (quantile of z, or of the exact test's p-values) that would hold alpha; the verdict is
+    :func:`certify`'s for ``target.test``. A key chosen among several (``selection``) on this very corpus is a
+    ``ValueError``. Texts shorter than two tokens are left out.
     """
     for name, value, kind in (("config", config, ChainMarkConfig), ("target", target, CertificationTarget),
                               ("selection", selection, KeySelection)):
@@ -233,7 +198,7 @@ def audit_key(
     if documents is not None and len(documents) != len(texts):
         raise ValueError(f"documents must name one document per text: {len(documents)} names for "
                          f"{len(texts)} texts")
-    names = list(range(len(texts))) if documents is None else [str(d) for d in documents]
+    names = range(len(texts)) if documents is None else documents
     kept_pairs = [(np.asarray(t, dtype=np.int64), name) for t, name in zip(texts, names) if len(t) >= 2]
     if not kept_pairs:
         raise ValueError("the corpus has no text of two tokens or more: nothing to audit the key on")
@@ -243,7 +208,7 @@ def audit_key(
         raise ValueError(f"this key was chosen among {keys_tried}: choose on one corpus and certify on another "
                          "(give the selection corpus's fingerprint; it must differ from this corpus's "
                          f"{fingerprint}), or the chosen key's rate on the same corpus is biased low")
-    doc_index = np.unique(np.array([str(n) for _, n in kept_pairs]), return_inverse=True)[1]
+    doc_index = np.array(_groups(len(kept), kept_names))
     tests: dict[str, Any] = {}
     for test in TESTS:
         results = _scores(key, kept, topo, alpha, test, vocab_size)
@@ -258,7 +223,7 @@ def audit_key(
         }
     n_docs = int(doc_index.max()) + 1
     return {
-        "format": CERTIFICATE_FORMAT,
+        "format": _CERTIFICATE_FORMAT,
         "key_fingerprint": key_fingerprint(key),
         "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "level": level,
         "minimum_documents": minimum_documents(alpha, level),
@@ -268,7 +233,7 @@ def audit_key(
                    "windows": ("none: every text is its own document" if n_docs == len(kept) else
                                f"{len(kept)} texts from {n_docs} documents; a document counts as flagged "
                                "when any of its texts is")},
-        "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on, "note": KEYS_TRIED_NOTE},
+        "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on, "note": _KEYS_TRIED_NOTE},
         "tests": tests,
         "deploy_test": deploy_test,
         "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
@@ -291,14 +256,9 @@ def fpr_across_keys(
     tests: Sequence[str] = TESTS,
     vocab_size: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Each key's false-positive rate on the same unwatermarked ``texts``, for each test.
-
-    One row per (key, test): the key's fingerprint, texts scored, flagged at
-    alpha, the rate and its 95% Clopper-Pearson interval. The spread of the
-    rows of one test is how much the rate depends on the key; their mean is
-    the rate over random keys, which the exact test bounds by alpha for
-    every text.
-    """
+    """Each key's false-positive rate on the same unwatermarked ``texts``, for each test: one row per (key,
+    test) with the key's fingerprint, texts scored and flagged at alpha, the rate and its 95% interval. The
+    spread over keys is how much the rate depends on the key."""
     alpha = check_alpha(alpha)
     tests = [check_test(t) for t in tests]
     topo = resolve_topology(topology, S)
@@ -319,20 +279,13 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
                          S: int | None = None, topology: str | None = None, test: str | None = None,
                          alpha: float | None = None) -> list[str]:
     """What is wrong with a certificate, or with using it for this key, tokenizer, S, topology, test and alpha
-    (empty: fine). A certificate speaks for the test it was made for (``deploy_test``) at its alpha only.
-
-    The certificate is checked against itself: its digest against its
-    content, its level (at least :data:`CERTIFICATE_LEVEL`), every row's
-    rate and bounds against its counts, and its verdict against
-    :func:`certify` on the deployed test's counts; a key chosen among
-    several must have been chosen on another corpus. An older format is
-    named, with the advice to re-run the audit.
-    """
+    (empty: fine). It is checked against itself too: its digest, its level, every row's rate and bounds
+    against its counts, its verdict against :func:`certify`, and a key chosen on another corpus."""
     old = _older_format(cert)
     if old:
         return [old]
-    if not isinstance(cert, Mapping) or cert.get("format") != CERTIFICATE_FORMAT:
-        return [f"not a {CERTIFICATE_FORMAT} certificate"]
+    if not isinstance(cert, Mapping) or cert.get("format") != _CERTIFICATE_FORMAT:
+        return [f"not a {_CERTIFICATE_FORMAT} certificate"]
     missing = [f for f in _CERTIFICATE_FIELDS if f not in cert]
     if missing:
         return [f"the certificate lacks {', '.join(missing)}"]
@@ -353,9 +306,9 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
 def _older_format(cert: Any) -> str | None:
     """The problem with a certificate of an older format of this package, else None."""
     fmt = cert.get("format") if isinstance(cert, Mapping) else None
-    if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt == CERTIFICATE_FORMAT:
+    if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt == _CERTIFICATE_FORMAT:
         return None
-    return (f"a {fmt} certificate, an older format than {CERTIFICATE_FORMAT}: its corpus fingerprint does not "
+    return (f"a {fmt} certificate, an older format than {_CERTIFICATE_FORMAT}: its corpus fingerprint does not "
             "cover how the texts are grouped into documents, which its counts depend on; re-run the audit "
             "(chainmark key audit) to write a new certificate")
 
@@ -378,7 +331,7 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
         return [level_problem]
     missing = [f for f in _CORPUS_FIELDS if f not in cert["corpus"]]
     problems = [f"the certificate's corpus lacks {', '.join(missing)}"] if missing else []
-    if cert["selection"].get("note") != KEYS_TRIED_NOTE:
+    if cert["selection"].get("note") != _KEYS_TRIED_NOTE:
         problems.append("the certificate's selection lacks its note that keys_tried is declared, not verified")
     alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
     if cert["minimum_documents"] != minimum_documents(alpha, level):
@@ -418,12 +371,8 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
 
 def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Sequence[int]],
                         documents: Sequence[Any] | None = None, vocab_size: int | None = None) -> list[str]:
-    """Recompute a certificate's counts with the key and the corpus it names (empty: they agree).
-
-    The corpus must be the one certified (same fingerprint): the same texts
-    grouped into documents the same way (``documents``); every test's
-    documents and flagged counts, and the verdict, must come out the same.
-    """
+    """Recompute a certificate's counts and verdict with the key and the corpus it names, the same texts grouped
+    into ``documents`` the same way (empty: they agree)."""
     problems = certificate_problems(cert)
     if problems:
         return problems
@@ -503,10 +452,9 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     selection = cert["selection"]
     lines.append(f"chosen among {selection['keys_tried']} keys on corpus {selection['selected_on']}"
                  if selection["keys_tried"] > 1 else "keys tried: 1")
-    lines[-1] += f"; {selection.get('note', KEYS_TRIED_NOTE)}"
+    lines[-1] += f"; {selection.get('note', _KEYS_TRIED_NOTE)}"
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_FORMAT", "CERTIFICATE_LEVEL", "CertificationTarget", "KEYS_TRIED_NOTE", "KeySelection",
-           "audit_key", "certificate_problems", "certify", "format_audit", "fpr_across_keys", "minimum_documents",
-           "read_certificate", "recheck_certificate", "seal"]
+__all__ = ["CERTIFICATE_LEVEL", "CertificationTarget", "KeySelection", "audit_key", "certificate_problems", "certify",
+           "format_audit", "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]

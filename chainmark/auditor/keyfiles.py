@@ -29,7 +29,7 @@ _HEX_TEXT = re.compile(rb"\s*[0-9A-Fa-f]+\s*")
 
 
 def _check_key_bytes(key: bytes, source: str) -> bytes:
-    """Refuse a key shorter than MIN_KEY_BYTES or one that is hexadecimal text; messages name ``source``, never the key."""
+    """Refuse a key shorter than MIN_KEY_BYTES or one that is hexadecimal text (the messages name ``source``)."""
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(f"{source} is {len(key)} bytes long; keys need at least {MIN_KEY_BYTES} bytes "
                          "(create one with `chainmark keygen --out FILE`)")
@@ -112,16 +112,15 @@ def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite:
 
 
 def read_key_file(path: str | os.PathLike) -> bytes:
-    """Read the raw key bytes of a key file; a clear error if missing, unreadable, empty, too large or not a key.
-
-    At most MAX_KEY_FILE_BYTES are read. The messages name the path, never the content.
-    """
+    """Read the raw key bytes of a key file (at most MAX_KEY_FILE_BYTES); a clear error, naming the path and never
+    the content, if it is missing, unreadable, empty, too large or not a key."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
             key = fh.read(MAX_KEY_FILE_BYTES + 1)
     except FileNotFoundError:
-        raise FileNotFoundError(f"key file {path} does not exist (create one with `chainmark keygen --out {path}`)") from None
+        raise FileNotFoundError(f"key file {path} does not exist (create one with "
+                                f"`chainmark keygen --out {path}`)") from None
     except PermissionError:
         raise PermissionError(f"key file {path} is not readable by this user") from None
     except IsADirectoryError:
@@ -180,14 +179,9 @@ def book_key_source() -> str:
 
 
 def book_key() -> bytes:
-    """The key the book's chapters use, never written in a notebook.
-
-    ``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY`` when set (the reader's own
-    key); otherwise the public :func:`teaching_key`, so that a run with the
-    defaults reproduces the page. Only the chapters use this: the command
-    line, the regime and every deployment path require a key of their own
-    (:func:`load_key`) and never fall back to the teaching key.
-    """
+    """The key the book's chapters use: the reader's own (``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY``) when set,
+    otherwise the public :func:`teaching_key`, so that a run with the defaults reproduces the page. Deployment
+    paths use :func:`load_key` and never fall back to the teaching key."""
     if book_key_source() == "teaching":
         return teaching_key()
     return load_key()

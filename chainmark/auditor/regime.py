@@ -1,32 +1,26 @@
 """The detection regime: the settings an audit applies, and the public document that publishes them.
 
-A :class:`Regime` holds everything that decides a verdict: S and the
-topology (hence k and p0 = k/S), alpha, the operating z threshold, whether
-repeated pairs count once, the shortest text that may be judged, the
-tokenizer (by name, revision and a fingerprint of its vocabulary) and the
-key's fingerprint, never the key. It owns the decision (:meth:`Regime.decide`,
-:meth:`Regime.label`) and reads and writes the regime file
-(:meth:`Regime.from_file`, :meth:`Regime.from_document`,
-:meth:`Regime.to_document`). :func:`regime_document` checks a deployer's
-settings and writes the document; :func:`regime_problems` checks a parsed one
-field by field, so that a regime file can never silently change a verdict (a
-NaN threshold, a string where a boolean belongs). The command line
-(``chainmark regime``, ``chainmark detect --regime``) is a thin layer over
-these.
+A :class:`Regime` holds everything that decides a verdict (S, topology, alpha, the z threshold, the test, the
+shortest text judged, the tokenizer by name and vocabulary fingerprint, the key by its fingerprint only) and owns
+the decision. :func:`regime_document` writes the published document; :func:`regime_problems` and
+:func:`published_regime_problems` check a parsed one field by field, so that a regime file can never silently
+change a verdict. ``chainmark regime`` and ``chainmark detect --regime`` are thin layers over these.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..config import ChainMarkConfig
 from ..significance import TESTS
 from ..gates import GATE_KINDS
-from ..limits import MAX_REGIME_BYTES, MAX_STATES
+from ..keys import key_fingerprint
+from ..limits import MAX_STATES
+from ..partition import key_bytes
 from ..topology import TOPOLOGY_K, Topology, resolve_topology
 from ..verdict import Verdict, decide
 
@@ -34,15 +28,9 @@ from ..verdict import Verdict, decide
 REGIME_FORMAT = "chainmark-regime/1"
 
 
-
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A short hash of a tokenizer's vocabulary (token -> id), to catch mismatches.
-
-    Two tokenizers with the same fingerprint map every token string to the
-    same id, which is what the keyed partition needs.
-    """
-    import hashlib
-
+    """A short hash of a tokenizer's vocabulary (token -> id): two tokenizers with the same fingerprint map every
+    token string to the same id, which is what the keyed partition needs."""
     if not hasattr(tokenizer, "get_vocab"):
         raise TypeError(f"tokenizer must have get_vocab(), got {type(tokenizer).__name__}")
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
@@ -53,27 +41,13 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 def regime_document(key: bytes | str, regime: Regime, tokenizer: Any = None) -> dict[str, Any]:
     """The public detection regime a deployer publishes for ``key`` (JSON-ready; no key).
 
-    ``regime`` holds the settings to publish: S, topology, alpha, ``test``
-    (:data:`chainmark.detection.TESTS`), the operating ``threshold`` (left out,
-    the analytic z_alpha; the exact test publishes none), ``n_min`` (at least
-    2), the tokenizer's name and Hub ``tokenizer_revision`` (commit hash), the
-    watermark's ``rho`` and ``gate``, a ``recalibration``, the key's audit
-    certificate ``key_audit`` and ``trades_fpr_for_power``. A deployer holding
-    the :class:`~chainmark.config.ChainMarkConfig` it generates with passes
-    ``Regime.from_config(config, alpha=..., test=...)`` and ``config.key``.
-
-    The document adds what only the key and the tokenizer give: the key's
-    fingerprint and the tokenizer's vocabulary fingerprint and size, so that
-    an auditor's key and tokenizer can be checked against them. ``tokenizer``
-    is the tokenizer object; left out, the one ``regime`` names is loaded.
-    The distinct test also sets the document's ``distinct_pairs``, which older
-    readers look at. The certificate must fit the key, the tokenizer and the
-    regime (:meth:`Regime.check_certificate`); a regime that already names a
-    key or vocabulary fingerprint must name this key's and this tokenizer's.
+    ``regime`` holds the settings to publish (a deployer holding its
+    :class:`~chainmark.config.ChainMarkConfig` passes ``Regime.from_config(config, alpha=..., test=...)``); the
+    document adds the key's fingerprint and the vocabulary fingerprint and size of ``tokenizer`` (left out, the one
+    ``regime`` names is loaded), so that an auditor's key and tokenizer can be checked against them. ``n_min``
+    must be at least 2, and a certificate in ``key_audit`` must fit the key, the tokenizer and the regime
+    (:meth:`Regime.check_certificate`).
     """
-    from ..keys import key_fingerprint
-    from ..partition import key_bytes
-
     if not isinstance(regime, Regime):
         raise TypeError(f"regime must be a chainmark.auditor.regime.Regime (the settings to publish), got "
                         f"{type(regime).__name__}")
@@ -91,15 +65,10 @@ def regime_document(key: bytes | str, regime: Regime, tokenizer: Any = None) -> 
         regime.check_tokenizer(tokenizer)
     regime = dataclasses.replace(
         regime, distinct_pairs=regime.distinct_pairs or regime.test == "distinct",
-        tokenizer_fingerprint=None if tokenizer is None else tokenizer_fingerprint(tokenizer),
-        vocab_size=None if tokenizer is None else len(tokenizer), key_fingerprint=key_fingerprint(key),
-        trades_fpr_for_power=True if regime.trades_fpr_for_power else None)
+        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
+        key_fingerprint=key_fingerprint(key), trades_fpr_for_power=True if regime.trades_fpr_for_power else None)
     regime.check_certificate(key, tokenizer)
     return regime.to_document()
-
-
-#: Gate kinds a regime may name (the gate logic is model-free: no torch behind this import).
-_GATE_NAMES = GATE_KINDS
 
 
 def _is_int(value: Any, low: int, high: float = math.inf) -> bool:
@@ -112,13 +81,13 @@ def _is_number(value: Any, low: float = -math.inf, high: float = math.inf, open_
     return low < value < high if open_ends else low <= value <= high
 
 
-def _is_text(value: Any) -> bool:
-    return isinstance(value, str)
+def _is_text(value: Any, optional: bool = False) -> bool:
+    return isinstance(value, str) or (optional and value is None)
 
 
 #: What the published test's alpha means, written into every regime document (``"guarantee"``) so that a
 #: reader of the JSON alone knows what is promised and what is not.
-GUARANTEES = {
+_GUARANTEES = {
     "exact": ("size at most alpha for every text, repetitive ones included, over a uniformly random key; the "
               "deployed key's own false-positive rate on a corpus is what its key audit (key_audit) measures"),
     "z": ("the paper's z-test, a normal approximation: its exact size lies above alpha on short texts and at "
@@ -141,14 +110,14 @@ _REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "threshold": (lambda v: v is None or _is_number(v), "a finite number or null"),
     "distinct_pairs": (lambda v: isinstance(v, bool), "true or false"),
     "test": (lambda v: v in TESTS, f"one of {list(TESTS)}"),
-    "tokenizer": (lambda v: v is None or _is_text(v), "a string or null"),
-    "key_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
-    "tokenizer_fingerprint": (lambda v: v is None or _is_text(v), "a string or null"),
-    "tokenizer_revision": (lambda v: v is None or _is_text(v), "a string or null"),
+    "tokenizer": (lambda v: _is_text(v, optional=True), "a string or null"),
+    "key_fingerprint": (lambda v: _is_text(v, optional=True), "a string or null"),
+    "tokenizer_fingerprint": (lambda v: _is_text(v, optional=True), "a string or null"),
+    "tokenizer_revision": (lambda v: _is_text(v, optional=True), "a string or null"),
     "vocab_size": (lambda v: _is_int(v, 1), "an integer >= 1"),
     "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
     "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
-    "gate": (lambda v: v in _GATE_NAMES, f"one of {list(_GATE_NAMES)}"),
+    "gate": (lambda v: v in GATE_KINDS, f"one of {list(GATE_KINDS)}"),
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
@@ -215,12 +184,11 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_regime_text(text: str) -> Any:
     """Parse a regime file's JSON, refusing a field that appears twice and nesting deeper than a regime's."""
-    depth = max_depth = 0
+    depth = 0
     for ch in text:  # json's recursion limit is far deeper than a regime; refuse a bomb before parsing it
         if ch in "[{":
             depth += 1
-            max_depth = max(max_depth, depth)
-            if max_depth > 32:
+            if depth > 32:
                 raise ValueError("nested more than 32 levels deep: not a regime file")
         elif ch in "]}":
             depth -= 1
@@ -232,8 +200,6 @@ def parse_regime_text(text: str) -> Any:
 
 def regime_digest(doc: Mapping[str, Any]) -> str:
     """SHA-256 of a regime's canonical form (every field but the digest, sorted keys, no spaces)."""
-    import hashlib
-
     body = {k: v for k, v in doc.items() if k != "digest"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -241,15 +207,10 @@ def regime_digest(doc: Mapping[str, Any]) -> str:
 
 def published_regime_problems(doc: Any) -> list[str]:
     """:func:`regime_problems`, plus what a published regime must satisfy: the required fields present and
-    not null, the redundant fields (k, p0, z_alpha) equal to what S, the topology and alpha give, a
-    threshold no lower than z_alpha unless the regime records the ``recalibration`` that fitted it on a
-    null corpus or says ``trades_fpr_for_power`` (none at all for the exact test), and the digest of the
-    canonical form.
-
-    The digest catches an edit made by mistake, or by a tool that does not know to recompute it; it is
-    not a signature (anyone can recompute it), so a regime's authenticity comes from where it is
-    published, and the rules above are what keep even a recomputed edit from flipping a verdict
-    silently."""
+    not null, k, p0 and z_alpha equal to what S, the topology and alpha give, a threshold no lower than
+    z_alpha unless a ``recalibration`` or ``trades_fpr_for_power`` says why (none for the exact test), and
+    the digest. The digest is not a signature (anyone can recompute it): it catches an edit made by
+    mistake, and the rules above keep even a recomputed edit from flipping a verdict silently."""
     problems = regime_problems(doc)
     if problems:
         return problems
@@ -263,8 +224,8 @@ def published_regime_problems(doc: Any) -> list[str]:
         return problems
     from ..calibrate import z_alpha
 
-    if doc.get("guarantee") != GUARANTEES[test]:
-        problems.append(f'"guarantee" must state what the {test} test promises: {GUARANTEES[test]!r}')
+    if doc.get("guarantee") != _GUARANTEES[test]:
+        problems.append(f'"guarantee" must state what the {test} test promises: {_GUARANTEES[test]!r}')
     S, k, alpha = doc["S"], doc["k"], doc["alpha"]
     if not math.isclose(doc["p0"], k / S, rel_tol=1e-12, abs_tol=1e-15):
         problems.append(f'"p0" is {doc["p0"]}, but k/S = {k}/{S} = {k / S}')
@@ -286,7 +247,8 @@ def published_regime_problems(doc: Any) -> list[str]:
 
 
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
-_OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint", "vocab_size", "n_min", "rho", "gate", "recalibration")
+_OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint",
+             "vocab_size", "n_min", "rho", "gate", "recalibration")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
 _OPTIONS = ("S", "topology", "alpha", "threshold", "test", "n_min", "tokenizer", "tokenizer_revision")
 
@@ -299,13 +261,10 @@ class RegimeError(ValueError):
 class Regime:
     """The detection settings an audit applies, and the decision they lead to.
 
-    The defaults are the detector's: S = 5, clockwork, alpha = 0.01, no
-    threshold (flag when p < alpha), every transition scored, no length
-    floor. A published regime (:func:`regime_document`) always carries an
-    operating ``threshold`` on z (z_alpha unless recalibrated), and then a
-    text is flagged when z exceeds it. ``n_min`` is the shortest text (in
-    tokens) that is judged at all; ``tokenizer`` names the tokenizer (None:
-    the embedded model's). The key appears only as its fingerprint.
+    The defaults are the detector's: S = 5, clockwork, alpha = 0.01, no threshold (flag when p < alpha), no
+    length floor. With a ``threshold`` on z a text is flagged when z exceeds it. ``n_min`` is the shortest text
+    (in tokens) judged at all; ``tokenizer`` None means the embedded model's. The key appears only as its
+    fingerprint.
     """
 
     S: int = 5
@@ -336,25 +295,15 @@ class Regime:
         if self.test == "exact" and self.threshold is not None:
             problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
         if self.test is not None and self.distinct_pairs and self.test != "distinct":
-            problems.append(f'"distinct_pairs" is the \'distinct\' test; it cannot be combined with "test": {self.test!r}')
+            problems.append(f'"distinct_pairs" is the \'distinct\' test; it cannot be combined with "test": '
+                            f'{self.test!r}')
         if problems:
             raise RegimeError("; ".join(problems))
 
-    # ---- the settings, derived ----------------------------------------
     @property
     def topo(self) -> Topology:
         """The topology over S states (a ``ValueError`` when the two do not fit, e.g. soft_cycle with S = 2)."""
         return resolve_topology(self.topology, self.S)
-
-    @property
-    def k(self) -> int:
-        """Successors per state."""
-        return TOPOLOGY_K[self.topology]
-
-    @property
-    def p0(self) -> float:
-        """The null rate of a legal transition, k/S."""
-        return self.topo.p0
 
     @property
     def z_alpha(self) -> float:
@@ -390,7 +339,6 @@ class Regime:
         """The keyword arguments :func:`chainmark.detection.detect` (and ``detect_text``) take from this regime."""
         return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "test": self.effective_test}
 
-    # ---- the decision -------------------------------------------------
     def too_short(self, verdict: Verdict) -> bool:
         """True when the text has no scored position or fewer tokens than ``n_min``: it is not judged."""
         return verdict.n_scored < 1 or verdict.n_tokens < (self.n_min or 0)
@@ -410,8 +358,6 @@ class Regime:
 
     def check_key(self, key: bytes | str) -> None:
         """A ``RegimeError`` when the regime names a key fingerprint and ``key`` has another."""
-        from ..keys import key_fingerprint
-
         seen = key_fingerprint(key)
         if self.key_fingerprint not in (None, seen):
             raise RegimeError(f"the key's fingerprint {seen} does not match the regime's "
@@ -426,7 +372,6 @@ class Regime:
         if self.key_audit is None:
             return []
         from .keyaudit import certificate_problems
-        from ..keys import key_fingerprint
 
         problems = certificate_problems(self.key_audit, key_fingerprint=key_fingerprint(key),
                                         tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), S=self.S,
@@ -450,7 +395,6 @@ class Regime:
                 f"{seen}, the regime was published for {self.tokenizer_fingerprint}; detection "
                 "with another tokenizer sees different token ids and finds nothing")
 
-    # ---- the regime file ----------------------------------------------
     @classmethod
     def from_document(cls, doc: Any) -> "Regime":
         """The regime of a parsed regime document, checked field by field (:func:`regime_problems`).
@@ -470,36 +414,9 @@ class Regime:
         return cls(S=config.S, topology=config.topo.name, rho=config.rho, gate=config.gate,
                    key_fingerprint=config.fingerprint, **settings)
 
-    @classmethod
-    def from_published(cls, doc: Any) -> "Regime":
-        """The regime of a *published* document: every field checked, the redundant ones against what they
-        are derived from, and the digest (:func:`published_regime_problems`)."""
-        problems = published_regime_problems(doc)
-        if problems:
-            raise RegimeError("; ".join(problems))
-        return cls.from_document(doc)
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Regime":
-        """Read a regime file: at most :data:`~chainmark.limits.MAX_REGIME_BYTES` of UTF-8 JSON, checked."""
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_REGIME_BYTES + 1)
-        if len(data) > MAX_REGIME_BYTES:
-            raise RegimeError(f"{path} is larger than {MAX_REGIME_BYTES} bytes: not a regime file")
-        try:
-            doc = parse_regime_text(data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise RegimeError(f"{path} is not UTF-8 text (byte offset {exc.start}): not a regime file") from None
-        except ValueError as exc:
-            raise RegimeError(f"{path}: {exc}") from None
-        return cls.from_published(doc)
-
     def to_document(self) -> dict[str, Any]:
-        """The published regime document (JSON-ready; the format :func:`regime_problems` checks).
-
-        ``threshold`` is always written: the operating threshold, z_alpha when
-        none is set. Optional fields are written when set.
-        """
+        """The published regime document (JSON-ready): ``threshold`` is the operating threshold (none for the
+        exact test), optional fields are written when set; a ``RegimeError`` when it cannot be published."""
         topo = self.topo
         doc: dict[str, Any] = {
             "format": REGIME_FORMAT,
@@ -514,7 +431,7 @@ class Regime:
             "distinct_pairs": bool(self.distinct_pairs),
             "tokenizer": self.tokenizer,
             "key_fingerprint": self.key_fingerprint,
-            "guarantee": GUARANTEES[self.effective_test],
+            "guarantee": _GUARANTEES[self.effective_test],
         }
         doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
         for name in ("recalibration", "key_audit"):
@@ -526,22 +443,11 @@ class Regime:
             raise RegimeError("this regime cannot be published: " + "; ".join(problems))
         return doc
 
-    def to_json(self) -> str:
-        """The regime file's text, as ``chainmark regime`` writes it."""
-        return json.dumps(self.to_document(), indent=2, allow_nan=False)
-
-    # ---- an audit's settings --------------------------------------------
     @classmethod
     def resolve(cls, document: Mapping[str, Any] | None = None, **options: Any) -> "Regime":
-        """The regime an audit applies: explicit options win over the published document, the document over
-        the defaults.
-
-        ``options`` are :data:`_OPTIONS` (``chainmark detect``'s), None meaning
-        not given. Two settings of a document do not carry over where they no
-        longer belong: its tokenizer revision when another tokenizer is named
-        without one, and its threshold when another alpha is given without
-        one (the threshold was set for the document's alpha).
-        """
+        """The regime an audit applies: explicit options (:data:`_OPTIONS`, None meaning not given) win over the
+        published document, the document over the defaults. The document's tokenizer revision does not carry
+        over to another tokenizer, nor its threshold (set for its alpha) to another alpha."""
         unknown = sorted(set(options) - set(_OPTIONS))
         if unknown:
             raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {_OPTIONS}")
@@ -551,13 +457,11 @@ class Regime:
             given["distinct_pairs"] = given["test"] == "distinct"
             if given["test"] == "exact":
                 given["threshold"] = None
-        regime = dataclasses.replace(regime, **given)
-        if document is not None and options.get("tokenizer") is not None and options.get("tokenizer_revision") is None:
-            regime = dataclasses.replace(regime, tokenizer_revision=None)
-        if (document is not None and options.get("alpha") is not None and options.get("threshold") is None
-                and options["alpha"] != document.get("alpha")):
-            regime = dataclasses.replace(regime, threshold=None)
-        return regime
+        if document is not None and "tokenizer" in given:
+            given.setdefault("tokenizer_revision", None)
+        if document is not None and "alpha" in given and given["alpha"] != document.get("alpha"):
+            given.setdefault("threshold", None)
+        return dataclasses.replace(regime, **given)
 
     def replace(self, **changes: Any) -> "Regime":
         """A copy with some settings changed (checked like any regime)."""
@@ -567,6 +471,5 @@ class Regime:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
 
 
-__all__ = ["GUARANTEES", "REGIME_FORMAT", "Regime",
-           "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest", "regime_document",
-           "regime_problems", "tokenizer_fingerprint"]
+__all__ = ["REGIME_FORMAT", "Regime", "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest",
+           "regime_document", "regime_problems", "tokenizer_fingerprint"]

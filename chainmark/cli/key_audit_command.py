@@ -26,25 +26,23 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "key with every test and writes a certificate.", formatter_class=fmt)
     ksub = key_cmd.add_subparsers(dest="key_command", metavar="ACTION")
     ka = ksub.add_parser("audit", help="the key's false-positive rate on a corpus, per test; a certificate",
-                         description="Audit a key before deploying it: score a corpus of text that was not "
-                                     "written with the key (by default the corpus the book's lab offers when it is installed: "
-                                     "its reference null, 1,200 texts "
-                                     "of the embedded model, and windows of the Python Language Reference's "
-                                     "prose) under this key with the z-test, distinct pairs and the exact test, "
-                                     "and report each test's false-positive rate over documents with its 95% "
-                                     "interval and one-sided 95% upper bound, the threshold that would hold "
-                                     "alpha on this corpus, and a verdict for the test you will deploy: PASS "
-                                     "when the upper bound is at or below alpha (which needs at least 299 "
-                                     "documents at alpha = 1%), FAIL when the lower bound lies above it, "
-                                     "INCONCLUSIVE otherwise. The exact test's size is at most alpha for every "
-                                     "text over a random key; this audit measures the one key you deploy. "
-                                     "The certificate (JSON: key fingerprint, tokenizer fingerprint, S, "
-                                     "topology, the corpus's size and fingerprint, which covers its texts and "
-                                     "how they are grouped into documents, that grouping in words, rates, "
-                                     "thresholds, how many keys were tried as you declare it (not verified), "
-                                     "package version, a digest; never the key) goes into the regime "
-                                     "with `chainmark regime --certificate`, where `chainmark detect --regime` "
-                                     "checks it.",
+                         description="Audit a key before deploying it: score a corpus of text that was not written "
+                                     "with the key (by default the corpus the book's lab offers when it is "
+                                     "installed: its reference null, 1,200 texts of the embedded model, and windows "
+                                     "of the Python Language Reference's prose) under this key with the z-test, "
+                                     "distinct pairs and the exact test, and report each test's false-positive rate "
+                                     "over documents with its 95% interval and one-sided 95% upper bound, the "
+                                     "threshold that would hold alpha on this corpus, and a verdict for the test "
+                                     "you will deploy: PASS when the upper bound is at or below alpha (which needs "
+                                     "at least 299 documents at alpha = 1%), FAIL when the lower bound lies above "
+                                     "it, INCONCLUSIVE otherwise. The exact test's size is at most alpha for every "
+                                     "text over a random key; this audit measures the one key you deploy. The "
+                                     "certificate (JSON: key fingerprint, tokenizer fingerprint, S, topology, the "
+                                     "corpus's size and fingerprint, which covers its texts and how they are "
+                                     "grouped into documents, that grouping in words, rates, thresholds, how many "
+                                     "keys were tried as you declare it (not verified), package version, a digest; "
+                                     "never the key) goes into the regime with `chainmark regime --certificate`, "
+                                     "where `chainmark detect --regime` checks it.",
                          epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
                                 "not (the certificate is written either way), 2 a usage error.\n"
                                 "examples:\n  chainmark key audit --key-file acme.key --S 5 --out acme.audit.json\n"
@@ -64,8 +62,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "default corpus: .txt files (each file one document) or .jsonl files (each non-blank line "
                     "one document, its text in --text-field)")
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
-    ka.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES, metavar="N",
-                    help="refuse corpus files larger than N bytes in all")
+    ka.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES,
+                    metavar="N", help="refuse corpus files larger than N bytes in all")
     ka.add_argument("--keys-tried", type=int_in(1, 10**9), default=1, metavar="N",
                     help="how many keys were tried before choosing this one (default 1); with more than one, "
                          "--selected-on must name the other corpus they were compared on. The certificate "
@@ -90,30 +88,34 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, str, l
     and each text's document. The caller's files: each .jsonl line, and each other file, is one document;
     the book's default corpus: each reply of the reference null is one, the windows of one Language
     Reference topic together are one."""
-    if args.corpus:
-        texts: list[str] = []
-        left = args.max_bytes  # the limit holds for the corpus as a whole
-        for path in args.corpus:
-            content = read_input(path, f"corpus file {path}", left, too_large=" (the corpus exceeds --max-bytes)")
-            left -= len(content.encode("utf-8"))
-            if Path(path).suffix == ".jsonl":
-                for number, line in enumerate(content.split("\n"), 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise UsageError(f"{path}, line {number}: not JSON ({exc.msg})") from None
-                    text = row.get(args.text_field) if isinstance(row, dict) else None
-                    if not isinstance(text, str):
-                        raise UsageError(f"{path}, line {number}: no text field {args.text_field!r}")
-                    texts.append(text)
-            else:
-                texts.append(content)
-        name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
-        return name, _files_grouping(args.corpus, args.text_field), \
-            [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], [f"text {i}" for i in range(len(texts))]
-    return _default_corpus(tokenizer)
+    if not args.corpus:
+        return _default_corpus(tokenizer)
+    texts: list[str] = []
+    left = args.max_bytes  # the limit holds for the corpus as a whole
+    for path in args.corpus:
+        content = read_input(path, f"corpus file {path}", left, too_large=" (the corpus exceeds --max-bytes)")
+        left -= len(content.encode("utf-8"))
+        texts += _jsonl_texts(path, content, args.text_field) if Path(path).suffix == ".jsonl" else [content]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
+    return name, _files_grouping(args.corpus, args.text_field), ids, [f"text {i}" for i in range(len(texts))]
+
+
+def _jsonl_texts(path: str, content: str, text_field: str) -> list[str]:
+    """The texts of a .jsonl corpus file: each non-blank line's ``text_field``."""
+    texts = []
+    for number, line in enumerate(content.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}, line {number}: not JSON ({exc.msg})") from None
+        text = row.get(text_field) if isinstance(row, dict) else None
+        if not isinstance(text, str):
+            raise UsageError(f"{path}, line {number}: no text field {text_field!r}")
+        texts.append(text)
+    return texts
 
 
 #: The entry-point group where an installed package offers a default corpus for ``key audit`` (the book's lab
@@ -164,8 +166,8 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
                          selection=KeySelection(args.keys_tried, args.selected_on))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    cert = {**cert, "tokenizer": tokenizer_label(args.tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
-            "package_version": __version__}
+    cert = {**cert, "tokenizer": tokenizer_label(args.tokenizer),
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer), "package_version": __version__}
     cert["corpus"] = {"name": name, **cert["corpus"]}
     cert = seal(cert)
     text = json.dumps(cert, indent=2, allow_nan=False)

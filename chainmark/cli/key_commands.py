@@ -19,7 +19,6 @@ __all__ = ["add_commands"]
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``keygen`` and ``regime`` with their options."""
     fmt = argparse.RawDescriptionHelpFormatter
-    # keygen ---------------------------------------------------------------
     k = subparsers.add_parser(
         "keygen", help="write a fresh (or derived) key file, mode 0600",
         description="Write a 32-byte key to a new file with permissions 0600 and print "
@@ -32,8 +31,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    "instead of drawing a random one")
     k.add_argument("--context", help="deployment context for --from-master, e.g. 'acme-chat/2026-Q3'")
     k.set_defaults(func=_cmd_keygen)
-
-    # regime ---------------------------------------------------------------
     g = subparsers.add_parser(
         "regime", help="write the public detection regime (JSON, no key)",
         description="Write the detection regime a deployer publishes: S, topology, "
@@ -42,7 +39,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                "  chainmark regime --key-file acme.key --S 5 --alpha 0.01 --threshold 2.71 "
                "--n-min 200 --rho 0.5",
         formatter_class=fmt)
-    g.add_argument("--key-file", metavar="KEY", help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
+    g.add_argument("--key-file", metavar="KEY",
+                   help="the deployment key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
     g.add_argument("--S", type=int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
     g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
     g.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True)
@@ -144,9 +142,8 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                         key_audit=read_certificate(args.certificate) if args.certificate else None,
                         trades_fpr_for_power=True if args.trades_fpr_for_power else None)
         doc = regime_document(key, regime, tokenizer)
-    except ValueError as exc:  # the options do not fit together (e.g. soft_cycle with S = 2)
+    except ValueError as exc:  # the options do not fit together (soft_cycle with S = 2, another key's certificate)
         raise UsageError(str(exc)) from None
-    Regime.from_document(doc).check_certificate(key, tokenizer)  # the certificate is this key's, S's, ...
     text = json.dumps(doc, indent=2, allow_nan=False)
     if args.out:
         create_file(out_path(args.out, "regime"), text + "\n")
