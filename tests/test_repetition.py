@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from chainmark.auditor import repetition
 from chainmark.auditor.repetition import null_fpr, pair_counts, repetition_warning, text_null
 from chainmark.topology import Topology, cycle_topology
 
@@ -112,19 +113,25 @@ def test_self_pairs_and_reversed_pairs_follow_the_topology():
     assert text_null([1, 2, 3], cycle_topology(7, 3)).mean == pytest.approx(2 * 3 / 7)
 
 
-def test_a_long_texts_null_keeps_its_largest_groups_exact_and_the_rest_normal():
+def test_a_long_texts_null_keeps_its_largest_groups_exact_and_the_rest_normal(monkeypatch):
     # forced onto the long-text path, the repetitive texts' rates stay within simulation error
     topo = Topology.clockwork(5)
+
+    def long_path_null(ids: np.ndarray):
+        with monkeypatch.context() as patch:
+            patch.setattr(repetition, "_EXACT_UP_TO", 10)
+            return text_null(ids, topo)
+
     for name, ids in repetitive_texts().items():
         exact = text_null(ids, topo)
-        long_path = text_null(ids, topo, exact_up_to=10)
+        long_path = long_path_null(ids)
         assert long_path.pmf is None and long_path.variance == exact.variance and long_path.mean == exact.mean
         rate, _, _ = simulate(ids, topo)
         predicted = null_fpr(long_path, topo.p0, Z_ALPHA)
         se = math.sqrt(max(predicted * (1 - predicted), 1e-4) / B)
         assert abs(predicted - rate) <= 4 * se, (name, predicted, rate, null_fpr(exact, topo.p0, Z_ALPHA))
     # no repeats: the normal rest alone, close to the binomial tail
-    plain = text_null(np.arange(5000), topo, exact_up_to=10)
+    plain = long_path_null(np.arange(5000))
     assert null_fpr(plain, 0.2, Z_ALPHA) == pytest.approx(null_fpr(text_null(np.arange(5000), topo), 0.2, Z_ALPHA),
                                                            abs=0.003)
 

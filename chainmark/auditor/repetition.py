@@ -1,28 +1,23 @@
 """What a text's repeats do to the null: the legal count's exact moments over a random key, and the warning.
 
-Under the null a key is a uniformly random state assignment: every distinct
-token gets a state, independent and uniform over S. A transition's legality
-is a function of its token pair, so a text that repeats a pair m times
-repeats that pair's legality m times, and a pair and its reverse (a -> b,
-b -> a) are tied together by the topology. From the text's pair
-multiplicities the legal count C of the z-test (every transition) or of the
-distinct-pair test (each pair once) has, for a k-regular topology T over S
-states with p0 = k/S, d = trace(T)/S and R = sum(T * T') / S^2,
+Under the null a key is a uniformly random state assignment: every distinct token gets a state, independent and
+uniform over S. A transition's legality is a function of its token pair, so a text that repeats a pair m times
+repeats that pair's legality m times, and a pair and its reverse (a -> b, b -> a) are tied together by the
+topology. From the text's pair multiplicities the legal count C of the z-test (every transition) or of the
+distinct-pair test (each pair once) has, for a k-regular topology T over S states with p0 = k/S, d = trace(T)/S
+and R = sum(T * T') / S^2,
 
     E[C]   = p0 * sum_{a != b} m_ab + d * sum_a m_aa,
     Var[C] = p0 (1 - p0) sum_{a != b} m_ab^2 + d (1 - d) sum_a m_aa^2
              + 2 (R - p0^2) sum_{a < b} m_ab m_ba,
 
-exactly: with row and column regularity, two pairs that share one token are
-uncorrelated (the paper's null-variance lemma, token by token), so only a
-pair with itself and with its reverse covary (:func:`text_null`). The
-nominal z-test assumes Var[C] = p0 (1 - p0) n. The false-positive rate at a
-threshold follows from the distribution of C with every pair group (a pair
-and its reverse) independent of the others: exact when the text's token
-graph has no cycle, and equal to the truth in mean and variance always
-(:func:`null_fpr`); :func:`repetition_warning` speaks when it lies above
-2 alpha. The exact test needs none of this: its count is Binomial(m, p0) for
-every text.
+exactly: with row and column regularity, two pairs that share one token are uncorrelated (the paper's
+null-variance lemma, token by token), so only a pair with itself and with its reverse covary (:func:`text_null`).
+The nominal z-test assumes Var[C] = p0 (1 - p0) n. The false-positive rate at a threshold follows from the
+distribution of C with every pair group (a pair and its reverse) independent of the others: exact when the text's
+token graph has no cycle, and equal to the truth in mean and variance always (:func:`null_fpr`);
+:func:`repetition_warning` speaks when it lies above 2 alpha. The exact test needs none of this: its count is
+Binomial(m, p0) for every text.
 """
 from __future__ import annotations
 
@@ -102,27 +97,20 @@ def _topology_constants(topology: Topology) -> tuple[float, float, float]:
     return topology.p0, float(np.trace(m)) / S, float((m * m.T).sum()) / S**2
 
 
-def text_null(ids: Any, topology: Topology, test: str = "z", exact_up_to: int | None = None) -> TextNull:
-    """The null of one text's legal count under a uniformly random key, for the z or the distinct test.
-
-    ``test="z"`` scores every transition (a pair repeated m times counts m
-    times); ``"distinct"`` each distinct pair once.
-    """
-    return pair_null(*pair_counts(ids), topology, test, exact_up_to)
+def text_null(ids: Any, topology: Topology, test: str = "z") -> TextNull:
+    """The null of one text's legal count under a uniformly random key, for the z test (every transition: a pair
+    repeated m times counts m times) or the distinct test (each distinct pair once)."""
+    return pair_null(*pair_counts(ids), topology, test)
 
 
-def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, test: str = "z",
-              exact_up_to: int | None = None) -> TextNull:
+def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, test: str = "z") -> TextNull:
     """:func:`text_null` from the text's distinct pairs (a, b) and their multiplicities m (:func:`pair_counts`,
     or a streaming detector's): any labelling of the tokens will do, the pairs' pattern is what counts.
 
-    The distribution is convolved exactly (pair groups independent) up to
-    ``exact_up_to`` scored transitions (:data:`_EXACT_UP_TO`); past that, so
-    that memory does not grow with the text, the :data:`_LARGEST_GROUPS`
-    groups of largest multiplicity are kept exact and the rest is taken as
-    normal with its exact mean and variance.
+    The distribution is convolved exactly (pair groups independent) up to :data:`_EXACT_UP_TO` scored transitions;
+    past that, so that memory does not grow with the text, the :data:`_LARGEST_GROUPS` groups of largest
+    multiplicity are kept exact and the rest is taken as normal with its exact mean and variance.
     """
-    exact_up_to = _EXACT_UP_TO if exact_up_to is None else exact_up_to
     if test not in ("z", "distinct"):
         raise ValueError(f"test must be 'z' or 'distinct' (the exact test's null is Binomial(m, p0) for every "
                          f"text), got {test!r}")
@@ -150,19 +138,24 @@ def pair_null(a: np.ndarray, b: np.ndarray, m: np.ndarray, topology: Topology, t
     variance = (p0 * (1 - p0) * float((m_fw**2).sum() + (m_bw**2).sum()) + d * (1 - d) * float((m_self**2).sum())
                 + 2.0 * (R - p0 * p0) * float((m_fw * m_bw).sum()))
     variance = max(variance, 0.0)
-    if n <= exact_up_to:
+    if n <= _EXACT_UP_TO:
         return TextNull(n, mean, variance, p0 * (1 - p0) * n, _distribution(n, p0, d, R, m_fw, m_bw, m_self))
     values, probs, big_mean, big_variance = _largest_groups(p0, d, R, m_fw, m_bw, m_self)
     return TextNull(n, mean, variance, p0 * (1 - p0) * n, None, values, probs, mean - big_mean,
                     max(variance - big_variance, 0.0))
 
 
+def _lone_pairs(m_fw: np.ndarray, m_bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which groups hold a pair and its reverse, and the multiplicities of the pairs whose reverse is absent."""
+    both = (m_fw > 0) & (m_bw > 0)
+    return both, np.concatenate([m_fw[~both & (m_fw > 0)], m_bw[~both & (m_bw > 0)]])
+
+
 def _largest_groups(p0: float, d: float, R: float, m_fw: np.ndarray, m_bw: np.ndarray,
                     m_self: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
     """The joint distribution of the :data:`_LARGEST_GROUPS` groups of largest multiplicity (values, probabilities)
     and their mean and variance: on a long text these are the ones a normal curve would misdescribe."""
-    both = (m_fw > 0) & (m_bw > 0)
-    lone = np.concatenate([m_fw[~both & (m_fw > 0)], m_bw[~both & (m_bw > 0)]])
+    both, lone = _lone_pairs(m_fw, m_bw)
     items: list[tuple[int, np.ndarray, np.ndarray]] = [(int(m), np.array([0, m]), np.array([1 - p0, p0]))
                                                        for m in np.sort(lone)[-_LARGEST_GROUPS:]]
     if d > 0:
@@ -195,8 +188,7 @@ def _distribution(n: int, p0: float, d: float, R: float, m_fw: np.ndarray, m_bw:
     (those of equal m together: m Binomial(g, p0)); a pair and its reverse add (m_ab, m_ba), (m_ab, 0), (0, m_ba)
     or nothing with probabilities R, p0 - R, p0 - R, 1 - 2 p0 + R; a self pair m Bernoulli(d)."""
     parts: list[np.ndarray] = []
-    both = (m_fw > 0) & (m_bw > 0)
-    lone = np.concatenate([m_fw[~both & (m_fw > 0)], m_bw[~both & (m_bw > 0)]])
+    both, lone = _lone_pairs(m_fw, m_bw)
     for mult, count in zip(*np.unique(lone, return_counts=True)):
         parts.append(_scaled(binom.pmf(np.arange(count + 1), count, p0), int(mult)))
     for mult, count in zip(*np.unique(m_self, return_counts=True)):
@@ -273,13 +265,12 @@ def null_fpr(null: TextNull, p0: float, threshold: float) -> float:
 
 def repetition_warning(null: TextNull | None, share: float, n_transitions: int, n_scored: int, test: str,
                        threshold: float, alpha: float, p0: float) -> tuple[str | None, float | None]:
-    """What a text's repeats do to the test applied to it: a warning (None when nothing worth saying) and
-    the false-positive rate over random keys the text's own null gives at ``threshold`` (None for the
-    exact test, whose size is at most alpha for every text over a random key).
+    """What a text's repeats do to the test applied to it: a warning (None when nothing worth saying) and the
+    false-positive rate over random keys the text's own null gives at ``threshold`` (None for the exact test,
+    whose size is at most alpha for every text over a random key).
 
-    For the z and distinct tests the warning fires when that rate exceeds
-    :data:`_WARN_FACTOR` alpha. For the exact and distinct tests on a text
-    that is mostly repeats it says how little was scored instead.
+    For the z and distinct tests the warning fires when that rate exceeds :data:`_WARN_FACTOR` alpha; for the
+    exact and distinct tests on a text that is mostly repeats it says how little was scored instead.
     """
     alpha = check_alpha(alpha)
     rate = None if test == "exact" or null is None else null_fpr(null, p0, threshold)

@@ -15,7 +15,6 @@ __all__ = ["add_commands"]
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``audit`` with its options."""
-    fmt = argparse.RawDescriptionHelpFormatter
     au = subparsers.add_parser(
         "audit", help="audit a corpus: one row per document, q-values, on one process or Dask",
         description="Score every document of a corpus (a JSON Lines file, a Parquet file or folder, "
@@ -35,8 +34,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                "use a TLS-secured scheduler (tls://) when the cluster is not on this machine.\n"
                "exit codes: 0 done, 2 a usage error (bad option, unreadable corpus, a document that is "
                "not text, a missing field), 130 interrupted (run the same command again to resume).",
-        formatter_class=fmt)
-    au.add_argument("source", metavar="CORPUS", help="a .jsonl file, a .parquet file or folder, or a folder of .txt files")
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    au.add_argument("source", metavar="CORPUS",
+                    help="a .jsonl file, a .parquet file or folder, or a folder of .txt files")
     au.add_argument("--out", required=True, metavar="FILE", help="the results: FILE.parquet or FILE.jsonl (never "
                     "overwritten)")
     au.add_argument("--key-file", metavar="KEY", help="the key (default: $CHAINMARK_KEY_FILE, $CHAINMARK_KEY)")
