@@ -43,13 +43,11 @@ The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``chainmark`` argument parser: the program's own options, and each command group's subcommands."""
-    fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="chainmark",
-        description="Audit text for the ChainMark watermark with a key and a tokenizer.",
-        epilog=_EPILOG, formatter_class=fmt)
     from .. import __version__
 
+    parser = argparse.ArgumentParser(prog="chainmark", epilog=_EPILOG,
+                                     description="Audit text for the ChainMark watermark with a key and a tokenizer.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"chainmark {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for group in _COMMAND_GROUPS:
@@ -89,7 +87,7 @@ def _exit_130_on_interrupt() -> Any:
 def _interrupted(signum: int, frame: Any) -> None:
     """Ctrl-C: one line on stderr, then exit 130 at once, wherever the signal lands (a KeyboardInterrupt raised
     inside an import or a library could turn into an error of its own, exit 3)."""
-    name = {signal.SIGINT: "interrupted"}.get(signum) or f"stopped by {signal.Signals(signum).name}"
+    name = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     try:
         sys.stdout.flush()
         sys.stderr.write(f"chainmark: {name}; nothing more was written\n")

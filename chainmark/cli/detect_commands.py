@@ -119,11 +119,9 @@ examples:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``detect``, ``calibrate`` and ``recalibrate`` with their options."""
     fmt = argparse.RawDescriptionHelpFormatter
-    d = subparsers.add_parser(
-        "detect", help="score text files for the watermark",
-        description="Score each input for the ChainMark watermark: tokens scored, "
-                    "phi, z, p-value and the decision.",
-        epilog=_DETECT_EPILOG, formatter_class=fmt)
+    d = subparsers.add_parser("detect", help="score text files for the watermark", epilog=_DETECT_EPILOG,
+                              description="Score each input for the ChainMark watermark: tokens scored, phi, z, "
+                                          "p-value and the decision.", formatter_class=fmt)
     d.add_argument("inputs", nargs="+", metavar="FILE", help="text files to audit; '-' reads standard input")
     d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
                    "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
@@ -149,9 +147,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "test); distinct: each distinct pair once, valid on text without repeated tokens")
     d.add_argument("--certificate", metavar="FILE.json", help="check this key-audit certificate (chainmark key "
                    "audit) against the key, tokenizer, S and topology first (exit 2 when it does not fit)")
-    d.add_argument("--min-tokens", type=int_at_least(0), metavar="N",
-                   help="report texts shorter than N tokens as 'too short' instead of deciding "
-                        "(default: the regime's n_min, else 0)")
+    d.add_argument("--min-tokens", type=int_at_least(0), metavar="N", help="report texts shorter than N tokens as "
+                   "'too short' instead of deciding (default: the regime's n_min, else 0)")
     d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
                    "included (default utf-8)")
     d.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_TEXT_BYTES, metavar="N",
@@ -178,30 +175,25 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                         "over a random key; a fixed seed keeps that only on average over seeds)")
     d.set_defaults(func=_cmd_detect)
 
-    c = subparsers.add_parser(
-        "calibrate", help="S* from the targets (n, rho, alpha)",
-        description="The smallest state count S* that detects watermarked text of n "
-                    "tokens with budget rho at level alpha (midpoint rule), and the "
-                    "z-score it predicts.",
-        epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
-               "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json",
-        formatter_class=fmt)
+    c = subparsers.add_parser("calibrate", help="S* from the targets (n, rho, alpha)", formatter_class=fmt,
+                              description="The smallest state count S* that detects watermarked text of n tokens "
+                                          "with budget rho at level alpha (midpoint rule), and the z-score it "
+                                          "predicts.",
+                              epilog="examples:\n  chainmark calibrate --n 200 --rho 0.5 --alpha 0.01\n"
+                                     "  chainmark calibrate --n 50 --rho 0.25 --alpha 0.001 --k 2 --json")
     c.add_argument("--n", type=int_at_least(2), required=True, help="minimum text length in tokens (>= 2)")
     c.add_argument("--rho", type=float_in(0.0, 1.0, closed="right"), required=True,
                    help="watermark budget: share of gated positions, in (0, 1] (with none gated "
                         "there is no watermark to detect)")
     c.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
-    c.add_argument("--k", type=int_in(1, MAX_STATES - 1), default=1,
-                   help="successors per state (default 1: clockwork)")
+    c.add_argument("--k", type=int_in(1, MAX_STATES - 1), default=1, help="successors per state (default 1: clockwork)")
     c.add_argument("--json", action="store_true", help="print a JSON object")
     c.set_defaults(func=_cmd_calibrate)
 
-    r = subparsers.add_parser(
-        "recalibrate", help="operating threshold from a null corpus",
-        description="The operating z threshold z* from the z-scores of unwatermarked "
-                    "texts of the deployment's domain.",
-        epilog=_RECAL_EPILOG, formatter_class=fmt)
+    r = subparsers.add_parser("recalibrate", help="operating threshold from a null corpus", epilog=_RECAL_EPILOG,
+                              description="The operating z threshold z* from the z-scores of unwatermarked texts of "
+                                          "the deployment's domain.", formatter_class=fmt)
     r.add_argument("--null", required=True, metavar="FILE.jsonl", help="null z-scores as JSON lines ('-': stdin)")
     r.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True,
                    help="target false-positive rate in (0, 1)")
@@ -416,12 +408,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError(f"--k must be smaller than S* = {s_star}, got {args.k}")
     z_a = float(cal.z_alpha(args.alpha))
     z_pred = float(cal.predicted_z(args.n, args.rho, s_star, k=args.k))
-    out = {
-        "n": args.n, "rho": args.rho, "alpha": args.alpha, "k": args.k,
-        "z_alpha": z_a, "S_star": s_star, "predicted_z": z_pred,
-        "midpoint_threshold": float(cal.midpoint_threshold(args.rho, s_star, k=args.k)),
-        "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k)),
-    }
+    out = {"n": args.n, "rho": args.rho, "alpha": args.alpha, "k": args.k, "z_alpha": z_a, "S_star": s_star,
+           "predicted_z": z_pred, "midpoint_threshold": float(cal.midpoint_threshold(args.rho, s_star, k=args.k)),
+           "hoeffding_fpr_bound": float(cal.hoeffding_fpr_bound(args.n, args.rho, s_star, k=args.k))}
     if args.json:
         print(json.dumps(out, allow_nan=False))
         return EXIT_OK
@@ -470,12 +459,9 @@ def _cmd_recalibrate(args: argparse.Namespace) -> int:
             threshold = float(cal.recalibrate(z, args.alpha, method=args.method))
         except ValueError as exc:  # too few null texts for alpha, or no spread
             raise UsageError(f"{label}: {exc}") from None
-        out = {
-            "alpha": args.alpha, "method": args.method, "n_null": int(z.size),
-            "null_mean": float(z.mean()), "null_sd": float(z.std(ddof=1)),
-            "z_alpha": z_a, "threshold": threshold,
-            "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold)),
-        }
+        out = {"alpha": args.alpha, "method": args.method, "n_null": int(z.size), "null_mean": float(z.mean()),
+               "null_sd": float(z.std(ddof=1)), "z_alpha": z_a, "threshold": threshold,
+               "fpr_at_z_alpha": float(np.mean(z > z_a)), "fpr_at_threshold": float(np.mean(z > threshold))}
     overflow = [name for name, value in out.items() if isinstance(value, float) and not math.isfinite(value)]
     if overflow:
         raise UsageError(f"{label}: the z-scores are too large to summarise ({', '.join(overflow)} overflow); "

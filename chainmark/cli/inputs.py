@@ -107,11 +107,8 @@ class TextInput:
                 raise UsageError(f"{self.label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
             return
         self.spool = tempfile.SpooledTemporaryFile(max_size=8 << 20)
-        size = 0
-        while block := raw.read(1 << 20):
-            size += len(block)
-            if size > max_bytes:
-                raise UsageError(f"{self.label} is larger than {max_bytes} bytes (raise the limit with --max-bytes)")
+        bounded = _Bounded(raw, max_bytes, self.label)
+        while block := bounded.read(1 << 20):
             self.spool.write(block)
 
     def chunks(self, max_bytes: int) -> Iterable[str]:
@@ -120,17 +117,16 @@ class TextInput:
 
         if self.text is not None:
             yield self.text
-            return
-        if self.spool is not None:
+        elif self.spool is not None:
             self.spool.seek(0)
             yield from decoded_chunks(self.spool, self.encoding)
-            return
-        with open(self.source, "rb") as fh:
-            yield from decoded_chunks(_Bounded(fh, max_bytes, self.label), self.encoding)
+        else:
+            with open(self.source, "rb") as fh:
+                yield from decoded_chunks(_Bounded(fh, max_bytes, self.label), self.encoding)
 
 
 class _Bounded:
-    """A binary file that refuses to yield more than ``max_bytes`` (a file growing while it is read)."""
+    """A binary file that refuses to yield more than ``max_bytes`` (standard input, a file growing while read)."""
 
     def __init__(self, fh: Any, max_bytes: int, label: str):
         self.fh, self.left, self.max_bytes, self.label = fh, max_bytes, max_bytes, label
@@ -192,9 +188,9 @@ def read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
     return inputs
 
 
-def read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8", stdin: TextIO | None = None,
-               too_large: str = " (raise the limit with --max-bytes)", not_text: str = "") -> str:
-    """A file (or standard input for '-') as text: at most ``max_bytes`` bytes, decoded with ``encoding``.
+def read_input(source: str, label: str, max_bytes: int, too_large: str = " (raise the limit with --max-bytes)",
+               not_text: str = "") -> str:
+    """A file (or standard input for '-') as UTF-8 text of at most ``max_bytes`` bytes.
 
     Every problem is a :class:`UsageError` naming ``label``; a decoding error gives the byte offset, never the
     bytes (a key file passed by mistake must not be echoed).
@@ -202,15 +198,15 @@ def read_input(source: str, label: str, max_bytes: int, encoding: str = "UTF-8",
     if source == "":
         raise UsageError("an empty file name was given (an empty argument, e.g. an unset shell variable)")
     try:
-        data = _read_stdin(stdin or sys.stdin, max_bytes) if source == "-" else _read_file(source, max_bytes)
+        data = _read_stdin(max_bytes) if source == "-" else _read_file(source, max_bytes)
     except OSError as exc:
         raise _unreadable(exc, label) from None
     if len(data) > max_bytes:
         raise UsageError(f"{label} is larger than {max_bytes} bytes{too_large}")
     try:
-        return data if isinstance(data, str) else data.decode(encoding)
+        return data if isinstance(data, str) else data.decode("UTF-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{label} is not {encoding} text (byte offset {exc.start}){not_text}") from None
+        raise UsageError(f"{label} is not UTF-8 text (byte offset {exc.start}){not_text}") from None
 
 
 def _read_file(path: str, max_bytes: int) -> bytes:
@@ -220,10 +216,10 @@ def _read_file(path: str, max_bytes: int) -> bytes:
         return fh.read(max_bytes + 1)
 
 
-def _read_stdin(stdin: TextIO, max_bytes: int) -> bytes | str:
-    """Standard input as bytes (so that --encoding applies); an in-memory text stream as its text."""
-    raw = getattr(stdin, "buffer", None)
-    return raw.read(max_bytes + 1) if raw is not None else stdin.read(max_bytes + 1)
+def _read_stdin(max_bytes: int) -> bytes | str:
+    """At most ``max_bytes + 1`` bytes of standard input; an in-memory text stream's text."""
+    raw = getattr(sys.stdin, "buffer", None)
+    return (sys.stdin if raw is None else raw).read(max_bytes + 1)
 
 
 def load_regime(path: str) -> dict[str, Any]:
