@@ -9,7 +9,7 @@ import sys
 from typing import Any, Iterable, Sequence, TextIO
 
 from ..auditor.regime import Regime, parse_regime_text, published_regime_problems
-from ..limits import DEFAULT_MAX_TEXT_BYTES, MAX_REGIME_BYTES
+from ..limits import MAX_REGIME_BYTES
 from .common import UsageError, warn
 
 __all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "named_test", "read_certificate",
@@ -162,8 +162,7 @@ def _regular_size(path: str) -> int:
     return info.st_size
 
 
-def read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO,
-                max_bytes: int = DEFAULT_MAX_TEXT_BYTES) -> list[TextInput]:
+def read_inputs(paths: Sequence[str], encoding: str, stdin: TextIO, max_bytes: int) -> list[TextInput]:
     """Check every input first (each is read once through); collect every problem, then fail once."""
     import codecs
 
