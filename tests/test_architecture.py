@@ -282,8 +282,9 @@ def test_the_method_is_at_most_twelve_modules_of_at_most_3000_lines():
     assert len(lines) <= 12 and sum(lines.values()) <= 3000
 
 
-#: The page's bookkeeping (claims, glue, the run's banner): imported in a hidden cell, not the reader's API.
-BOOKKEEPING = {"claim", "claims_report", "glue", "banner"}
+#: The page's bookkeeping (claims, glue, the run's banner, the book's plot style): imported in a hidden cell, not
+#: the reader's API.
+BOOKKEEPING = {"claim", "claims_report", "glue", "banner", "set_theme"}
 HIDDEN = {"remove-cell", "remove-input"}
 
 
@@ -519,6 +520,20 @@ def test_no_page_uses_a_private_name():
     assert {page: names for page, names in private.items() if names} == {}
     names, found = page_names(ROOT / "book" / "04_embedding.ipynb")
     assert "chainmark.ChainMarkLogitsProcessor" in names and "cmlab.teaching.show_source" in names  # it sees names
+
+
+def test_every_page_shows_at_most_thirty_package_names():
+    """Issue 49: a page shows the method, not the whole toolbox: at most 30 names of ``chainmark`` and ``cmlab``
+    together in the cells the built page shows (``tools/page_names.py``)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from page_names import LIMIT, page_names
+    finally:
+        sys.path.pop(0)
+    counts = {nb.stem: len(page_names(nb, on_page=True)[0]) for nb in sorted((ROOT / "book").glob("*.ipynb"))}
+    print(counts)
+    assert LIMIT == 30 and len(counts) >= 20 and max(counts.values()) >= 20  # it counts real pages
+    assert {page: n for page, n in counts.items() if n > LIMIT} == {}
 
 
 def test_the_page_name_counter_sees_private_names(tmp_path):

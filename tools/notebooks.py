@@ -31,13 +31,14 @@ SETTINGS_SOURCE = """\
 # key_file="/content/drive/MyDrive/chainmark/key.bin", runs_dir="/content/drive/MyDrive/chainmark/runs".
 from cmlab.harness import use_settings
 
-use_settings(
+settings = use_settings(
     model=None,     # an instruction-tuned chat model (it needs a chat template): a Hub id such as
                     # "Qwen/Qwen2.5-1.5B-Instruct", or a local folder; None: the embedded SmolLM2-135M-Instruct
     scale=None,     # "smoke" or "full"; None: smoke on a CPU, full on a GPU
     key_file=None,  # a file holding your key (created if missing); None: the book's published teaching key
     runs_dir=None,  # where resumable runs keep their records; None: runs/ beside the book
-)"""
+)
+settings"""
 
 
 def release() -> str:
