@@ -11,6 +11,7 @@ import pytest
 from cmlab.comparison import adversary as D
 from cmlab.comparison import attacks as A
 from cmlab.comparison import rewrites as R
+from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from cmlab.harness.grids import simulate_watermarked_ids
 from chainmark.partition import state_table
@@ -19,6 +20,7 @@ from chainmark.topology import Topology
 KEY = b"attack-test-key"
 V = 49152  # the embedded model's logit width: a realistic, near-uniform partition
 S = 5
+CONFIG = ChainMarkConfig(KEY, S=S)  # what the keyed adversary holds: the key, S and the clockwork
 
 
 # --------------------------------------------------------------------------- helpers
@@ -525,14 +527,14 @@ def test_clean_reply():
 def test_keyed_scrub_and_forge_need_few_edits():
     wm = watermarked_sequences(1, 200, 0.5, seed=3)[0].tolist()
     assert detect(wm, KEY, S).z > 8
-    scrubbed = D.keyed_scrub(wm, KEY, V, S=S, target_z=2.326)
+    scrubbed = D.keyed_scrub(wm, CONFIG, V, target_z=2.326)
     assert detect(scrubbed, KEY, S).z < 2.326
     assert A.edit_fraction(wm, scrubbed) < 0.3  # far below what a blind attacker needs
     plain = np.random.default_rng(5).integers(0, V, size=200).tolist()
-    forged = D.keyed_forge(plain, KEY, V, S=S, target_z=4.0)
+    forged = D.keyed_forge(plain, CONFIG, V, target_z=4.0)
     assert detect(forged, KEY, S).z > 4.0
     assert A.edit_fraction(plain, forged) < 0.3
-    walk = D.random_walk_text(100, KEY, V, S=S)
+    walk = D.random_walk_text(100, CONFIG, V)
     assert detect(walk, KEY, S).phi == 1.0
 
 

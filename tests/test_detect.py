@@ -18,8 +18,10 @@ from scipy.stats import binom, norm
 from chainmark.detection import (DetectionResult, detect, detect_batch, detect_text, score_states,
                               valid_transitions)
 from chainmark.checks import check_alpha
+from chainmark.config import ChainMarkConfig
 from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
-from cmlab.comparison.lrdetect import gate_probabilities, llr_weights, lr_detect, simulate_llr_null, teacher_forced_signal
+from cmlab.comparison.lrdetect import (gate_probabilities, llr_weights, lr_detect, simulate_llr_null,
+                                       teacher_forced_signal)
 from chainmark.gates import Gate
 from chainmark.partition import state_table
 from chainmark.auditor.regime import Regime
@@ -559,15 +561,16 @@ def _synthetic_watermark(key, n, q_true, rng):
 def test_lr_detector_power_and_size():
     rng = np.random.default_rng(8)
     key, n, alpha = b"lr", 32, 0.05
+    config = ChainMarkConfig(key)
     g = (rng.random(n - 1) < 0.5).astype(float)  # which steps the gate opened
     q = np.minimum(g, 0.95)
     # watermarked: gated steps walk the cycle -> detected every time at this length
     for _ in range(20):
         ids = _synthetic_watermark(key, n, g, rng)
-        assert lr_detect(ids, key, q, alpha=alpha, n_null=2000).is_watermarked
+        assert lr_detect(ids, config, q, alpha=alpha, n_null=2000).is_watermarked
     # null: random ids, p-value is super-uniform (the +1 correction and ties only make it larger)
     trials = 400
-    hits = sum(lr_detect(rng.integers(0, VOCAB, n), key, q, alpha=alpha, n_null=2000, seed=i).is_watermarked
+    hits = sum(lr_detect(rng.integers(0, VOCAB, n), config, q, alpha=alpha, n_null=2000, seed=i).is_watermarked
                for i in range(trials))
     assert hits <= binom.ppf(0.999, trials, alpha)
 
@@ -579,19 +582,24 @@ def test_lr_detector_survives_an_illegal_gated_step():
     ids = _synthetic_watermark(key, 41, g, rng)
     ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], key, 5).valid_mask[0]
                    and not detect([t, ids[21]], key, 5).valid_mask[0])
-    res = lr_detect(ids, key, np.full(40, 0.95), n_null=2000)
+    res = lr_detect(ids, ChainMarkConfig(key), np.full(40, 0.95), n_null=2000)
     assert math.isfinite(res.llr) and res.n_valid == 38 and res.is_watermarked
 
 
 def test_lr_detect_edge_cases_and_errors():
     q = np.zeros(0)
-    res = lr_detect([5], b"k", q)
+    config = ChainMarkConfig(b"k")
+    res = lr_detect([5], config, q)
     assert res.p_value == 1.0 and not res.is_watermarked and res.n_transitions == 0
     json.dumps(res.to_dict())
     with pytest.raises(ValueError, match="gate_probs"):
-        lr_detect([1, 2, 3], b"k", [0.5])
+        lr_detect([1, 2, 3], config, [0.5])
     with pytest.raises(ValueError, match="n_null"):
-        lr_detect([1, 2, 3], b"k", [0.5, 0.5], n_null=10)
+        lr_detect([1, 2, 3], config, [0.5, 0.5], n_null=10)
+    with pytest.raises(TypeError, match=r"lr_detect takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
+        lr_detect([1, 2, 3], b"k", [0.5, 0.5])  # the key alone, as before the configuration carried it
+    with pytest.raises(TypeError, match="ChainMarkConfig and S"):
+        lr_detect([1, 2, 3], config, [0.5, 0.5], S=5)
 
 
 class FakeLM:
@@ -639,7 +647,6 @@ def test_teacher_forced_signal_alignment():
 
 @pytest.fixture(scope="module")
 def generations(model_and_tokenizer):
-    from chainmark.config import ChainMarkConfig
     from chainmark.embed import generate
 
     model, tok = model_and_tokenizer
@@ -676,7 +683,7 @@ def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_t
         prefix = tok(chat_prompt(tok, prompt), add_special_tokens=False)["input_ids"]
         sig = teacher_forced_signal(model, g.token_ids, "high_entropy", prefix_ids=prefix)
         assert np.allclose(sig, g.entropy, atol=2e-3)
-        res = lr_detect(g.token_ids, key, gate_probabilities(sig[1:], gate), n_null=5000)
+        res = lr_detect(g.token_ids, ChainMarkConfig(key), gate_probabilities(sig[1:], gate), n_null=5000)
         assert res.is_watermarked
 
 
@@ -702,7 +709,6 @@ def _generation(ids, config=None):
 
 
 def test_detect_takes_a_generation_in_place_of_ids_and_key():
-    from chainmark.config import ChainMarkConfig
 
     cfg = ChainMarkConfig(b"k" * 16, S=7, topology="soft_cycle")
     ids = walk_ids(b"k" * 16, 7, 60, np.random.default_rng(5), offsets=(1, 2))  # a soft-cycle walk
@@ -742,7 +748,7 @@ def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
     for name in ("n_transitions", "n_valid", "decision"):
         with pytest.raises(AttributeError):
             setattr(res, name, 0)
-    lr = lr_detect(np.arange(30), b"k", np.full(29, 0.3), n_null=200)
+    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), n_null=200)
     assert isinstance(lr, Verdict) and (lr.n_transitions, lr.n_valid) == (lr.n_scored, lr.n_hits)
     assert lr.n_scored == 29 and lr.phi == lr.n_hits / 29 and lr.decision == lr.is_watermarked
 
@@ -766,7 +772,7 @@ def test_to_dict_writes_the_published_forms():
         res.to_dict("nonsense")
     with pytest.raises(ValueError, match="regime"):
         res.to_dict("audit")
-    lr = lr_detect(np.arange(30), b"k", np.full(29, 0.3), n_null=200)
+    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), n_null=200)
     assert list(lr.to_dict()) == ["llr", "critical_value", "p_value", "z", "is_watermarked", "n_tokens",
                                   "n_transitions", "n_valid", "expected_gated", "p0", "alpha", "n_null"]
 
@@ -787,7 +793,6 @@ def test_detect_takes_the_configuration_it_was_generated_with():
     """detect(ids, config) reads key, S and topology from the configuration; giving them again is an error,
     and the regime published from it carries everything but the key."""
     from chainmark.auditor.regime import Regime
-    from chainmark.config import ChainMarkConfig
 
     key = b"k" * 32
     config = ChainMarkConfig(key, S=7, rho=0.5, topology="soft_cycle")

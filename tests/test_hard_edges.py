@@ -27,7 +27,9 @@ from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from cmlab.harness import runner as R
 from cmlab.harness import adapters as A
 from cmlab.harness import runs as RS
+from chainmark.config import ChainMarkConfig
 from chainmark.detection import _circulant_offsets, detect, detect_batch
+from chainmark.embed import Generation
 from cmlab.comparison.lrdetect import lr_detect
 from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
 from chainmark.keys import key_fingerprint
@@ -99,7 +101,7 @@ def test_1_detect_with_S_50000_exits_2_under_a_4_gb_memory_limit(tmp_path, key_f
 def test_1_every_entry_point_refuses_S_above_the_bound(capsys, tmp_path, key_file):
     ids = np.arange(50)
     for call in (lambda: detect(ids, KEY, S=MAX_STATES + 1),
-                 lambda: lr_detect(ids, KEY, np.zeros(49), S=MAX_STATES + 1)):
+                 lambda: lr_detect(ids, ChainMarkConfig(KEY, S=MAX_STATES + 1), np.zeros(49))):
         with pytest.raises(ValueError, match=f"at most {MAX_STATES}"):
             call()
     with pytest.raises(ValueError, match=rf'"S" must be an integer in \[2, {MAX_STATES}\]'):  # a regime to publish
@@ -214,7 +216,8 @@ def test_3_sequences_of_scalars_are_one_text():
 # ---------------------------------------------------------------------------
 class _Null(A.NoWatermark):
     def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
-        return [A.Output(p, [1], [5, 6, 7], "5 6 7", [0.0] * 3, [False] * 3) for p in prompts]
+        return [Generation(p, [5, 6, 7], "5 6 7", [0.0] * 3, [0.0] * 3, [False] * 3, [False] * 3, None, None, [1])
+                for p in prompts]
 
 
 class _Tok:

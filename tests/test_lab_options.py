@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from chainmark.config import ChainMarkConfig
 from chainmark.embed import Sampling
 from cmlab.comparison.fpr_recipes import RecipeFit, fpr_recipes
 from cmlab.comparison.lrdetect import SimulatedNull, lr_detect
@@ -20,6 +21,7 @@ from cmlab.teaching.playground import PLAYGROUND
 from test_records import _FakeModel, _fake_generate, _run, _strip
 
 KEY = b"lab-options-test-key-not-secret!"
+CONFIG = ChainMarkConfig(KEY)  # S = 5, the clockwork: what the lab's keyed wrappers take
 V = 500
 
 
@@ -85,15 +87,15 @@ def test_the_model_free_functions_take_their_options_either_way():
     rng = np.random.default_rng(0)
     ids = rng.integers(0, V, 60)
     q = np.full(59, 0.5)
-    assert lr_detect(ids, KEY, q, null=SimulatedNull(alpha=0.05, n_null=500, seed=3)).to_dict() == \
-        lr_detect(ids, KEY, q, alpha=0.05, n_null=500, seed=3).to_dict()
+    assert lr_detect(ids, CONFIG, q, null=SimulatedNull(alpha=0.05, n_null=500, seed=3)).to_dict() == \
+        lr_detect(ids, CONFIG, q, alpha=0.05, n_null=500, seed=3).to_dict()
     with pytest.raises(TypeError):
-        lr_detect(ids, KEY, q, n_nul=500)
+        lr_detect(ids, CONFIG, q, n_nul=500)
     null = [rng.integers(0, V, 40).tolist() for _ in range(240)]
     wm = E.simulate_watermarked_ids(4, 40, KEY, 5, 1.0, V, seed=1).tolist()
     groups = np.arange(240) // 2
-    assert fpr_recipes(null, groups, wm, KEY, fit=RecipeFit(alpha=0.05, vocab_size=V, seed=2)) == \
-        fpr_recipes(null, groups, wm, KEY, alpha=0.05, vocab_size=V, seed=2)
+    assert fpr_recipes(null, groups, wm, CONFIG, fit=RecipeFit(alpha=0.05, vocab_size=V, seed=2)) == \
+        fpr_recipes(null, groups, wm, CONFIG, alpha=0.05, vocab_size=V, seed=2)
     texts = E.simulate_watermarked_ids(4, 40, KEY, 5, 0.8, V, seed=3).tolist()
     sweep = E.AttackSweep(deltas=(0.0, 0.3), mc_trials=20, seed=5)
     assert json.dumps(E.robustness_grid(texts, KEY, 5, 0.8, V, sweep=sweep)) == \
@@ -111,12 +113,13 @@ def test_a_browser_block_inlines_its_assets_code():
 
 def test_a_one_text_example_takes_no_batch_size_and_the_lr_test_no_positional_vocabulary():
     """generate_example samples a batch of one: a batch_size is refused, not silently replaced; lr_detect's
-    arguments after the topology are keywords, so an old positional alpha cannot be read as a vocabulary."""
-    from chainmark import ChainMarkConfig, Gate
+    arguments after the gate probabilities are keywords, so an old positional S, topology or alpha cannot be read
+    as a vocabulary."""
+    from chainmark import Gate
 
     config = ChainMarkConfig(KEY, S=5, rho=0.5)
     gate = Gate.calibrate("high_entropy", 0.5, [0.1, 0.5, 1.0, 2.0])
     with pytest.raises(TypeError, match="batch_size"):
         E.generate_example(object(), object(), config, gate, "a prompt", batch_size=4)
-    with pytest.raises(TypeError):
-        lr_detect(np.arange(30), KEY, np.full(29, 0.3), 5, "clockwork", 0.01)
+    with pytest.raises(TypeError, match="positional"):
+        lr_detect(np.arange(30), config, np.full(29, 0.3), 5, "clockwork", 0.01)

@@ -30,6 +30,7 @@ from chainmark.topology import Topology, resolve_topology
 from cmlab.stats import lifted_threshold
 
 KEY = b"validation-key"
+CONFIG = ChainMarkConfig(KEY)  # what the lab's keyed wrappers take: the key with S = 5 and the clockwork
 IRREGULAR = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
 
 
@@ -127,13 +128,13 @@ CASES = [
     ("detect_batch floats", lambda: detect_batch(np.ones((2, 3)), KEY), TypeError, ["token_ids", "integers"]),
     ("detect_batch alpha", lambda: detect_batch([], KEY, alpha=0.0), ValueError, ["alpha", "(0, 1)"]),
     # ---- the one id normaliser, at every call site ----------------------------
-    ("lr_detect 2-D", lambda: lr_detect([[1, 2]], KEY, []), ValueError, ["token_ids", "one-dimensional"]),
-    ("lr_detect negative id", lambda: lr_detect([1, -2], KEY, [0.5]), ValueError, ["token_ids", "non-negative"]),
+    ("lr_detect 2-D", lambda: lr_detect([[1, 2]], CONFIG, []), ValueError, ["token_ids", "one-dimensional"]),
+    ("lr_detect negative id", lambda: lr_detect([1, -2], CONFIG, [0.5]), ValueError, ["token_ids", "non-negative"]),
     ("substitute 2-D", lambda: attacks.Substitution(0.5, 10).edit([[1, 2]]), ValueError,
      ["token_ids", "one-dimensional"]),
     ("substitute floats", lambda: attacks.Substitution(0.5, 10).edit([1.5, 2.0]), TypeError, ["token_ids", "integers"]),
     ("delete negative id", lambda: attacks.Deletion(0.5).edit([1, -2]), ValueError, ["token_ids", "non-negative"]),
-    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 100], KEY, 100), ValueError,
+    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 100], CONFIG, 100), ValueError,
      ["token_ids", "[0, 99]"]),
     ("kgw_detect negative id", lambda: baselines.kgw_detect([1, -2], baselines.KGWConfig(KEY), 100), ValueError,
      ["token_ids", "non-negative"]),
@@ -173,15 +174,25 @@ CASES = [
     # ---- attacks -----------------------------------------------------------
     ("n_edits n = -1", lambda: attacks.n_edits(0.5, -1), ValueError, ["n", ">= 0"]),
     ("n_edits n = 2.5", lambda: attacks.n_edits(0.5, 2.5), TypeError, ["n", "integer"]),
-    ("random_walk_text n = 0", lambda: adversary.random_walk_text(0, KEY, 100), ValueError, ["n", ">= 1"]),
-    ("random_walk_text n = -1", lambda: adversary.random_walk_text(-1, KEY, 100), ValueError, ["n", ">= 1"]),
-    ("random_walk_text n = 3.0", lambda: adversary.random_walk_text(3.0, KEY, 100), TypeError, ["n", ">= 1"]),
-    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 2, 150, 3], KEY, 100), ValueError,
+    ("random_walk_text n = 0", lambda: adversary.random_walk_text(0, CONFIG, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = -1", lambda: adversary.random_walk_text(-1, CONFIG, 100), ValueError, ["n", ">= 1"]),
+    ("random_walk_text n = 3.0", lambda: adversary.random_walk_text(3.0, CONFIG, 100), TypeError, ["n", ">= 1"]),
+    ("keyed_scrub id >= vocab", lambda: adversary.keyed_scrub([1, 2, 150, 3], CONFIG, 100), ValueError,
      ["token_ids", "[0, 99]", "150", "100"]),
-    ("keyed_forge id >= vocab", lambda: adversary.keyed_forge([1, 100], KEY, 100), ValueError,
+    ("keyed_forge id >= vocab", lambda: adversary.keyed_forge([1, 100], CONFIG, 100), ValueError,
      ["token_ids", "[0, 99]", "100"]),
+    ("keyed_scrub bare key", lambda: adversary.keyed_scrub([1, 2], KEY, 100), TypeError,
+     ["keyed_scrub takes one ChainMarkConfig", "pass ChainMarkConfig(key, S=", "got bytes"]),
+    ("keyed_forge loose S", lambda: adversary.keyed_forge([1, 2], CONFIG, 100, S=5), TypeError,
+     ["ChainMarkConfig and S"]),
+    ("random_walk_text bare key", lambda: adversary.random_walk_text(5, KEY, 100), TypeError,
+     ["random_walk_text takes one ChainMarkConfig", "got bytes"]),
+    ("lr_detect bare key", lambda: lr_detect([1, 2], KEY, [0.5]), TypeError,
+     ["lr_detect takes one ChainMarkConfig", "pass ChainMarkConfig(key, S=", "got bytes"]),
+    ("lr_detect loose topology", lambda: lr_detect([1, 2], CONFIG, [0.5], topology="clockwork"), TypeError,
+     ["ChainMarkConfig and topology"]),
     ("keyed_forge candidate >= vocab",
-     lambda: adversary.keyed_forge(list(range(20)), KEY, 100, candidates=lambda j: [500]), ValueError,
+     lambda: adversary.keyed_forge(list(range(20)), CONFIG, 100, candidates=lambda j: [500]), ValueError,
      ["candidates", "500", "vocab_size = 100"]),
     # ---- baselines ---------------------------------------------------------
     ("green_z gamma 0", lambda: baselines.green_z(5, 10, 0.0), ValueError, ["gamma", "(0, 1)"]),
@@ -240,12 +251,12 @@ def test_every_id_call_site_takes_tensors_and_numpy_scalars():
              tuple(np.array(ids, dtype=np.uint16))]
     kgw = baselines.KGWConfig(KEY)
     ref = (detect(ids, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(ids), attacks.Deletion(0.5).edit(ids),
-           adversary.keyed_scrub(ids, KEY, 100), baselines.kgw_detect(ids, kgw, 100).z,
-           lr_detect(ids, KEY, [0.5] * 7).llr)
+           adversary.keyed_scrub(ids, CONFIG, 100), baselines.kgw_detect(ids, kgw, 100).z,
+           lr_detect(ids, CONFIG, [0.5] * 7).llr)
     for form in forms:
         got = (detect(form, KEY).to_dict(), attacks.Substitution(0.5, 100).edit(form), attacks.Deletion(0.5).edit(form),
-               adversary.keyed_scrub(form, KEY, 100), baselines.kgw_detect(form, kgw, 100).z,
-               lr_detect(form, KEY, [0.5] * 7).llr)
+               adversary.keyed_scrub(form, CONFIG, 100), baselines.kgw_detect(form, kgw, 100).z,
+               lr_detect(form, CONFIG, [0.5] * 7).llr)
         assert got == ref, type(form)
         assert attacks.edit_fraction(form, ids) == 0.0
     assert detect_batch([forms[3], forms[4]], KEY)[1].to_dict() == ref[0]
@@ -343,8 +354,8 @@ def test_valid_edge_values_are_accepted():
     assert z_score(0.0, 0.2, 10) < 0 < z_score(1.0, 0.2, np.int64(10))
     assert p_value(math.inf) == 0.0 and p_value(-math.inf) == 1.0 and log_p_value(np.float64(0.0)) < 0
     assert attacks.n_edits(0.5, 0) == 0 and attacks.n_edits(0.5, np.int64(3)) == 2
-    assert len(adversary.random_walk_text(1, KEY, 100)) == 1
-    assert adversary.keyed_scrub([0, 99, 5], KEY, 100) is not None  # the last id of the vocabulary is fine
+    assert len(adversary.random_walk_text(1, CONFIG, 100)) == 1
+    assert adversary.keyed_scrub([0, 99, 5], CONFIG, 100) is not None  # the last id of the vocabulary is fine
     assert baselines.green_z(0, 0, 0.5) == 0.0
     assert baselines.green_z(10, 10, 0.5) == pytest.approx(math.sqrt(10))
     assert baselines.tail_p_values(10, 10)["binomial"] == pytest.approx(0.5 ** 10)

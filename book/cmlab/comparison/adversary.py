@@ -9,7 +9,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from chainmark.partition import Key, as_token_array, state_table
+from chainmark.config import ChainMarkConfig, takes_config
+from chainmark.partition import as_token_array, state_table
 from chainmark.checks import check_int, check_num_states
 from chainmark.topology import TopologyLike, resolve_topology
 from cmlab.comparison.attacks import ATTACK_SEED, SeedLike, check_delta, check_vocab_size, n_edits
@@ -140,18 +141,16 @@ def blind_substitution(states: Any, delta: float, S: int, seed: SeedLike = ATTAC
 # --------------------------------------------------------------------------- informed adversary
 
 
-def _valid_rows(key: Key, S: int, topology: TopologyLike, vocab_size: int):
-    topo = resolve_topology(topology, check_num_states(S))
-    return topo, state_table(key, vocab_size, topo.S)
+def _valid_rows(config: ChainMarkConfig, vocab_size: int):
+    return config.topo, state_table(config.key, vocab_size, config.S)
 
 
-def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: TopologyLike,
-                   vocab_size: int, want_valid: bool, target_z: float | None,
-                   candidates: Any, seed: SeedLike) -> list[int]:
+def _informed_edit(token_ids: Sequence[int], config: ChainMarkConfig, vocab_size: int, want_valid: bool,
+                   target_z: float | None, candidates: Any, seed: SeedLike) -> list[int]:
     from chainmark.detection import detect
 
     vocab_size = check_vocab_size(vocab_size)
-    topo, table = _valid_rows(key, S, topology, vocab_size)
+    topo, table = _valid_rows(config, vocab_size)
     ids = as_token_array(token_ids, vocab_size).copy()  # an id >= vocab_size has no state: ValueError
     n = ids.size
     if n < 2:
@@ -165,7 +164,7 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
     def done() -> bool:
         if target_z is None:
             return False
-        z = detect(ids.tolist(), key, topo.S, topo).z
+        z = detect(ids.tolist(), config).z
         return z < target_z if not want_valid else z > target_z
 
     # Visit the transitions in a random order so that the edits spread over the
@@ -207,11 +206,11 @@ def _informed_edit(token_ids: Sequence[int], key: Key, S: int, topology: Topolog
     return ids.tolist()
 
 
-def keyed_scrub(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
-                topology: TopologyLike = "clockwork", target_z: float | None = None,
+@takes_config()
+def keyed_scrub(token_ids: Sequence[int], config: ChainMarkConfig, vocab_size: int, target_z: float | None = None,
                 candidates: Callable[[int], Sequence[int]] | None = None,
                 seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """What an adversary WITH the key can do: break legal transitions on purpose.
+    """What an adversary WITH the key (``config``: its key, S and topology) can do: break legal transitions on purpose.
 
     Visiting the transitions in a random order (edits spread out, none next
     to another while that is possible, tokens sitting in two legal
@@ -225,11 +224,11 @@ def keyed_scrub(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
     ``[0, vocab_size)`` (the key's state table covers exactly those ids);
     one outside is a ``ValueError`` naming the id and ``vocab_size``.
     """
-    return _informed_edit(token_ids, key, S, topology, vocab_size, False, target_z, candidates, seed)
+    return _informed_edit(token_ids, config, vocab_size, False, target_z, candidates, seed)
 
 
-def keyed_forge(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
-                topology: TopologyLike = "clockwork", target_z: float | None = None,
+@takes_config()
+def keyed_forge(token_ids: Sequence[int], config: ChainMarkConfig, vocab_size: int, target_z: float | None = None,
                 candidates: Callable[[int], Sequence[int]] | None = None,
                 seed: SeedLike = ATTACK_SEED) -> list[int]:
     """The mirror image of :func:`keyed_scrub`: make illegal transitions legal.
@@ -237,18 +236,19 @@ def keyed_forge(token_ids: Sequence[int], key: Key, vocab_size: int, S: int = 5,
     Turns any text (a human's, another model's) into one the detector flags,
     i.e. a false attribution; stops once z > ``target_z`` if given.
     """
-    return _informed_edit(token_ids, key, S, topology, vocab_size, True, target_z, candidates, seed)
+    return _informed_edit(token_ids, config, vocab_size, True, target_z, candidates, seed)
 
 
-def random_walk_text(n: int, key: Key, vocab_size: int, S: int = 5,
-                     topology: TopologyLike = "clockwork", seed: SeedLike = ATTACK_SEED) -> list[int]:
-    """n random tokens that walk the cycle perfectly: a forgery from nothing but the key.
+@takes_config()
+def random_walk_text(n: int, config: ChainMarkConfig, vocab_size: int, seed: SeedLike = ATTACK_SEED) -> list[int]:
+    """n random tokens that walk the cycle perfectly: a forgery from nothing but the key (``config``: its key, S
+    and topology).
 
     ``n`` is the number of tokens, an integer >= 1 (one token has no
     transition yet; every further token makes one legal transition).
     """
     n = check_int(n, "n", 1)
-    topo, table = _valid_rows(key, S, topology, check_vocab_size(vocab_size))
+    topo, table = _valid_rows(config, check_vocab_size(vocab_size))
     rng = np.random.default_rng(seed)
     by_state = [np.flatnonzero(table == s) for s in range(topo.S)]
     out = [int(rng.integers(0, vocab_size))]

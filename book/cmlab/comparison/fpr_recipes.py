@@ -25,10 +25,11 @@ import numpy as np
 from chainmark.calibrate import min_null_samples, recalibrate, z_alpha
 from chainmark.auditor.rates import RateEstimate, rate_estimate
 from cmlab.stats import cluster_bootstrap_rate, lifted_threshold, split_halves
+from chainmark.config import ChainMarkConfig, takes_config
 from chainmark.detection import valid_transitions
 from chainmark.significance import z_score
 from chainmark.partition import states_of
-from chainmark.topology import Topology, resolve_topology
+from chainmark.topology import Topology
 
 #: The paper's table (3,000 null texts, 1,000 per model; TPR on its watermarked texts), in %.
 PAPER_FPR_RECIPES = {
@@ -140,10 +141,12 @@ class RecipeFitArgs(TypedDict, total=False):
     seed: int
 
 
+@takes_config()
 def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], wm_ids: Sequence[Sequence[int]],
-                key: bytes, S: int = 5, topology: Any = "clockwork", fit: RecipeFit | None = None,
+                config: ChainMarkConfig, fit: RecipeFit | None = None,
                 **overrides: Unpack[RecipeFitArgs]) -> list[RecipeResult]:
-    """Fit every recipe on half of a null corpus and judge it on the other half and on watermarked text.
+    """Fit every recipe on half of a null corpus and judge it on the other half and on watermarked text, all
+    scored under ``config`` (its key, S and topology, as :func:`~chainmark.detection.detect` reads them).
 
     ``null_groups`` gives each null text's group (its prompt): the split keeps a group
     whole, and the held-out FPR's interval resamples groups (:func:`~cmlab.stats.cluster_bootstrap_rate`).
@@ -157,7 +160,7 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
         raise ValueError(f"null_groups must give one group per null text: {len(null_groups)} for {len(null_ids)}")
     if not len(wm_ids):
         raise ValueError("wm_ids is empty: the TPR needs watermarked texts")
-    topo = resolve_topology(topology, S)
+    key, topo = config.key, config.topo
     groups = np.asarray([str(g) for g in null_groups])
     names = np.unique(groups)
     fit_groups, _ = split_halves(len(names), seed=seed)

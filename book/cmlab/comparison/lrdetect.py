@@ -17,11 +17,11 @@ import numpy as np
 import torch
 
 from chainmark.checks import check_alpha, check_states
+from chainmark.config import ChainMarkConfig, takes_config
 from chainmark.detection import valid_transitions
 from chainmark.gates import Gate
-from chainmark.partition import Key, as_token_array, states_of
+from chainmark.partition import as_token_array, states_of
 from chainmark.gate_signals import gate_signal
-from chainmark.topology import TopologyLike, resolve_topology
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 __all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "llr_weights",
@@ -168,18 +168,18 @@ class SimulatedNullArgs(TypedDict, total=False):
     seed: int | None
 
 
+@takes_config()
 def lr_detect(
     token_ids: Any,
-    key: Key,
+    config: ChainMarkConfig,
     gate_probs: Any,
-    S: int = 5,
-    topology: TopologyLike = "clockwork",
     *,
     vocab_size: int | None = None,
     null: SimulatedNull | None = None,
     **overrides: Unpack[SimulatedNullArgs],
 ) -> LikelihoodRatioResult:
-    """Likelihood-ratio test of one sequence, given per-transition gate probabilities.
+    """Likelihood-ratio test of one sequence under ``config`` (its key, S and topology, as
+    :func:`~chainmark.detection.detect` reads them), given per-transition gate probabilities.
 
     ``gate_probs[i]`` is the probability that the step producing
     ``token_ids[i + 1]`` was gated (length n - 1; see
@@ -189,9 +189,9 @@ def lr_detect(
     """
     null = replace(null if null is not None else SimulatedNull(), **overrides)
     alpha, n_null, seed = null.alpha, null.n_null, null.seed
-    S = check_states(S)
+    S = check_states(config.S)
     alpha = check_alpha(alpha)
-    topo = resolve_topology(topology, S)
+    topo = config.topo
     if topo.k is None:
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
     if isinstance(n_null, bool) or not isinstance(n_null, (int, np.integer)) or n_null < 100:
@@ -207,7 +207,7 @@ def lr_detect(
         return LikelihoodRatioResult(phi=0.0, z=0.0, p_value=1.0, is_watermarked=False, n_tokens=n, n_scored=0,
                                      n_hits=0, p0=p0, alpha=alpha, llr=0.0, critical_value=0.0, expected_gated=0.0,
                                      n_null=int(n_null), pi=empty, valid_mask=empty.astype(bool))
-    valid = valid_transitions(states_of(ids, key, S, vocab_size), topo)
+    valid = valid_transitions(states_of(ids, config.key, S, vocab_size), topo)
     pi, w1, w0 = llr_weights(q, p0)
     llr = float(np.where(valid, w1, w0).sum())
     draws = simulate_llr_null(q, p0, n_null, seed)
