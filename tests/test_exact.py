@@ -142,8 +142,8 @@ def test_a_regime_records_the_exact_test_and_decides_by_its_p_value():
     doc = regime_document(b"k" * 16, Regime(S=5, alpha=0.01, test="exact"))
     assert doc["test"] == "exact" and doc["threshold"] is None
     regime = Regime.from_document(json.loads(json.dumps(doc)))
-    assert regime.exact and regime.detector_args()["test"] == "exact"
-    res = detect(REPETITIVE, b"k" * 16, **regime.detector_args())
+    assert regime.exact and regime.effective_test == "exact"
+    res = detect(REPETITIVE, regime.config(b"k" * 16), alpha=regime.alpha, test=regime.effective_test)
     assert regime.decide(res) == (res.p_value < 0.01)
     assert "test" not in regime_document(b"k" * 16, Regime(S=5, alpha=0.01))  # older documents stay as they were
     with pytest.raises(RegimeError, match="exact test decides by its p-value"):

@@ -142,7 +142,7 @@ def test_the_regime_and_the_detector_agree_where_no_threshold_is_set():
     rng = np.random.default_rng(0)
     regime = Regime(S=3, alpha=0.2)
     for ids in rng.integers(0, 1000, (30, 25)):
-        res = detect(ids, KEY, **regime.detector_args())
+        res = detect(ids, regime.config(KEY), alpha=regime.alpha, test=regime.effective_test)
         assert regime.decide(res) == res.is_watermarked
 
 

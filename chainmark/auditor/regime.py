@@ -335,9 +335,10 @@ class Regime:
 
         return self.tokenizer or default_model_name()
 
-    def detector_args(self) -> dict[str, Any]:
-        """The keyword arguments :func:`chainmark.detection.detect` (and ``detect_text``) take from this regime."""
-        return {"S": self.S, "topology": self.topo, "alpha": self.alpha, "test": self.effective_test}
+    def config(self, key: bytes | str) -> ChainMarkConfig:
+        """The configuration that detection under this regime takes with ``key``: S, the topology, and rho when the
+        regime publishes it (the anytime detector's bets start from it); the inverse of :meth:`from_config`."""
+        return ChainMarkConfig(key, S=self.S, topology=self.topo, **({} if self.rho is None else {"rho": self.rho}))
 
     def too_short(self, verdict: Verdict) -> bool:
         """True when the text has no scored position or fewer tokens than ``n_min``: it is not judged."""

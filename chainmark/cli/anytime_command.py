@@ -10,7 +10,6 @@ import sys
 from typing import Any, Iterator, TextIO
 
 from ..auditor.regime import Regime
-from ..config import ChainMarkConfig
 from .common import UsageError, warn
 from .inputs import load_tokenizer, read_inputs, tokenizer_label
 
@@ -118,7 +117,7 @@ def anytime_reports(args: argparse.Namespace, key: bytes, regime: Regime, topo: 
     files = {item.source: item for item in read_inputs([p for p in args.inputs if p != "-"], args.encoding,
                                                        sys.stdin, args.max_bytes)}
 
-    config = ChainMarkConfig(key, S=topo.S, topology=topo, **({} if regime.rho is None else {"rho": regime.rho}))
+    config = regime.config(key)
 
     rows = []
     for path in args.inputs:

@@ -9,7 +9,6 @@ import sys
 from typing import Any, Iterable
 
 from ..auditor.regime import Regime
-from ..config import ChainMarkConfig
 from ..limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_STATES
 from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, finite_float, float_in, int_at_least,
                      int_in, warn)
@@ -301,7 +300,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
     if (1.0 / (args.draws + 1)) > regime.alpha:
         raise UsageError(f"--draws {args.draws} cannot reach alpha = {regime.alpha:g}: use at least "
                          f"{math.ceil(1.0 / regime.alpha) - 1}")
-    config = ChainMarkConfig(key, S=topo.S, topology=topo)
+    config = regime.config(key)
     reports = []
     for item in texts:
         try:
@@ -360,7 +359,7 @@ def _score_input(item: TextInput, tokenizer: Any, key: bytes, regime: Regime, to
     from ..auditor.stream import UncuttableText, stream_text
 
     try:
-        return stream_text(item.chunks(max_bytes), tokenizer, ChainMarkConfig(key, S=regime.S, topology=topo),
+        return stream_text(item.chunks(max_bytes), tokenizer, regime.config(key),
                            alpha=regime.alpha, test=regime.effective_test,
                            count_pairs=regime.effective_test != "exact")
     except UncuttableText as exc:
