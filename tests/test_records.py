@@ -15,6 +15,7 @@ from cmlab.harness import settings as ST
 from cmlab.comparison.attacks import Substitution
 from cmlab.comparison.baselines import KGWConfig
 from chainmark.config import ChainMarkConfig
+from chainmark.embed import Generation
 from chainmark.keys import key_fingerprint
 
 V = 1000  # a small vocabulary keeps the KGW green lists cheap
@@ -28,14 +29,21 @@ class FakeTokenizer:
         return V
 
 
+def _generation(prompt, prompt_ids, ids, text, entropy, forced, gated=None):
+    """A Generation as ``chainmark.generate`` returns it (no walk states: the fakes have no key)."""
+    return Generation(prompt, list(ids), text, list(entropy), [0.0] * len(ids),
+                      list(forced) if gated is None else list(gated), list(forced), None, None, list(prompt_ids))
+
+
 def _fake_outputs(prompts, seed, n=24):
-    """Deterministic 'generations': token ids from the prompt and the batch seed."""
+    """Deterministic 'generations': token ids from the prompt and the batch seed; the gate open everywhere,
+    the watermark acting at about half the positions (``forced``, what a record's ``gated`` stores)."""
     out = []
     for p in prompts:
         rng = np.random.default_rng([zlib.crc32(p.encode()), seed])
         ids = rng.integers(0, V, size=n).tolist()
-        out.append(A.Output(p, [1, 2, 3], ids, " ".join(map(str, ids)), rng.random(n).tolist(),
-                            [bool(b) for b in rng.random(n) < 0.5]))
+        out.append(_generation(p, [1, 2, 3], ids, " ".join(map(str, ids)), rng.random(n).tolist(),
+                               [bool(b) for b in rng.random(n) < 0.5], gated=[True] * n))
     return out
 
 
@@ -98,6 +106,12 @@ def test_full_run_writes_one_record_per_method_and_prompt(tmp_path):
     assert {"phi", "z", "decision", "edit_fraction"} <= set(rec["attacks"]["substitution_0.2"])
     null = next(r for r in run.records if r["method"] == "none")
     assert set(null["detection"]) == {"chainmark", "kgw"} and null["attacks"] == {}
+    # the record's generation fields are the Generation's, its gated the flags where the watermark acted
+    gen = _fake_outputs([rec["prompt"]], R.GridOptions().sampling.seed + rec["batch"])[0]
+    assert (rec["token_ids"], rec["prompt_ids"], rec["output"]) == (gen.token_ids, gen.prompt_ids, gen.text)
+    assert rec["gate_signal"] == [round(h, 4) for h in gen.entropy]
+    assert rec["gated"] == [int(f) for f in gen.forced] != [int(f) for f in gen.gated]
+    assert rec["rho_realised"] == gen.rho_realised == np.mean(gen.forced)
     # a rerun does nothing
     again = _run(tmp_path / "a")
     assert (again.written, again.skipped) == (0, 30)
@@ -165,7 +179,7 @@ def test_token_attacks_are_seeded_per_record_id_not_per_batch_position():
     ids = list(range(100, 140))  # equal length and distinct tokens: the deleted positions are exact
 
     def deleted(record_ids):
-        outputs = [A.Output("p", [1], list(ids), "", [], []) for _ in record_ids]
+        outputs = [_generation("p", [1], ids, "", [0.0] * len(ids), [False] * len(ids)) for _ in record_ids]
         attacked, texts = R._attack_batch(Deletion(0.25), outputs, FakeTokenizer(), record_ids)
         assert texts is None and all(len(a) == 30 for a in attacked)
         return [tuple(sorted(set(ids) - set(a))) for a in attacked]

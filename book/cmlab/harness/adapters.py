@@ -3,11 +3,19 @@
 One :class:`Method` per scheme (ChainMark, KGW, SWEET, and :class:`NoWatermark`
 for the null), each wrapping the package's own generator and detector, so that
 :mod:`cmlab.harness.runner` runs a grid without knowing any scheme's details.
+
+Every method returns :func:`chainmark.generate`'s own :class:`~chainmark.embed.Generation`
+objects, one record shape from generation to the runs. Their ``forced`` flags say
+where the watermark acted: ChainMark forced the walk's token there, KGW and SWEET
+biased the logits towards their green list there (their processor's flags, put in
+with :func:`dataclasses.replace`, together with ``gated``: a baseline's gate is where
+it biases), and without a watermark nowhere. The record's ``gated`` and
+``rho_realised`` are these flags and their mean.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,25 +23,9 @@ import numpy as np
 from cmlab.comparison.baselines import KGWConfig, KGWLogitsProcessor, SweetConfig, kgw_detect, sweet_detect_batch
 from chainmark.detection import detect
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import generate, logits_width
+from chainmark.embed import Generation, generate, logits_width
 
-__all__ = ["ChainMarkMethod", "KGWMethod", "Method", "NoWatermark", "Output", "SweetMethod"]
-
-
-@dataclass
-class Output:
-    """One generation as the runner needs it (prompt tokens kept for teacher forcing)."""
-
-    prompt: str
-    prompt_ids: list[int]
-    token_ids: list[int]
-    text: str
-    gate_signal: list[float]
-    gated: list[bool]
-
-    @property
-    def rho_realised(self) -> float:
-        return float(np.mean(self.gated)) if self.gated else 0.0
+__all__ = ["ChainMarkMethod", "KGWMethod", "Method", "NoWatermark", "SweetMethod"]
 
 
 class Method(ABC):
@@ -53,8 +45,9 @@ class Method(ABC):
 
     @abstractmethod
     def generate(self, model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
-                 seed: int, temperature: float, min_new_tokens: int | None) -> list[Output]:
-        """Generate one output per prompt, as one batch sampled with ``seed``."""
+                 seed: int, temperature: float, min_new_tokens: int | None) -> list[Generation]:
+        """Generate one text per prompt, as one batch sampled with ``seed``; ``forced`` marks where the
+        watermark acted."""
 
     def detect(self, token_ids: Sequence[Sequence[int]], *, vocab_size: int, alpha: float,
                model: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
@@ -70,19 +63,24 @@ class Method(ABC):
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def _outputs(gens: Sequence[Any], gated: np.ndarray | None = None) -> list[Output]:
+def _acted(gens: Sequence[Generation], flags: np.ndarray) -> list[Generation]:
+    """A baseline's generations with its processor's flags (row i: text i) as where the watermark acted.
+
+    ``chainmark.generate`` knows only ChainMark's gate, so a KGW or SWEET text
+    comes back with no flags; its processor knows where it biased the logits.
+    Without any step recorded the generations are returned as they are.
+    """
+    if not flags.size:
+        return list(gens)
     out = []
     for i, g in enumerate(gens):
-        n = len(g.token_ids)
-        flags = (gated[i, :n].astype(bool).tolist() if gated is not None and gated.size
-                 else [bool(f) for f in g.forced])
-        out.append(Output(g.prompt, list(g.prompt_ids), list(g.token_ids), g.text,
-                          [float(h) for h in g.entropy], flags))
+        acted = flags[i, :len(g.token_ids)].astype(bool).tolist()
+        out.append(replace(g, gated=acted, forced=acted))
     return out
 
 
 def _generate(model: Any, tokenizer: Any, prompts: Sequence[str], config: Any = None, gate: Any = None,
-              extra: Sequence[Any] = (), **kwargs: Any) -> list[Any]:
+              extra: Sequence[Any] = (), **kwargs: Any) -> list[Generation]:
     return generate(model, tokenizer, list(prompts), config=config, gate=gate, batch_size=len(prompts),
                     extra_processors=list(extra), **kwargs)
 
@@ -106,7 +104,7 @@ class ChainMarkMethod(Method):
         return d
 
     def generate(self, model, tokenizer, prompts, **kwargs):
-        return _outputs(_generate(model, tokenizer, prompts, self.config, self.gate, **kwargs))
+        return _generate(model, tokenizer, prompts, self.config, self.gate, **kwargs)
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
         return [detect(list(ids), self.config, alpha=alpha, vocab_size=vocab_size).to_dict("record")
@@ -133,7 +131,7 @@ class KGWMethod(Method):
     def generate(self, model, tokenizer, prompts, **kwargs):
         proc = self._processor(model)
         gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
-        return _outputs(gens, proc.gated_matrix())
+        return _acted(gens, proc.gated_matrix())
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
         return [kgw_detect(list(ids), self.config, vocab_size, alpha).to_dict("record") for ids in token_ids]
@@ -175,5 +173,4 @@ class NoWatermark(Method):
         return {"method": "none"}
 
     def generate(self, model, tokenizer, prompts, **kwargs):
-        gens = _generate(model, tokenizer, prompts, **kwargs)
-        return _outputs(gens, np.zeros((len(gens), max([len(g.token_ids) for g in gens] + [0])), dtype=bool))
+        return _generate(model, tokenizer, prompts, **kwargs)  # no config: ``forced`` is all False

@@ -4,7 +4,8 @@ A grid is *method x domain x prompt x attack*. For every (method, domain,
 prompt) the runner generates once, then scores the clean text and every
 attacked version of it with the method's own detector, and appends one JSON
 line with the paper's fields: prompt, output, the per-position gate signal
-(next-token entropy) and gate flags, the realised budget rho, self-PPL, phi
+(next-token entropy) and the flags where the watermark acted (the
+generation's ``forced``), the realised budget rho, self-PPL, phi
 and z, and for each attack phi, z, p-value and decision. The unwatermarked
 method (``NoWatermark``) is the null: its texts are scored by *every*
 watermark detector of the run, which is what an empirically calibrated
@@ -61,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Unpack
 
-from cmlab.harness.adapters import Method, Output
+from cmlab.harness.adapters import Method
 from chainmark import __version__
 from cmlab.comparison.attacks import RECORD_SEEDING, edit_fraction
 from chainmark.checks import check_alpha
@@ -242,7 +243,7 @@ def _merge_meta(path: Path, new: dict[str, Any], ignore: Sequence[str] = ()) -> 
     return merged
 
 
-def _self_ppl(model: Any, outputs: Sequence[Output], batch_size: int) -> list[float]:
+def _self_ppl(model: Any, outputs: Sequence[Generation], batch_size: int) -> list[float]:
     todo = [i for i, o in enumerate(outputs) if o.token_ids and o.prompt_ids]
     ppl = [math.nan] * len(outputs)
     if todo:
@@ -253,7 +254,7 @@ def _self_ppl(model: Any, outputs: Sequence[Output], batch_size: int) -> list[fl
     return ppl
 
 
-def _attack_batch(attack: Any, outputs: Sequence[Output], tokenizer: Any,
+def _attack_batch(attack: Any, outputs: Sequence[Generation], tokenizer: Any,
                   record_ids: Sequence[str]) -> tuple[list[list[int]], list[str] | None]:
     """Attacked token ids (and texts, for text-level attacks) of a batch of outputs.
 
@@ -366,27 +367,24 @@ def run_batch(context: BatchContext, method: Method, detectors: Sequence[Method]
                     r["text"] = a_texts[k]
             attacked[label] = (a_ids, a_texts, res)
     for k, (domain, index, prompt) in enumerate(batch):
-        o = outputs[k]
-        yield {
-            "id": _record_id(method.name, domain, index),
-            "method": method.name,
-            "watermarked": method.watermarked,
-            "domain": domain,
-            "prompt_index": index,
-            "prompt": prompt,
-            "prompt_ids": o.prompt_ids,
-            "output": o.text,
-            "token_ids": o.token_ids,
-            "n_tokens": len(o.token_ids),
-            "gate_signal": [round(h, 4) for h in o.gate_signal],
-            "gated": [int(g) for g in o.gated],
-            "rho_realised": o.rho_realised,
-            "self_ppl": ppl[k],
-            "detection": {name: res[k] for name, res in clean.items()},
-            "attacks": {label: res[k] for label, (_, _, res) in attacked.items()},
-            "seconds": {"generate": gen_s, **{f"detect_{n}": s for n, s in det_s.items()}},
-            "batch": j,
-        }
+        yield {"id": _record_id(method.name, domain, index), "method": method.name,
+               "watermarked": method.watermarked, "domain": domain, "prompt_index": index, "prompt": prompt,
+               **_generation_fields(outputs[k]), "self_ppl": ppl[k],
+               "detection": {name: res[k] for name, res in clean.items()},
+               "attacks": {label: res[k] for label, (_, _, res) in attacked.items()},
+               "seconds": {"generate": gen_s, **{f"detect_{n}": s for n, s in det_s.items()}}, "batch": j}
+
+
+def _generation_fields(g: Generation) -> dict[str, Any]:
+    """A record's fields from its :class:`~chainmark.embed.Generation`, in the record's order.
+
+    The gate signal is the next-token entropy (4 decimals); ``gated`` and ``rho_realised`` are the
+    generation's ``forced`` flags (where the watermark acted, see :mod:`cmlab.harness.adapters`) and their
+    mean. ``g.config`` holds the key and is never written.
+    """
+    return {"prompt_ids": list(g.prompt_ids), "output": g.text, "token_ids": list(g.token_ids),
+            "n_tokens": len(g.token_ids), "gate_signal": [round(float(h), 4) for h in g.entropy],
+            "gated": [int(f) for f in g.forced], "rho_realised": g.rho_realised}
 
 
 def score_null_texts(methods: Sequence[Method], token_ids: Sequence[Sequence[int]], model: Any = None,
