@@ -6,8 +6,7 @@ empirical threshold. What the book's experiments add lives here:
 :func:`cluster_bootstrap_rate` (a rate whose units share texts, resampled by
 text), :func:`prompt_rate` (a rate over the reference run's replies, three per
 prompt, resampled by prompt with the one labelling every page uses, so the same
-flags give the same interval everywhere), :func:`exceedance_rate` (the share of scores above a threshold),
-:func:`threshold_interval` (a bootstrap interval for an empirical threshold),
+flags give the same interval everywhere), :func:`threshold_interval` (a bootstrap interval for an empirical threshold),
 :func:`lifted_threshold` (above every null score, as the paper does),
 :func:`split_halves` (a fitting and an evaluation half) and
 :func:`judge_against` (where a reported rate falls against our interval).
@@ -24,7 +23,7 @@ from chainmark.checks import check_int, check_null_scores
 from chainmark.checks import is_number as _is_number
 from chainmark.auditor.rates import RateEstimate, clopper_pearson, rate_estimate
 
-__all__ = ["cluster_bootstrap_rate", "exceedance_rate", "judge_against", "lifted_threshold", "prompt_labels",
+__all__ = ["cluster_bootstrap_rate", "judge_against", "lifted_threshold", "prompt_labels",
            "prompt_rate", "split_halves", "threshold_interval"]
 
 
@@ -100,13 +99,6 @@ def prompt_rate(flags: Any, records: Any, level: float = 0.95) -> RateEstimate:
     same order.
     """
     return cluster_bootstrap_rate(flags, prompt_labels(records), level)
-
-
-def exceedance_rate(z: Any, threshold: float, level: float = 0.95) -> RateEstimate:
-    """Share of scores strictly above a threshold (the detector's 'watermarked' side)."""
-    if not _is_number(threshold) or math.isnan(float(threshold)):
-        raise TypeError(f"threshold must be a real number, got {threshold!r}")
-    return rate_estimate(check_null_scores(z, "z") > float(threshold), level)
 
 
 def threshold_interval(null_z: Any, clusters: Any, alpha: float, method: str = "quantile", level: float = 0.95,
