@@ -154,7 +154,8 @@ def test_an_interrupted_audit_resumes_to_the_same_output(tmp_path, docs):
                   execution=AuditExecution(progress=stop_after_five))
     parts = parts_folder(tmp_path / "cut.jsonl")
     assert len(list(parts.glob("part-*.json"))) == 5 and not (tmp_path / "cut.jsonl").exists()
-    (parts / "part-0000007.json.tmp").write_text('{"half": ')  # a part being written when the run was killed
+    (parts / "part-0000007.json.tmp4242").write_text('{"half": ')  # a part being written when the run was killed
+    (parts / ".part-0000007.json.tmp4242").write_text('{"half": ')  # the name jsonio.atomic_write gives it
     summary = run_audit(source, tmp_path / "cut.jsonl", KEY, regime(), CorpusReading(id_field="id", batch_docs=20))
     assert summary.batches_resumed == 5 and summary.batches_scored == math.ceil(len(docs) / 20) - 5
     assert (tmp_path / "cut.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()

@@ -98,8 +98,9 @@ def test_the_model_free_functions_take_their_options_either_way():
         fpr_recipes(null, groups, wm, CONFIG, alpha=0.05, vocab_size=V, seed=2)
     texts = E.simulate_watermarked_ids(4, 40, KEY, 5, 0.8, V, seed=3).tolist()
     sweep = E.AttackSweep(deltas=(0.0, 0.3), mc_trials=20, seed=5)
-    assert json.dumps(E.robustness_grid(texts, KEY, 5, 0.8, V, sweep=sweep)) == \
-        json.dumps(E.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.3), mc_trials=20, seed=5))
+    config = ChainMarkConfig(KEY, S=5, rho=0.8)
+    assert json.dumps(E.robustness_grid(texts, config, V, sweep=sweep)) == \
+        json.dumps(E.robustness_grid(texts, config, V, deltas=(0.0, 0.3), mc_trials=20, seed=5))
 
 
 def test_a_browser_block_inlines_its_assets_code():

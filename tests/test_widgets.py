@@ -115,7 +115,7 @@ def test_simulation_rejects_bad_sizes():
 
 def test_robustness_grid_on_synthetic_texts():
     texts = E.simulate_watermarked_ids(12, 80, KEY, 5, 0.8, V, seed=3).tolist()
-    rob = E.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
+    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
     for part in ("mc", "text"):
         assert rob[part]["ratio"][0] == pytest.approx(1.0)
         assert rob[part]["ratio"][0] > rob[part]["ratio"][1] > rob[part]["ratio"][2]
@@ -171,7 +171,7 @@ def test_live_twins_recompute_in_python():
     assert view.value != before and f"{W._grid_cell(grid, 5, 0.5)['example']['z']:.2f}" in view.value
 
     texts = E.simulate_watermarked_ids(6, 60, KEY, 5, 0.8, V, seed=5).tolist()
-    rob = E.robustness_grid(texts, KEY, 5, 0.8, V, deltas=(0.0, 0.3), mc_trials=20)
+    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.3), mc_trials=20)
     live = W.robustness_explorer(rob, delta=0.0, live=True, key=KEY)
     live.children[0].value = 0.3
     assert "0.490" in live.children[1].value  # (1 - 0.3)^2

@@ -337,7 +337,8 @@ class Regime:
 
     def config(self, key: bytes | str) -> ChainMarkConfig:
         """The configuration that detection under this regime takes with ``key``: S, the topology, and rho when the
-        regime publishes it (the anytime detector's bets start from it); the inverse of :meth:`from_config`."""
+        regime publishes it (the anytime detector's bets start from it); the gate keeps its default, which detection
+        never reads."""
         return ChainMarkConfig(key, S=self.S, topology=self.topo, **({} if self.rho is None else {"rho": self.rho}))
 
     def too_short(self, verdict: Verdict) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 
+from chainmark.config import ChainMarkConfig, takes_config
 from cmlab.comparison.attacks import ATTACK_SEED
 from cmlab.harness.settings import progress_bars_off
 
@@ -291,12 +292,13 @@ class AttackSweepArgs(TypedDict, total=False):
     seed: int
 
 
-def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float, vocab_size: int,
+@takes_config()
+def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, vocab_size: int,
                     tokenizer: Any = None, sweep: AttackSweep | None = None,
                     **overrides: Unpack[AttackSweepArgs]) -> dict[str, Any]:
     """z ratio and TPR against delta, on model text and on a Monte Carlo under the theorem's model.
 
-    ``texts`` are token ids of texts watermarked with (key, S, rho). How they are attacked is an
+    ``texts`` are token ids of texts watermarked with ``config`` (its key, S and rho). How they are attacked is an
     :class:`AttackSweep`, whose fields may be given as keywords (``mc_trials=100``). Each text
     is attacked with :class:`cmlab.comparison.attacks.Substitution` at every delta
     (seed 43, nested in delta) and detected again; the z ratio is
@@ -308,6 +310,7 @@ def robustness_grid(texts: Sequence[Sequence[int]], key: Any, S: int, rho: float
 
     sweep = replace(sweep if sweep is not None else AttackSweep(), **overrides)
     alpha, mc_trials, seed = sweep.alpha, sweep.mc_trials, sweep.seed
+    key, S, rho = config.key, config.S, config.rho
     texts = [list(map(int, t)) for t in texts]
     if not texts:
         raise ValueError("texts must hold at least one watermarked text")
