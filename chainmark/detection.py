@@ -8,10 +8,11 @@ p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
     z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
 
 and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
-package's one decision rule). Only the key and the tokenizer are needed. The
-implementation is vectorised through the cached state table (the per-token
-``hashlib`` loop of the paper's listing, kept for comparison, is
-``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
+package's one decision rule). Only the configuration (one
+:class:`~chainmark.config.ChainMarkConfig`, which carries the key, S and the
+topology) and the tokenizer are needed. The implementation is vectorised
+through the cached state table (the per-token ``hashlib`` loop of the paper's
+listing, kept for comparison, is ``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
 package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
 The LM-aware likelihood-ratio detector, for a verifier who also has the
@@ -346,10 +347,10 @@ def detect(
     numpy or torch scalars, a numpy array or a torch tensor on any device).
     ``config`` is the :class:`~chainmark.config.ChainMarkConfig` the text was
     generated with, which carries the key, S and the topology: ``detect(ids,
-    ChainMarkConfig(key, S=5))``; a bare key, or S or the topology given
-    beside it, is a TypeError. A :class:`~chainmark.embed.Generation` may stand
-    for the ids; it carries its config, so ``detect(generation)`` needs none. A batch
-    (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
+    ChainMarkConfig(key, S=5))``. A bare key, or S or the topology given
+    beside it, is a TypeError that says so. A :class:`~chainmark.embed.Generation`
+    may stand for the ids; it carries its config, so ``detect(generation)``
+    needs none. A batch (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
     score it with :func:`detect_batch`, which always returns a list.
 
     ``test`` picks the test by name (:data:`TESTS`): ``"z"`` (the default,
@@ -439,7 +440,7 @@ def detect_text(
     *,
     test: str | None = None,
 ) -> DetectionResult:
-    """The auditor's path: tokenize the text without special tokens, then detect.
+    """The auditor's path: tokenize the text without special tokens, then :func:`detect` with ``config``.
 
     The auditor has the published text, not the generated ids; re-tokenizing
     the decoded text usually, but not always, gives back the same ids (the
