@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect, detect_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -65,34 +66,35 @@ def main(argv: list[str] | None = None) -> int:
     ids = rng.integers(0, VOCAB, args.n)  # int64, as tokenizers return them
     ids_list = ids.tolist()
     key = os.urandom(32)  # a throwaway key: nothing here is secret
+    config = ChainMarkConfig(key, S=args.S)
 
     # cold: a fresh key each time, so the state table is built inside the timing
     cold = []
     for _ in range(3):
-        k = os.urandom(32)
+        fresh = ChainMarkConfig(os.urandom(32), S=args.S)
         start = time.perf_counter()
-        detect(ids, k, args.S, vocab_size=VOCAB)
+        detect(ids, fresh, vocab_size=VOCAB)
         cold.append(time.perf_counter() - start)
 
-    detect(ids, key, args.S, vocab_size=VOCAB)  # warm the cache for this key
-    warm = timed(lambda: detect(ids, key, args.S, vocab_size=VOCAB), args.repeats)
-    warm_nov = timed(lambda: detect(ids, key, args.S), args.repeats)
-    lists = timed(lambda: detect(ids_list, key, args.S, vocab_size=VOCAB), max(3, args.repeats // 3))
+    detect(ids, config, vocab_size=VOCAB)  # warm the cache for this key
+    warm = timed(lambda: detect(ids, config, vocab_size=VOCAB), args.repeats)
+    warm_nov = timed(lambda: detect(ids, config), args.repeats)
+    lists = timed(lambda: detect(ids_list, config, vocab_size=VOCAB), max(3, args.repeats // 3))
     batch = ids.reshape(1000, -1) if args.n % 1000 == 0 else ids[None, :]
-    batched = timed(lambda: detect_batch(batch, key, args.S, vocab_size=VOCAB), max(3, args.repeats // 3))
+    batched = timed(lambda: detect_batch(batch, config, vocab_size=VOCAB), max(3, args.repeats // 3))
     ref = timed(lambda: reference_detect(ids_list, key, args.S), args.ref_repeats)
-    exact = timed(lambda: detect(ids, key, args.S, vocab_size=VOCAB, test="exact"), args.repeats)
-    distinct = timed(lambda: detect(ids, key, args.S, vocab_size=VOCAB, test="distinct"), args.repeats)
+    exact = timed(lambda: detect(ids, config, vocab_size=VOCAB, test="exact"), args.repeats)
+    distinct = timed(lambda: detect(ids, config, vocab_size=VOCAB, test="distinct"), args.repeats)
     texts = rng.integers(0, VOCAB, (1000, 200))
 
     def audit(test: str) -> None:
         for row in texts:
-            detect(row, key, args.S, vocab_size=VOCAB, test=test)
+            detect(row, config, vocab_size=VOCAB, test=test)
 
     short_z = timed(lambda: audit("z"), max(3, args.repeats // 3))
     short_exact = timed(lambda: audit("exact"), max(3, args.repeats // 3))
 
-    fast, slow = detect(ids, key, args.S, vocab_size=VOCAB), reference_detect(ids_list, key, args.S)
+    fast, slow = detect(ids, config, vocab_size=VOCAB), reference_detect(ids_list, key, args.S)
     if fast.phi != slow["phi"] or fast.z != slow["z"]:
         print(f"MISMATCH: vectorised phi={fast.phi} z={fast.z}, reference {slow}", file=sys.stderr)
         return 2

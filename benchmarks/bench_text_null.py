@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cmlab.harness.corpora import shipped_texts  # noqa: E402
+from chainmark.config import ChainMarkConfig  # noqa: E402
 from chainmark.detection import detect  # noqa: E402
 from chainmark.auditor.repetition import null_fpr, text_null  # noqa: E402
 from chainmark.auditor.tokenizer import load_tokenizer  # noqa: E402
@@ -51,6 +52,7 @@ def main() -> int:
     tokenizer = load_tokenizer()
     stream = np.array(tokenizer("\n\n".join(shipped_texts()), add_special_tokens=False)["input_ids"])
     topology = Topology.clockwork(5)
+    config = ChainMarkConfig(KEY, S=5, topology=topology)
     vocab = len(tokenizer)
     print(f"corpus: {stream.size:,} tokens; clockwork, S = 5, z-test at alpha = 0.01")
     print(f"{'tokens':>9s} {'score s':>9s} {'detect s':>9s} {'null s':>9s} {'null/score':>10s} {'repeated':>9s} "
@@ -62,10 +64,10 @@ def main() -> int:
 
         def score() -> None:
             tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
-            detect(tokens, KEY, 5, topology, 0.01, vocab_size=vocab, test="z")
+            detect(tokens, config, 0.01, vocab_size=vocab, test="z")
 
         base = _median_seconds(score, args.repeats)
-        alone = _median_seconds(lambda: detect(ids, KEY, 5, topology, 0.01, vocab_size=vocab, test="z"),
+        alone = _median_seconds(lambda: detect(ids, config, 0.01, vocab_size=vocab, test="z"),
                                 args.repeats)
         null = text_null(ids, topology)
         cost = _median_seconds(lambda: null_fpr(text_null(ids, topology), topology.p0, 2.3263478740408408),

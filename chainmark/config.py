@@ -3,9 +3,9 @@
 One object travels from generation to detection, as transformers carries one
 watermarking config from ``generate()`` to its detector: ``generate(model,
 tokenizer, prompts, config)`` embeds with it and ``detect(ids, config)``
-scores with its key, S and topology, as the streaming, anytime and segment
-detectors and the key-randomisation test do (they take nothing else in its
-place: :func:`takes_config`). Its published half, without the key, is
+scores with its key, S and topology, as ``detect_batch``, ``detect_text``, the
+streaming, anytime and segment detectors and the key-randomisation test do
+(they take nothing else in its place: :func:`takes_config`). Its published half, without the key, is
 the auditor's :class:`chainmark.auditor.regime.Regime` (``Regime.from_config``).
 Model-free, so an auditor's install can hold one.
 """
@@ -78,9 +78,12 @@ class ChainMarkConfig:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def takes_config(carried: tuple[str, ...] = ("key", "S", "topology")) -> Callable[[_F], _F]:
+def takes_config(carried: tuple[str, ...] = ("key", "S", "topology"),
+                 optional: bool = False) -> Callable[[_F], _F]:
     """Make a function whose ``config`` argument is a :class:`ChainMarkConfig` refuse the loose form (a key with
-    S and the topology beside it) with a TypeError that says what to pass, before Python's own binding error."""
+    S and the topology beside it) with a TypeError that says what to pass, before Python's own binding error.
+    ``optional``: ``config`` may also be None (the function finds it elsewhere, as :func:`~chainmark.detect`
+    does in a Generation)."""
     def wrap(func: _F) -> _F:
         names = list(inspect.signature(func).parameters)
         at = names.index("config")
@@ -91,7 +94,7 @@ def takes_config(carried: tuple[str, ...] = ("key", "S", "topology")) -> Callabl
         def checked(*args: Any, **kwargs: Any) -> Any:
             config = args[at] if len(args) > at else kwargs.get("config")
             loose = [name for name in carried if name in kwargs]
-            if not isinstance(config, ChainMarkConfig) or loose:
+            if not (isinstance(config, ChainMarkConfig) or optional and config is None) or loose:
                 got = f"got {type(config).__name__}" + (f" and {', '.join(loose)}" if loose else "")
                 raise TypeError(f"{func.__qualname__.removesuffix('.__init__')} takes one ChainMarkConfig in place "
                                 f"of the {what}: pass ChainMarkConfig(key, {shown}) ({got})")

@@ -8,10 +8,11 @@ p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
     z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
 
 and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
-package's one decision rule). Only the key and the tokenizer are needed. The
-implementation is vectorised through the cached state table (the per-token
-``hashlib`` loop of the paper's listing, kept for comparison, is
-``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
+package's one decision rule). Only the configuration (one
+:class:`~chainmark.config.ChainMarkConfig`, which carries the key, S and the
+topology) and the tokenizer are needed. The implementation is vectorised
+through the cached state table (the per-token ``hashlib`` loop of the paper's
+listing, kept for comparison, is ``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
 package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
 The LM-aware likelihood-ratio detector, for a verifier who also has the
@@ -27,10 +28,10 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 
 from .checks import check_alpha, check_states
-from .config import ChainMarkConfig
+from .config import ChainMarkConfig, takes_config
 from .partition import Key, as_token_array, key_bytes, states_of
 from .significance import check_test, first_occurrences, forest_mask, log_p_value, transition_statistics
-from .topology import Topology, TopologyLike, resolve_topology
+from .topology import Topology
 from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 __all__ = ["DetectionResult", "counts_result", "detect", "detect_batch", "detect_text", "detection_args",
@@ -258,26 +259,16 @@ def _reject_batch(token_ids: Any) -> None:
                          f"({len(token_ids)} rows); score a batch with detect_batch")
 
 
-def _unpack_config(key: Key | ChainMarkConfig, S: object, topology: TopologyLike | None) -> tuple[Key, object, TopologyLike]:
-    """The key, S and topology: read from a :class:`ChainMarkConfig`, or given one by one (S = 5, clockwork)."""
-    if isinstance(key, ChainMarkConfig):
-        if S is not None or topology is not None:
-            raise TypeError("the configuration carries S and the topology; call detect(ids, config) without them")
-        return key.key, key.S, key.topo
-    return key, 5 if S is None else S, "clockwork" if topology is None else topology
-
-
-def detection_args(key: Key, S: object, topology: TopologyLike, alpha: object,
-                   test: object = None) -> tuple[Topology, float, str]:
-    """The checked topology and alpha shared by :func:`detect` and :func:`detect_batch`.
+def detection_args(config: ChainMarkConfig, alpha: object, test: object = None) -> tuple[Topology, float, str]:
+    """The configuration's checked topology, alpha and test, shared by :func:`detect`, :func:`detect_batch` and
+    the streaming and anytime detectors.
 
     Everything is checked before any id is read, so a bad argument is
     reported even for an empty input.
     """
-    S = check_states(S)
+    check_states(config.S)  # at most MAX_STATES
     alpha = check_alpha(alpha)
-    key_bytes(key)  # TypeError for a key of the wrong type, even for empty input
-    topo = resolve_topology(topology, S)
+    topo = config.topo
     if topo.k is None:
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
     return topo, alpha, "z" if test is None else check_test(test)
@@ -288,18 +279,18 @@ def _generation_type() -> type | None:
     return getattr(sys.modules.get("chainmark.embed"), "Generation", None)
 
 
-def _ids_and_key(token_ids: Any, key: Key | ChainMarkConfig | None) -> tuple[Any, Key | ChainMarkConfig]:
-    """The ids to score and the key: a Generation gives its token ids and, when no key is given, its config."""
+def _ids_and_config(token_ids: Any, config: ChainMarkConfig | None) -> tuple[Any, ChainMarkConfig]:
+    """The ids to score and the config: a Generation gives its token ids and, when no config is given, its own."""
     generation = _generation_type()
     if generation is not None and isinstance(token_ids, generation):
-        if key is None and token_ids.config is None:
+        if config is None and token_ids.config is None:
             raise ValueError("this Generation carries no configuration (it was generated without a watermark): "
-                             "pass the ChainMarkConfig (or the key) to detect it")
-        return token_ids.token_ids, token_ids.config if key is None else key
-    if key is None:
-        raise TypeError("key must be bytes or str, or a ChainMarkConfig, got None (only a Generation carries "
-                        "its own configuration)")
-    return token_ids, key
+                             "pass the ChainMarkConfig to detect it")
+        return token_ids.token_ids, token_ids.config if config is None else config
+    if config is None:
+        raise TypeError("pass the ChainMarkConfig the text was generated with: detect(ids, ChainMarkConfig(key, "
+                        "S=...)) (only a Generation carries its own configuration)")
+    return token_ids, config
 
 
 def _detect_one(token_ids: Any, key: Key, topo: Topology, alpha: float, test: str,
@@ -341,11 +332,10 @@ def _detect_matrix(ids: np.ndarray, key: Key, topo: Topology, alpha: float,
             for r in range(rows)]
 
 
+@takes_config(optional=True)
 def detect(
     token_ids: Any,
-    key: Key | ChainMarkConfig | None = None,
-    S: int | None = None,
-    topology: TopologyLike | None = None,
+    config: ChainMarkConfig | None = None,
     alpha: float = 0.01,
     vocab_size: int | None = None,
     *,
@@ -355,12 +345,12 @@ def detect(
 
     ``token_ids`` is one text: a 1-D sequence of ids (list or tuple of ints,
     numpy or torch scalars, a numpy array or a torch tensor on any device).
-    ``key`` is the secret key with ``S`` (default 5) and ``topology``
-    (default clockwork) beside it, or the :class:`~chainmark.config.ChainMarkConfig`
-    the text was generated with, which carries all three: ``detect(ids,
-    config)``. A :class:`~chainmark.embed.Generation` may stand for the ids;
-    it carries its config, so ``detect(generation)`` needs no key. A batch
-    (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
+    ``config`` is the :class:`~chainmark.config.ChainMarkConfig` the text was
+    generated with, which carries the key, S and the topology: ``detect(ids,
+    ChainMarkConfig(key, S=5))``. A bare key, or S or the topology given
+    beside it, is a TypeError that says so. A :class:`~chainmark.embed.Generation`
+    may stand for the ids; it carries its config, so ``detect(generation)``
+    needs none. A batch (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
     score it with :func:`detect_batch`, which always returns a list.
 
     ``test`` picks the test by name (:data:`TESTS`): ``"z"`` (the default,
@@ -374,18 +364,16 @@ def detect(
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
-    token_ids, key = _ids_and_key(token_ids, key)
-    key, S, topology = _unpack_config(key, S, topology)
-    topo, alpha, test = detection_args(key, S, topology, alpha, test)
+    token_ids, config = _ids_and_config(token_ids, config)
+    topo, alpha, test = detection_args(config, alpha, test)
     _reject_batch(token_ids)
-    return _detect_one(token_ids, key, topo, alpha, test, vocab_size)
+    return _detect_one(token_ids, config.key, topo, alpha, test, vocab_size)
 
 
+@takes_config(optional=True)
 def detect_batch(
     batch: Any,
-    key: Key | ChainMarkConfig | None = None,
-    S: int | None = None,
-    topology: TopologyLike | None = None,
+    config: ChainMarkConfig | None = None,
     alpha: float = 0.01,
     vocab_size: int | None = None,
     *,
@@ -398,11 +386,11 @@ def detect_batch(
     sequences of any lengths (lists, arrays, tensors). The other arguments
     are those of :func:`detect`. One text (a flat sequence of ids) is an
     error naming :func:`detect`. A list of Generations may stand for the
-    rows; without a key they must carry one configuration, which is used.
+    rows; without a config they must carry one configuration, which is used.
     """
-    batch, key = _batch_and_key(batch, key)
-    key, S, topology = _unpack_config(key, S, topology)
-    topo, alpha, test = detection_args(key, S, topology, alpha, test)
+    batch, config = _batch_and_config(batch, config)
+    topo, alpha, test = detection_args(config, alpha, test)
+    key = config.key
     if isinstance(batch, (str, bytes)):
         raise TypeError("batch must hold sequences of token ids, not text; tokenize it first")
     ndim = getattr(batch, "ndim", None)
@@ -426,34 +414,33 @@ def detect_batch(
     return [_detect_one(row, key, topo, alpha, test, vocab_size) for row in rows]
 
 
-def _batch_and_key(batch: Any, key: Key | ChainMarkConfig | None) -> tuple[Any, Key | ChainMarkConfig]:
-    """Rows and key for :func:`detect_batch`: Generations become their token ids, their one config the key."""
+def _batch_and_config(batch: Any, config: ChainMarkConfig | None) -> tuple[Any, ChainMarkConfig]:
+    """Rows and config for :func:`detect_batch`: Generations become their token ids, their one config the config."""
     generation = _generation_type()
     if generation is None or not isinstance(batch, (list, tuple)) or \
             not any(isinstance(row, generation) for row in batch):
-        return _ids_and_key(batch, key)
-    if key is not None:
-        return [row.token_ids if isinstance(row, generation) else row for row in batch], key
+        return _ids_and_config(batch, config)
+    if config is not None:
+        return [row.token_ids if isinstance(row, generation) else row for row in batch], config
     if not all(isinstance(row, generation) for row in batch):
-        raise TypeError("key must be given unless every row is a Generation carrying its configuration")
-    configs = [_ids_and_key(row, None)[1] for row in batch]
+        raise TypeError("config must be given unless every row is a Generation carrying its configuration")
+    configs = [_ids_and_config(row, None)[1] for row in batch]
     if len({(key_bytes(c.key), c.S, c.topo) for c in configs}) > 1:
         raise ValueError("the generations carry different configurations: detect each group with its own config")
     return [row.token_ids for row in batch], configs[0]
 
 
+@takes_config()
 def detect_text(
     text: str,
     tokenizer: Any,
-    key: Key | ChainMarkConfig,
-    S: int | None = None,
-    topology: TopologyLike | None = None,
+    config: ChainMarkConfig,
     alpha: float = 0.01,
     vocab_size: int | None = None,
     *,
     test: str | None = None,
 ) -> DetectionResult:
-    """The auditor's path: tokenize the text without special tokens, then detect.
+    """The auditor's path: tokenize the text without special tokens, then :func:`detect` with ``config``.
 
     The auditor has the published text, not the generated ids; re-tokenizing
     the decoded text usually, but not always, gives back the same ids (the
@@ -466,4 +453,4 @@ def detect_text(
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if vocab_size is None:
         vocab_size = len(tokenizer)
-    return detect(np.asarray(ids, dtype=np.int64), key, S, topology, alpha, vocab_size, test=test)
+    return detect(np.asarray(ids, dtype=np.int64), config, alpha, vocab_size, test=test)

@@ -154,7 +154,8 @@ def test_real_sha256_keys_through_the_package_stay_valid(texts):
 
 def test_scored_transitions_are_the_exact_tests_spanning_forest(texts):
     ids = texts["Apache licence"]
-    res, exact = anytime_detect(ids, ChainMarkConfig(KEY, S=S)), detect(ids, KEY, S=S, test="exact")
+    config = ChainMarkConfig(KEY, S=S)
+    res, exact = anytime_detect(ids, config), detect(ids, config, test="exact")
     assert (res.n_scored, res.n_legal, res.n_tokens) == (exact.n_scored, exact.n_hits, ids.size)
     assert res.n_scored == int(spanning_forest(ids).sum())
 

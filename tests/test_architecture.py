@@ -366,9 +366,11 @@ def test_the_auditors_cli_runs_without_torch_and_agrees_with_the_full_install(tm
     assert out.returncode in (0, 1), out.stderr[-3000:]
     row = json.loads(out.stdout.splitlines()[0])
     from chainmark.detection import detect_text
+    from chainmark.config import ChainMarkConfig
     from chainmark.auditor.keyfiles import load_key
     from chainmark.auditor.tokenizer import load_tokenizer
-    full = detect_text(text.read_text("utf-8"), load_tokenizer(), load_key(key), S=5, test="exact")  # the default
+    config = ChainMarkConfig(load_key(key), S=5)
+    full = detect_text(text.read_text("utf-8"), load_tokenizer(), config, test="exact")  # the default
     assert row["z"] == pytest.approx(full.z) and row["n_tokens"] == full.n_tokens
     assert bool(row["is_watermarked"]) == bool(full.is_watermarked)
     for args in (["calibrate", "--n", "200", "--rho", "0.5", "--alpha", "0.01"],

@@ -22,6 +22,7 @@ from cmlab.harness import reference
 from chainmark.auditor.corpus_input import AuditError, CorpusReading
 from chainmark.auditor.corpus import AuditExecution, parts_folder, read_audit, run_audit
 from chainmark.detection import detect_text
+from chainmark.config import ChainMarkConfig
 from chainmark.auditor.keyfiles import write_key_file
 from chainmark.keys import key_fingerprint
 from chainmark.auditor.regime import Regime
@@ -63,7 +64,7 @@ def test_rows_are_the_detectors_and_q_values_are_benjamini_hochberg(tmp_path, do
         tested = rows if test == "exact" else read_audit(run_audit(
             source, tmp_path / f"out_{test}.jsonl", KEY, regime(test, n_min=20), READING).output)
         for row, doc in zip(tested, docs):
-            ref = detect_text(doc["text"], tokenizer, KEY, S=5, alpha=0.01, test=test)
+            ref = detect_text(doc["text"], tokenizer, ChainMarkConfig(KEY, S=5), alpha=0.01, test=test)
             assert (row["n_tokens"], row["n_transitions"], row["n_valid"]) == (ref.n_tokens, ref.n_scored, ref.n_hits)
             assert (row["phi"], row["z"], row["p_value"], row["test"]) == (ref.phi, ref.z, ref.p_value, test)
             n_min = 0 if test == "exact" else 20
@@ -295,7 +296,7 @@ def _marked_short_corpus(docs: list[dict]) -> tuple[list[dict], dict, int]:
     n_min that puts that reply just below the floor."""
     tokenizer = load_tokenizer()
     plain = [d for d in docs if d["method"] not in ("chainmark", "none")][:60]
-    scored = [(detect_text(d["text"], tokenizer, KEY, S=5, alpha=0.01, test="exact"), d)
+    scored = [(detect_text(d["text"], tokenizer, ChainMarkConfig(KEY, S=5), alpha=0.01, test="exact"), d)
               for d in docs if d["method"] == "chainmark"]
     result, short = min(((r, d) for r, d in scored if r.p_value < 1e-4), key=lambda rd: rd[0].n_tokens)
     return plain + [short, docs[-1]], short, result.n_tokens + 1

@@ -198,15 +198,17 @@ def test_detect_json_lines(capsys, tmp_path, key_file):
 
 def test_detect_matches_the_library(capsys, tmp_path, key_file):
     from chainmark.detection import detect_text
+    from chainmark.config import ChainMarkConfig
 
     text = plain_text(500, seed=5)
     path = write(tmp_path, "t.txt", text)
+    config = ChainMarkConfig(KEY, S=3, topology="soft_cycle")
     for test in (None, "z", "distinct", "exact"):  # no --test: the exact test
         chosen = ["--test", test] if test else []
         code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--S", "3",
                            "--topology", "soft_cycle", "--alpha", "0.001", *chosen, path)
         row = json.loads(out)
-        ref = detect_text(text, ByteTokenizer(), KEY, S=3, topology="soft_cycle", alpha=0.001, test=test or "exact")
+        ref = detect_text(text, ByteTokenizer(), config, alpha=0.001, test=test or "exact")
         assert code == 0 and row["test"] == (test or "exact")
         assert row["z"] == pytest.approx(ref.z) and row["n_valid"] == ref.n_valid
         assert row["n_transitions"] == ref.n_transitions and row["is_watermarked"] == ref.is_watermarked

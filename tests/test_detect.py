@@ -31,6 +31,7 @@ from paper_listing import reference_detect
 
 KEYS = [b"\x00" * 32, b"another key", "a str key, UTF-8 encoded"]
 VOCAB = 49152
+CONFIG = ChainMarkConfig(b"k")  # S = 5, the clockwork
 
 
 # ---------------------------------------------------------------- helpers
@@ -96,7 +97,7 @@ def test_matches_independent_per_token_implementation(S, key):
     for n in (2, 3, 17, 300):
         ids = rng.integers(0, VOCAB, n)
         ref = per_token_detect(ids.tolist(), key, T)
-        res = detect(ids, key, S)
+        res = detect(ids, ChainMarkConfig(key, S=S))
         assert res.n_transitions == n - 1 and res.n_tokens == n
         assert res.n_valid == ref["c"]
         assert res.valid_mask.tolist() == ref["valid"]
@@ -113,7 +114,7 @@ def test_agrees_with_the_reference_listing(S):
     for n in (2, 5, 64, 1000):
         ids = rng.integers(0, VOCAB, n).tolist()
         ref = reference_detect(ids, key, S)
-        res = detect(ids, key, S)
+        res = detect(ids, ChainMarkConfig(key, S=S))
         # same formula, same order of operations: bit-for-bit equal
         assert res.phi == ref["phi"] and res.z == ref["z"]
         # the listing's 1 - cdf(z) has absolute error ~1e-16; ours is the exact tail
@@ -126,7 +127,7 @@ def test_agrees_with_the_listing_on_watermarked_text():
     key = b"walk"
     ids = walk_ids(key, 5, 40, rng)
     ref = reference_detect(ids, key, 5)
-    res = detect(ids, key, 5)
+    res = detect(ids, ChainMarkConfig(key, S=5))
     assert res.phi == ref["phi"] == 1.0
     assert res.z == ref["z"]
     assert res.is_watermarked and ref["is_watermarked"]
@@ -150,7 +151,7 @@ def test_k_regular_topologies(topology, S):
         for n in (2, 9, 400):
             ids = rng.integers(0, VOCAB, n)
             ref = per_token_detect(ids.tolist(), key, T)
-            res = detect(ids, key, S, topology=topology)
+            res = detect(ids, ChainMarkConfig(key, S=S, topology=topology))
             assert res.k == topo.k and res.p0 == pytest.approx(topo.k / S, rel=1e-15)
             assert res.valid_mask.tolist() == ref["valid"]
             assert res.phi == ref["phi"]
@@ -162,9 +163,9 @@ def test_k_regular_topologies(topology, S):
 def test_soft_cycle_walk_is_fully_valid():
     rng = np.random.default_rng(3)
     ids = walk_ids(b"k", 7, 60, rng, offsets=(1, 2))
-    res = detect(ids, b"k", 7, topology="soft_cycle")
+    res = detect(ids, ChainMarkConfig(b"k", S=7, topology="soft_cycle"))
     assert res.phi == 1.0 and res.is_watermarked
-    assert not detect(ids, b"k", 7, topology="clockwork").phi == 1.0
+    assert not detect(ids, ChainMarkConfig(b"k", S=7, topology="clockwork")).phi == 1.0
 
 
 def test_valid_transitions_circulant_and_matrix_paths_agree():
@@ -215,7 +216,7 @@ def test_z_score_matches_the_formula():
 
 @pytest.mark.parametrize("ids", [[], [17], np.array([], dtype=np.int64), np.array([5])])
 def test_fewer_than_two_tokens(ids):
-    res = detect(ids, b"k", 5)
+    res = detect(ids, CONFIG)
     assert isinstance(res, DetectionResult)
     assert res.n_transitions == 0 and res.n_valid == 0
     assert res.p_value == 1.0 and res.z == 0.0 and res.phi == 0.0 and not res.is_watermarked
@@ -227,31 +228,32 @@ def test_torch_inputs():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
     ids = rng.integers(0, VOCAB, 50)
-    a = detect(torch.tensor(ids), b"k", 5)
-    b = detect(ids.tolist(), b"k", 5)
+    a = detect(torch.tensor(ids), CONFIG)
+    b = detect(ids.tolist(), CONFIG)
     assert a.to_dict() == b.to_dict()
-    assert detect(torch.tensor([3]), b"k", 5).n_transitions == 0
+    assert detect(torch.tensor([3]), CONFIG).n_transitions == 0
     matrix = rng.integers(0, VOCAB, (3, 20))
-    rows = detect_batch(torch.tensor(matrix), b"k", 5)
-    assert [r.to_dict() for r in rows] == [detect(r, b"k", 5).to_dict() for r in matrix]
+    rows = detect_batch(torch.tensor(matrix), CONFIG)
+    assert [r.to_dict() for r in rows] == [detect(r, CONFIG).to_dict() for r in matrix]
 
 
 def test_vocab_size_checks_range_and_agrees():
     ids = np.random.default_rng(2).integers(0, 1000, 100)
-    assert detect(ids, b"k", 5, vocab_size=1000).to_dict() == detect(ids, b"k", 5).to_dict()
+    assert detect(ids, CONFIG, vocab_size=1000).to_dict() == detect(ids, CONFIG).to_dict()
     with pytest.raises(ValueError, match="token_ids"):
-        detect([1, 2, 1000], b"k", 5, vocab_size=1000)
+        detect([1, 2, 1000], CONFIG, vocab_size=1000)
 
 
 @pytest.mark.parametrize("kwargs,exc", [
     ({"alpha": 0.0}, ValueError), ({"alpha": 1.0}, ValueError), ({"alpha": True}, TypeError),
-    ({"alpha": "0.01"}, TypeError), ({"S": 1}, ValueError), ({"S": 2.5}, TypeError),
-    ({"topology": "spiral"}, ValueError), ({"key": 12345}, TypeError),
+    ({"alpha": "0.01"}, TypeError),
     ({"test": "yes"}, ValueError), ({"distinct_pairs": True}, TypeError),  # one spelling: test="distinct"
-    ({"topology": Topology.soft_cycle(6)}, ValueError),  # S mismatch
+    # the loose form: a key in the configuration's place, or S, the topology or the key beside it
+    ({"config": b"k"}, TypeError), ({"config": 12345}, TypeError), ({"S": 5}, TypeError),
+    ({"topology": "clockwork"}, TypeError), ({"key": b"k"}, TypeError),
 ])
 def test_bad_arguments_raise_clear_errors(kwargs, exc):
-    args = {"token_ids": [1, 2, 3], "key": b"k", "S": 5}
+    args = {"token_ids": [1, 2, 3], "config": CONFIG}
     args.update(kwargs)
     with pytest.raises(exc):
         detect(**args)
@@ -263,14 +265,14 @@ def test_bad_arguments_raise_clear_errors(kwargs, exc):
 ])
 def test_bad_token_ids_raise(ids, exc):
     with pytest.raises(exc):
-        detect(ids, b"k", 5)
+        detect(ids, CONFIG)
 
 
 def test_irregular_topology_is_refused():
     m = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
     topo = Topology.from_matrix(m, allow_irregular=True)
     with pytest.raises(ValueError, match="k-regular"):
-        detect([1, 2, 3], b"k", 3, topology=topo)
+        detect([1, 2, 3], ChainMarkConfig(b"k", S=3, topology=topo))
     with pytest.raises(ValueError, match="k-regular"):
         score_states(np.array([0, 1, 2]), topo)
 
@@ -295,11 +297,11 @@ def test_score_states_validates_states_and_mask():
 
 def test_long_input_and_big_token_ids():
     ids = np.random.default_rng(5).integers(0, 2**40, 500, dtype=np.int64)
-    res = detect(ids, b"k", 5)
+    res = detect(ids, CONFIG)
     ref = per_token_detect(ids.tolist(), b"k", clockwork_matrix(5))
     assert res.phi == ref["phi"]
     big = np.array([2**64 - 1, 2**63, 5, 2**64 - 1], dtype=np.uint64)
-    res = detect(big, b"k", 5)
+    res = detect(big, CONFIG)
     assert res.valid_mask.tolist() == per_token_detect(big.tolist(), b"k", clockwork_matrix(5))["valid"]
 
 
@@ -314,34 +316,34 @@ def test_batches_equal_per_row_results():
     rng = np.random.default_rng(11)
     matrix = rng.integers(0, VOCAB, (6, 40))
     matrix[2] = walk_ids(b"k", 5, 40, rng)
-    rows = detect_batch(matrix, b"k", 5)
+    rows = detect_batch(matrix, CONFIG)
     assert isinstance(rows, list) and len(rows) == 6
     for r, res in zip(matrix, rows):
-        _same(res, detect(r, b"k", 5))
+        _same(res, detect(r, CONFIG))
     assert rows[2].is_watermarked and rows[2].phi == 1.0
     # the same rows as a list of lists, and with the distinct test (the per-row path)
-    for res, r in zip(detect_batch(matrix.tolist(), b"k", 5), matrix):
-        _same(res, detect(r.tolist(), b"k", 5))
-    for res, r in zip(detect_batch(matrix, b"k", 5, test="distinct"), matrix):
-        _same(res, detect(r, b"k", 5, test="distinct"))
+    for res, r in zip(detect_batch(matrix.tolist(), CONFIG), matrix):
+        _same(res, detect(r.tolist(), CONFIG))
+    for res, r in zip(detect_batch(matrix, CONFIG, test="distinct"), matrix):
+        _same(res, detect(r, CONFIG, test="distinct"))
 
 
 def test_ragged_batches():
     rng = np.random.default_rng(12)
     rows = [rng.integers(0, VOCAB, n).tolist() for n in (0, 1, 2, 30, 7)]
-    out = detect_batch(rows, b"k", 5, topology="soft_cycle")
+    out = detect_batch(rows, ChainMarkConfig(b"k", S=5, topology="soft_cycle"))
     assert len(out) == 5
     for res, r in zip(out, rows):
-        _same(res, detect(r, b"k", 5, topology="soft_cycle"))
+        _same(res, detect(r, ChainMarkConfig(b"k", S=5, topology="soft_cycle")))
     assert out[0].n_transitions == 0 and out[1].n_transitions == 0 and out[2].n_transitions == 1
-    mixed = detect_batch((np.array(rows[3]), rows[4]), b"k", 5)  # a tuple of an array and a list
-    _same(mixed[0], detect(rows[3], b"k", 5))
-    _same(mixed[1], detect(rows[4], b"k", 5))
+    mixed = detect_batch((np.array(rows[3]), rows[4]), CONFIG)  # a tuple of an array and a list
+    _same(mixed[0], detect(rows[3], CONFIG))
+    _same(mixed[1], detect(rows[4], CONFIG))
 
 
 def test_degenerate_matrix_batches():
-    assert detect_batch(np.zeros((0, 5), dtype=int), b"k", 5) == [] == detect_batch([], b"k", 5)
-    res = detect_batch(np.array([[3], [4]]), b"k", 5)
+    assert detect_batch(np.zeros((0, 5), dtype=int), CONFIG) == [] == detect_batch([], CONFIG)
+    res = detect_batch(np.array([[3], [4]]), CONFIG)
     assert [r.n_transitions for r in res] == [0, 0]
 
 
@@ -350,15 +352,15 @@ def test_degenerate_matrix_batches():
 ], ids=["2-D array", "list of lists", "tuple of a list and an array", "one empty row", "list of one array"])
 def test_detect_refuses_a_batch_and_names_detect_batch(batch):
     with pytest.raises(ValueError, match="detect_batch"):
-        detect(batch, b"k", 5)
+        detect(batch, CONFIG)
 
 
 def test_detect_refuses_a_tensor_batch():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="detect_batch"):
-        detect(torch.zeros((3, 4), dtype=torch.long), b"k", 5)
+        detect(torch.zeros((3, 4), dtype=torch.long), CONFIG)
     with pytest.raises(ValueError, match="detect_batch"):
-        detect([torch.arange(4), torch.arange(4)], b"k", 5)
+        detect([torch.arange(4), torch.arange(4)], CONFIG)
 
 
 @pytest.mark.parametrize("one_text,exc", [
@@ -367,7 +369,7 @@ def test_detect_refuses_a_tensor_batch():
 ])
 def test_detect_batch_refuses_one_text(one_text, exc):
     with pytest.raises(exc, match="batch"):
-        detect_batch(one_text, b"k", 5)
+        detect_batch(one_text, CONFIG)
 
 
 def test_detect_batch_is_exported_beside_detect():
@@ -379,13 +381,13 @@ def test_detect_batch_is_exported_beside_detect():
 
 def test_detect_batch_checks_its_arguments_before_the_rows():
     with pytest.raises(ValueError, match="alpha"):
-        detect_batch([], b"k", 5, alpha=1.5)
-    with pytest.raises(TypeError, match="key"):
-        detect_batch([], 12345, 5)
+        detect_batch([], CONFIG, alpha=1.5)
+    with pytest.raises(TypeError, match="ChainMarkConfig"):
+        detect_batch([], 12345)
     with pytest.raises(ValueError, match="token_ids"):
-        detect_batch([[1, 2], [3, -4]], b"k", 5)
+        detect_batch([[1, 2], [3, -4]], CONFIG)
     with pytest.raises(ValueError, match="token_ids"):
-        detect_batch(np.array([[1, 2], [3, 1000]]), b"k", 5, vocab_size=1000)
+        detect_batch(np.array([[1, 2], [3, 1000]]), CONFIG, vocab_size=1000)
 
 
 def test_the_return_type_does_not_depend_on_the_shape():
@@ -396,18 +398,18 @@ def test_the_return_type_does_not_depend_on_the_shape():
     singles = [np.array([], dtype=int), [5], matrix[0], matrix[0].tolist(), torch.tensor(matrix[0]),
                list(matrix[0]), tuple(torch.tensor(matrix[0]))]
     for one in singles:  # one text: always one result
-        assert isinstance(detect(one, b"k", 5), DetectionResult)
+        assert isinstance(detect(one, CONFIG), DetectionResult)
     batches = [matrix, matrix.tolist(), ragged, torch.tensor(matrix), matrix[:1], matrix[:0], [], [[]]]
     for batch in batches:  # a batch: always a list, equal to per-row detect
         for test in ("z", "distinct"):
-            out = detect_batch(batch, b"k", 5, test=test)
+            out = detect_batch(batch, CONFIG, test=test)
             assert isinstance(out, list) and len(out) == len(batch)
             for res, row in zip(out, batch):
                 assert isinstance(res, DetectionResult)
-                _same(res, detect(row, b"k", 5, test=test))
-    from_generator = detect_batch((row for row in matrix), b"k", 5)  # any iterable of rows
+                _same(res, detect(row, CONFIG, test=test))
+    from_generator = detect_batch((row for row in matrix), CONFIG)  # any iterable of rows
     for res, row in zip(from_generator, matrix, strict=True):
-        _same(res, detect(row, b"k", 5))
+        _same(res, detect(row, CONFIG))
 
 
 # ---------------------------------------------------------------- distinct pairs
@@ -432,15 +434,15 @@ def test_first_occurrences_marks_each_pair_once():
 
 def test_the_distinct_test_scores_repeats_once():
     ids = [10, 20, 10, 20, 10, 20, 30]
-    res = detect(ids, b"k", 5, test="distinct")
+    res = detect(ids, CONFIG, test="distinct")
     assert res.n_transitions == 3 and res.n_tokens == 7
     assert res.scored_mask.tolist() == [True, True, False, False, False, True]
     assert res.n_valid == int(res.valid_mask[res.scored_mask].sum())
-    plain = detect(ids, b"k", 5)
+    plain = detect(ids, CONFIG)
     assert plain.n_transitions == 6
     # with no repeated pair the distinct test is the z-test
     fresh = np.random.default_rng(1).permutation(VOCAB)[:100]
-    _same(detect(fresh, b"k", 5, test="distinct"), detect(fresh, b"k", 5))
+    _same(detect(fresh, CONFIG, test="distinct"), detect(fresh, CONFIG))
 
 
 def _z_test_fpr(m, p0, alpha):
@@ -454,7 +456,7 @@ def test_null_false_positive_rate_on_random_tokens():
     # iid random tokens are the null of the paper's lemma: the FPR must be the z-test's own
     rng = np.random.default_rng(2024)
     trials, n, alpha = 4000, 200, 0.01
-    rows = detect_batch(rng.integers(0, VOCAB, (trials, n)), b"null key", 5, alpha=alpha)
+    rows = detect_batch(rng.integers(0, VOCAB, (trials, n)), ChainMarkConfig(b"null key", S=5), alpha=alpha)
     hits = sum(r.is_watermarked for r in rows)
     expected = _z_test_fpr(n - 1, 0.2, alpha)
     lo, hi = binom.interval(0.999, trials, expected)
@@ -470,8 +472,8 @@ def test_the_distinct_test_restores_the_null_on_repetitive_text():
     for _ in range(trials):
         block = rng.choice(VOCAB, 20, replace=False)
         texts.append(np.tile(block, 10))
-    plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha))
-    distinct = sum(r.is_watermarked for r in detect_batch(np.array(texts), b"k", 5, alpha=alpha,
+    plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), CONFIG, alpha=alpha))
+    distinct = sum(r.is_watermarked for r in detect_batch(np.array(texts), CONFIG, alpha=alpha,
                                                           test="distinct"))
     exp_distinct = _z_test_fpr(20, 0.2, alpha)  # 19 in-phrase pairs + the wrap-around pair
     lo, hi = binom.interval(0.999, trials, exp_distinct)
@@ -498,12 +500,12 @@ class CharTokenizer:
 def test_detect_text_tokenizes_without_special_tokens():
     tok = CharTokenizer()
     text = "Ünïcödé text, with emoji 🙂 and more."
-    res = detect_text(text, tok, b"k", 5)
-    _same(res, detect([ord(c) for c in text], b"k", 5))
-    assert detect_text("", tok, b"k", 5).n_transitions == 0
-    assert detect_text("x", tok, b"k", 5).p_value == 1.0
+    res = detect_text(text, tok, CONFIG)
+    _same(res, detect([ord(c) for c in text], CONFIG))
+    assert detect_text("", tok, CONFIG).n_transitions == 0
+    assert detect_text("x", tok, CONFIG).p_value == 1.0
     with pytest.raises(TypeError, match="text"):
-        detect_text(b"bytes", tok, b"k", 5)
+        detect_text(b"bytes", tok, CONFIG)
 
 
 # ---------------------------------------------------------------- LM-aware detector
@@ -580,9 +582,10 @@ def test_lr_detector_survives_an_illegal_gated_step():
     key = b"lr"
     g = np.ones(40)
     ids = _synthetic_watermark(key, 41, g, rng)
-    ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], key, 5).valid_mask[0]
-                   and not detect([t, ids[21]], key, 5).valid_mask[0])
-    res = lr_detect(ids, ChainMarkConfig(key), np.full(40, 0.95), n_null=2000)
+    config = ChainMarkConfig(key)
+    ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], config).valid_mask[0]
+                   and not detect([t, ids[21]], config).valid_mask[0])
+    res = lr_detect(ids, config, np.full(40, 0.95), n_null=2000)
     assert math.isfinite(res.llr) and res.n_valid == 38 and res.is_watermarked
 
 
@@ -665,11 +668,12 @@ def generations(model_and_tokenizer):
 def test_watermarked_generations_are_detected(generations, model_and_tokenizer):
     key, _, plain, marked, _ = generations
     _, tok = model_and_tokenizer
+    config = ChainMarkConfig(key, S=5)
     for g in marked:
-        res = detect(g.token_ids, key, 5, alpha=0.01)
+        res = detect(g.token_ids, config, alpha=0.01)
         assert res.is_watermarked, res
-        assert detect_text(g.text, tok, key, 5).z > 2.326
-    flagged = sum(detect(g.token_ids, key, 5).is_watermarked for g in plain)
+        assert detect_text(g.text, tok, config).z > 2.326
+    flagged = sum(detect(g.token_ids, config).is_watermarked for g in plain)
     assert flagged <= 1
 
 
@@ -708,19 +712,20 @@ def _generation(ids, config=None):
     return Generation("p", list(ids), "t", [1.0] * n, [0.5] * n, [True] * n, [True] * n, None, None, config=config)
 
 
-def test_detect_takes_a_generation_in_place_of_ids_and_key():
+def test_detect_takes_a_generation_in_place_of_ids_and_config():
 
     cfg = ChainMarkConfig(b"k" * 16, S=7, topology="soft_cycle")
     ids = walk_ids(b"k" * 16, 7, 60, np.random.default_rng(5), offsets=(1, 2))  # a soft-cycle walk
     g = _generation(ids, cfg)
     _same(detect(g), detect(ids, cfg))
     _same(detect(g, test="exact"), detect(ids, cfg, test="exact"))
-    _same(detect(g, b"other"), detect(ids, b"other"))  # a key given wins over the generation's config
-    with pytest.raises(TypeError, match="carries S"):
+    other = ChainMarkConfig(b"other")
+    _same(detect(g, other), detect(ids, other))  # a config given wins over the generation's
+    with pytest.raises(TypeError, match=r"pass ChainMarkConfig\(key, S=.*\(got NoneType and S\)"):
         detect(g, S=5)
     with pytest.raises(ValueError, match="carries no configuration.*pass the ChainMarkConfig"):
         detect(_generation(ids))
-    with pytest.raises(TypeError, match="key must be bytes or str"):
+    with pytest.raises(TypeError, match="pass the ChainMarkConfig"):
         detect(ids)  # only a Generation carries its own configuration
     rows = [g, _generation(ids[:30], cfg)]
     for res, row in zip(detect_batch(rows), rows, strict=True):
@@ -741,7 +746,7 @@ AUDIT_KEYS = ["n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "th
 
 
 def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
-    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), b"k", 5)
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), CONFIG)
     assert isinstance(res, Verdict)
     assert (res.n_transitions, res.n_valid, res.decision) == (res.n_scored, res.n_hits, res.is_watermarked)
     assert (res.n_scored, res.n_hits, res.is_watermarked, res.p0) == (39, 39, True, 0.2)
@@ -754,7 +759,7 @@ def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
 
 
 def test_to_dict_writes_the_published_forms():
-    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(4)), b"k", 5)
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(4)), CONFIG)
     assert list(res.to_dict()) == RESULT_KEYS
     assert list(res.to_dict(include_masks=True)) == RESULT_KEYS + ["valid_mask", "scored_mask"]
     assert json.loads(json.dumps(res.to_dict(include_masks=True))) == res.to_dict(include_masks=True)
@@ -785,24 +790,28 @@ def test_the_decision_rule_at_its_boundaries():
     assert decide(z=np.array([1.0, 2.0, 3.0, np.nan]), threshold=2.0).tolist() == [False, False, True, False]
     with pytest.raises(ValueError, match="p_value and alpha"):
         decide(z=1.0)
-    for res in detect_batch(np.random.default_rng(5).integers(0, VOCAB, (20, 30)), b"k", 3, alpha=0.2):
+    rows = np.random.default_rng(5).integers(0, VOCAB, (20, 30))
+    for res in detect_batch(rows, ChainMarkConfig(b"k", S=3), alpha=0.2):
         assert res.is_watermarked == decide(z=res.z, p_value=res.p_value, alpha=0.2)
 
 
 def test_detect_takes_the_configuration_it_was_generated_with():
-    """detect(ids, config) reads key, S and topology from the configuration; giving them again is an error,
-    and the regime published from it carries everything but the key."""
+    """detect(ids, config) reads key, S and topology from the configuration and takes nothing in its place: a bare
+    key, or S or the topology beside it, is a TypeError that says what to pass. The regime published from the
+    configuration carries everything but the key."""
     from chainmark.auditor.regime import Regime
 
     key = b"k" * 32
     config = ChainMarkConfig(key, S=7, rho=0.5, topology="soft_cycle")
     ids = np.random.default_rng(3).integers(0, 5000, 300)
-    assert detect(ids, config).z == detect(ids, key, 7, "soft_cycle").z
-    assert detect(ids, config, test="exact").p_value == detect(ids, key, 7, "soft_cycle", test="exact").p_value
     assert [r.z for r in detect_batch([ids, ids[:50]], config)] == [detect(ids, config).z, detect(ids[:50], config).z]
-    assert detect(ids, config).z != detect(ids, key).z  # the loose call's defaults (S = 5, clockwork) differ
-    with pytest.raises(TypeError, match="carries S and the topology"):
-        detect(ids, config, S=7)
+    assert detect(ids, config).z != detect(ids, ChainMarkConfig(key)).z  # S = 5 and the clockwork by default
+    for loose in (lambda: detect(ids, key), lambda: detect(ids, key, 7, "soft_cycle"), lambda: detect(ids, config, S=7),
+                  lambda: detect(ids, topology="soft_cycle"), lambda: detect_batch([ids], key, S=7),
+                  lambda: detect_batch([ids], config, topology="soft_cycle"),
+                  lambda: detect_text("x", CharTokenizer(), key, 7)):
+        with pytest.raises(TypeError, match=r"takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
+            loose()
     regime = Regime.from_config(config, alpha=0.001)
     assert (regime.S, regime.topology, regime.rho, regime.alpha) == (7, "soft_cycle", 0.5, 0.001)
     assert regime.key_fingerprint == config.fingerprint and "k" * 32 not in repr(regime)

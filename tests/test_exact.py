@@ -9,12 +9,14 @@ from scipy.stats import binom, chisquare
 
 from chainmark.significance import TESTS, binomial_p_value, p_value, spanning_forest, z_score
 from chainmark.detection import detect, detect_batch, valid_transitions
+from chainmark.config import ChainMarkConfig
 from chainmark.auditor.regime import Regime, RegimeError, regime_document
 from chainmark.topology import resolve_topology
 
 #: A repetitive "text": a loop of a few tokens, repeated phrases, tokens revisited in both directions.
 REPETITIVE = np.array([5, 6, 7, 5, 6, 7, 8, 9, 5, 6, 7, 10, 11, 7, 6, 5, 12, 5, 6, 7] * 6 + [13, 14, 13, 14],
                       dtype=np.int64)
+CONFIG = ChainMarkConfig(b"k" * 16)  # S = 5, the clockwork
 
 
 def union_find_forest(ids) -> np.ndarray:
@@ -50,7 +52,7 @@ def test_the_forest_is_the_union_find_forest_of_the_text():
 
 
 def test_the_forest_comes_from_the_text_alone_never_from_the_key():
-    masks = {key: detect(REPETITIVE, key, S=5, test="exact").scored_mask for key in (b"a" * 16, b"b" * 16)}
+    masks = {key: detect(REPETITIVE, ChainMarkConfig(key), test="exact").scored_mask for key in (b"a" * 16, b"b" * 16)}
     assert np.array_equal(masks[b"a" * 16], masks[b"b" * 16])
     assert np.array_equal(masks[b"a" * 16], spanning_forest(REPETITIVE))
 
@@ -97,44 +99,44 @@ def test_the_exact_test_holds_alpha_on_a_repetitive_text_where_the_z_test_does_n
 
 def test_the_exact_test_holds_alpha_under_real_keys():
     """The same guarantee through the keyed hash (300 keys; a small vocabulary keeps the tables cheap)."""
-    flags = [detect(REPETITIVE, f"key-{i:04d}-exact-test".encode(), S=5, test="exact", vocab_size=64).is_watermarked
-             for i in range(300)]
+    configs = [ChainMarkConfig(f"key-{i:04d}-exact-test".encode()) for i in range(300)]
+    flags = [detect(REPETITIVE, config, test="exact", vocab_size=64).is_watermarked for config in configs]
     assert np.mean(flags) <= binom.ppf(0.999, 300, 0.01) / 300
 
 
 def test_exact_p_value_is_the_binomial_tail_and_decides():
-    res = detect(REPETITIVE, b"k" * 16, S=5, test="exact", alpha=0.05)
+    res = detect(REPETITIVE, CONFIG, test="exact", alpha=0.05)
     m, c = res.n_scored, res.n_hits
     assert m == len(np.unique(REPETITIVE)) - 1
     assert res.p_value == pytest.approx(binom.sf(c - 1, m, 0.2))
     assert res.is_watermarked == (res.p_value < 0.05)
     assert res.z == pytest.approx(z_score(c / m, 0.2, m))
     assert binomial_p_value(0, 0, 0.2) == 1.0 and binomial_p_value(0, 5, 0.2) == 1.0
-    assert detect([1], b"k" * 16, test="exact").p_value == 1.0
+    assert detect([1], CONFIG, test="exact").p_value == 1.0
 
 
 def test_watermarked_walks_are_found_by_the_exact_test():
     from cmlab.harness.grids import simulate_watermarked_ids
 
     ids = simulate_watermarked_ids(50, 200, b"w" * 16, S=5, rho=0.5, vocab_size=4096, seed=3)
-    found = [detect(row, b"w" * 16, S=5, test="exact", vocab_size=4096).is_watermarked for row in ids]
+    found = [detect(row, ChainMarkConfig(b"w" * 16, S=5), test="exact", vocab_size=4096).is_watermarked for row in ids]
     assert np.mean(found) > 0.9
 
 
 def test_test_names_and_conflicts_are_checked():
     assert TESTS == ("z", "distinct", "exact")
     with pytest.raises(ValueError, match="test must be one of"):
-        detect(REPETITIVE, b"k" * 16, test="binomial")
+        detect(REPETITIVE, CONFIG, test="binomial")
     with pytest.raises(TypeError, match="distinct_pairs"):  # one spelling: test="distinct"
-        detect(REPETITIVE, b"k" * 16, distinct_pairs=True)
+        detect(REPETITIVE, CONFIG, distinct_pairs=True)
 
 
 def test_detect_batch_runs_the_exact_test_on_every_row():
     rows = np.stack([REPETITIVE, REPETITIVE[::-1]])
-    batch = detect_batch(rows, b"k" * 16, test="exact")
+    batch = detect_batch(rows, CONFIG, test="exact")
     for row, res in zip(rows, batch):
-        assert res.p_value == detect(row, b"k" * 16, test="exact").p_value
-    ragged = detect_batch([REPETITIVE[:50], REPETITIVE], b"k" * 16, test="exact")
+        assert res.p_value == detect(row, CONFIG, test="exact").p_value
+    ragged = detect_batch([REPETITIVE[:50], REPETITIVE], CONFIG, test="exact")
     assert ragged[0].n_scored == len(np.unique(REPETITIVE[:50])) - 1
 
 

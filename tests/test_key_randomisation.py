@@ -35,7 +35,7 @@ def test_reproduces_the_exact_test_on_a_spanning_forest():
     for i in range(6):
         ids = repetitive_text(rng, n=250, vocab=60)
         mask = forest_mask(ids, int(ids.max()))
-        exact = detect(ids, random_key(i), 5, test="exact").p_value
+        exact = detect(ids, ChainMarkConfig(random_key(i), S=5), test="exact").p_value
         mc = key_randomisation_test(ids, ChainMarkConfig(random_key(i), S=5), mask=mask, draws=4999, seed=i)
         assert abs(mc.p_value - exact) <= 4 * mc.mc_error + 2 / 5000, (i, mc.p_value, exact, mc.mc_error)
 
@@ -46,7 +46,7 @@ def test_p_values_are_uniform_on_null_texts_and_the_check_flags_a_miscalibrated_
     randomised = [key_randomisation_test(t, ChainMarkConfig(random_key(i), S=5), draws=199, seed=i).p_value for i, t in enumerate(texts)]
     assert looks_uniform(randomised)
     # the z-test's normal tail on the same texts assumes independent transitions, which repeated pairs break
-    normal = [detect(t, random_key(i), 5, test="z").p_value for i, t in enumerate(texts)]
+    normal = [detect(t, ChainMarkConfig(random_key(i), S=5), test="z").p_value for i, t in enumerate(texts)]
     assert not looks_uniform(normal)
 
 
@@ -54,7 +54,7 @@ def test_the_observed_value_and_the_null_use_the_key_and_the_texts_copies():
     rng = np.random.default_rng(5)
     ids = repetitive_text(rng, n=200)
     res = key_randomisation_test(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
-    assert res.observed == detect(ids, KEY, 3).n_hits
+    assert res.observed == detect(ids, ChainMarkConfig(KEY, S=3)).n_hits
     assert res.null.shape == (99,) and res.exceedances == int((res.null >= res.observed).sum())
     assert res.p_value == monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
     legal = legal_transitions_null(ids, 3, draws=99, seed=1)

@@ -78,7 +78,7 @@ def test_windows_of_one_document_count_once():
     per_text = audit_key(CONFIG, corpus, vocab_size=400)["tests"]["z"]
     assert row["texts_flagged"] == per_text["flagged"] and row["flagged"] <= per_text["flagged"]
     expected = len({docs[i] for i in range(40)
-                    if detect(corpus[i], KEY, 5, "clockwork", 0.01, vocab_size=400, test="z").is_watermarked})
+                    if detect(corpus[i], CONFIG, 0.01, vocab_size=400, test="z").is_watermarked})
     assert row["flagged"] == expected and flags
     with pytest.raises(ValueError, match="one document per text"):
         audit_key(CONFIG, corpus, documents=docs[:-1])

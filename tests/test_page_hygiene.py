@@ -275,8 +275,8 @@ def test_the_loose_detection_check_finds_a_key_given_with_s_or_a_topology():
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_chapter_detects_with_one_configuration(chapter):
     """The chapters call the package's detectors with one configuration, never a key with S or the topology beside
-    it, which could disagree with the configuration the text was generated with. (A key alone, which means S = 5
-    and the clockwork, is not caught; the lab's wrappers, e.g. lr_detect and keyed_scrub, still take a key and S.)"""
+    it, which could disagree with the configuration the text was generated with. (A bare key in the configuration's
+    place is not caught here: the detectors refuse it when the page runs, with a TypeError that says what to pass.)"""
     nb = nbformat.read(ROOT / chapter, as_version=4)
     found = [f"cell {index}, {call}" for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
              for call in loose_detections(cell.source)]

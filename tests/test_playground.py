@@ -175,6 +175,7 @@ def _token_of_state(table: np.ndarray) -> list[int]:
 def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
     """The perfect attack's edit count flips the verdict exactly; one edit fewer does not."""
     from chainmark.detection import detect
+    from chainmark.config import ChainMarkConfig
     from chainmark.partition import state_table
 
     S = PLAYGROUND_S
@@ -189,8 +190,8 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
             ids[2 * j + 1] = of[(2 * j + 1 + 3) % S]
         return ids
 
-    assert not detect(erase(b["perfect_edits"]), reference_key, S).is_watermarked
-    assert detect(erase(b["perfect_edits"] - 1), reference_key, S).is_watermarked
+    assert not detect(erase(b["perfect_edits"]), ChainMarkConfig(reference_key, S=S)).is_watermarked
+    assert detect(erase(b["perfect_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
     # no legal step at all: even positions climb by 2, odd ones sit 3 above the token before
     broken = [of[(i // 2 * 2 + (3 if i % 2 else 0)) % S] for i in range(200)]
     f = attack_bounds(broken, reference_key)
@@ -202,8 +203,8 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
             ids[2 * j + 1] = of[((2 * j + 1) // 2 * 2 + 1) % S]
         return ids
 
-    assert detect(forge(f["forge_edits"]), reference_key, S).is_watermarked
-    assert not detect(forge(f["forge_edits"] - 1), reference_key, S).is_watermarked
+    assert detect(forge(f["forge_edits"]), ChainMarkConfig(reference_key, S=S)).is_watermarked
+    assert not detect(forge(f["forge_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
 
 
 def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
@@ -276,12 +277,13 @@ def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> d
     """The numbers shown for the text now in the box equal the package's on the same text."""
     from cmlab.comparison.attacks import edit_fraction
     from chainmark.detection import detect
+    from chainmark.config import ChainMarkConfig
 
     text = page.text()
     ids = tokenizer.encode(text, add_special_tokens=False)
     orig = tokenizer.encode(original, add_special_tokens=False)
-    det = detect(ids, key, PLAYGROUND_S, alpha=0.01)
-    z0 = detect(orig, key, PLAYGROUND_S, alpha=0.01).z
+    det = detect(ids, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01)
+    z0 = detect(orig, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01).z
     shown = {k: float(v) for k, v in page.shown().items() if k != "score"}
     assert int(shown["n_tokens"]) == det.n_tokens, text
     assert int(shown["n_valid"]) == det.n_valid
@@ -477,6 +479,7 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
 
     from cmlab.comparison.attacks import edit_fraction
     from chainmark.detection import detect
+    from chainmark.config import ChainMarkConfig
     from chainmark.partition import state_table
 
     browser, _, _ = standalone
@@ -495,7 +498,7 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
         const r = ChainMarkPlayground.math.score(ids, {page.inst}.table, 5, 0.01);
         return [r.n, r.m, r.c, r.phi, r.z, r.p, r.flagged]; }})""")
     for ids, (n, m, c, phi, z, p, flagged) in zip(seqs, scores):
-        d = detect(ids, reference_key, PLAYGROUND_S, alpha=0.01)
+        d = detect(ids, ChainMarkConfig(reference_key, S=PLAYGROUND_S), alpha=0.01)
         assert (n, m, c, flagged) == (d.n_tokens, d.n_transitions, d.n_valid, d.is_watermarked)
         assert phi == d.phi and z == d.z
         assert math.isclose(p, d.p_value, rel_tol=1e-11, abs_tol=1e-300)
@@ -511,6 +514,7 @@ def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference
     """The page's window scan gives chainmark.auditor.segments.spans_above's spans at the page's threshold, and the page
     rings the tokens of the spans it finds in a sample with a pasted watermarked passage."""
     from chainmark.detection import valid_transitions
+    from chainmark.config import ChainMarkConfig
     from chainmark.partition import state_table, states_of
     from chainmark.auditor.segments import spans_above, window_lengths
     from cmlab.teaching.playground import segment_thresholds

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from chainmark.detection import DetectionResult, detect, detect_batch, detect_text
+from chainmark.config import ChainMarkConfig
 from chainmark.partition import state_of, states_of
 from paper_listing import reference_detect
 
@@ -24,6 +25,7 @@ VOCAB = 49152
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 keys = st.binary(min_size=0, max_size=64)
+config_keys = st.binary(min_size=1, max_size=64)  # a ChainMarkConfig's key is never empty
 num_states = st.integers(min_value=2, max_value=64)
 lengths = st.one_of(st.integers(0, 3), st.integers(0, 300), st.integers(0, 100_000))
 alphas = st.floats(min_value=1e-12, max_value=1 - 1e-12, exclude_min=True, exclude_max=True)
@@ -66,12 +68,13 @@ def check_result(res: DetectionResult, n: int, S: int, alpha: float) -> None:
 
 
 @FAST
-@given(data=st.data(), key=keys, S=num_states, alpha=alphas, distinct=st.booleans())
+@given(data=st.data(), key=config_keys, S=num_states, alpha=alphas, distinct=st.booleans())
 def test_detect_never_crashes_and_stays_in_range(data, key, S, alpha, distinct):
     ids, regime = data.draw(token_arrays())
     topology = data.draw(topologies(S))
     vocab = VOCAB if regime != "huge" else None
-    res = detect(ids, key, S=S, topology=topology, alpha=alpha, test="distinct" if distinct else "z", vocab_size=vocab)
+    config = ChainMarkConfig(key, S=S, topology=topology)
+    res = detect(ids, config, alpha=alpha, test="distinct" if distinct else "z", vocab_size=vocab)
     check_result(res, len(ids), S, alpha)
     if not distinct:
         assert res.n_transitions == max(len(ids) - 1, 0)
@@ -82,18 +85,18 @@ def test_detect_never_crashes_and_stays_in_range(data, key, S, alpha, distinct):
 
 
 @FAST
-@given(data=st.data(), key=keys, S=num_states)
+@given(data=st.data(), key=config_keys, S=num_states)
 def test_list_input_equals_array_input(data, key, S):
     ids, regime = data.draw(token_arrays(max_len=2000))
     if regime == "huge":  # Python-int lists mixing ids above and below 2**63: see test_validation
         ids = ids >> np.uint64(1)
-    a = detect(ids, key, S=S)
-    b = detect([int(t) for t in ids], key, S=S)
+    config = ChainMarkConfig(key, S=S)
+    a, b = detect(ids, config), detect([int(t) for t in ids], config)
     assert (a.phi, a.z, a.n_valid, a.n_transitions) == (b.phi, b.z, b.n_valid, b.n_transitions)
 
 
 @FAST
-@given(data=st.data(), key=keys, S=num_states, rows=st.integers(1, 12), width=st.integers(0, 400),
+@given(data=st.data(), key=config_keys, S=num_states, rows=st.integers(1, 12), width=st.integers(0, 400),
        distinct=st.booleans())
 def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     topology = data.draw(topologies(S))
@@ -101,18 +104,19 @@ def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     rng = np.random.default_rng(seed)
     high = data.draw(st.sampled_from([3, VOCAB]))
     matrix = rng.integers(0, high, size=(rows, width))
-    batch = detect_batch(matrix, key, S=S, topology=topology, test="distinct" if distinct else "z")
+    config, test = ChainMarkConfig(key, S=S, topology=topology), "distinct" if distinct else "z"
+    batch = detect_batch(matrix, config, test=test)
     assert isinstance(batch, list) and len(batch) == rows
     for row, res in zip(matrix, batch):
-        one = detect(row, key, S=S, topology=topology, test="distinct" if distinct else "z")
+        one = detect(row, config, test=test)
         assert (res.phi, res.z, res.p_value, res.is_watermarked, res.n_valid, res.n_transitions) == \
                (one.phi, one.z, one.p_value, one.is_watermarked, one.n_valid, one.n_transitions)
         assert np.array_equal(res.valid_mask, one.valid_mask)
     # ragged lists of lists: every row scored alone
     ragged = [matrix[i, : rng.integers(0, width + 1)].tolist() for i in range(rows)]
     assume(len(ragged) > 0)
-    for row, res in zip(ragged, detect_batch(ragged, key, S=S, topology=topology, test="distinct" if distinct else "z")):
-        one = detect(row, key, S=S, topology=topology, test="distinct" if distinct else "z")
+    for row, res in zip(ragged, detect_batch(ragged, config, test=test)):
+        one = detect(row, config, test=test)
         assert (res.z, res.n_valid, res.n_transitions) == (one.z, one.n_valid, one.n_transitions)
 
 
@@ -128,7 +132,7 @@ def test_vectorised_states_equal_the_per_token_hash(key, S, ids):
 @given(key=st.binary(min_size=1, max_size=64), S=num_states,
        ids=st.lists(st.integers(0, VOCAB - 1), max_size=400))
 def test_clockwork_detect_equals_the_reference_listing(key, S, ids):
-    ours = detect(ids, key, S=S)
+    ours = detect(ids, ChainMarkConfig(key, S=S))
     ref = reference_detect(ids, key, S)
     assert ours.phi == pytest.approx(ref["phi"])
     assert ours.z == pytest.approx(ref["z"], abs=1e-9)
@@ -136,14 +140,14 @@ def test_clockwork_detect_equals_the_reference_listing(key, S, ids):
 
 
 @FAST
-@given(key=keys, S=num_states, n=st.integers(2, 3000))
+@given(key=config_keys, S=num_states, n=st.integers(2, 3000))
 def test_a_perfect_walk_has_phi_one(key, S, n):
     """Ids chosen so the states walk the cycle: phi = 1 and z = sqrt((S - 1)(n - 1))."""
     table = states_of(np.arange(64 * S), key, S)
     by_state = [np.flatnonzero(table == s) for s in range(S)]
     assume(all(len(b) for b in by_state))
     ids = [int(by_state[i % S][0]) for i in range(n)]
-    res = detect(ids, key, S=S)
+    res = detect(ids, ChainMarkConfig(key, S=S))
     assert res.phi == 1.0 and res.n_valid == n - 1
     assert res.z == pytest.approx(math.sqrt((S - 1) * (n - 1)))
 
@@ -152,7 +156,7 @@ def test_a_perfect_walk_has_phi_one(key, S, n):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(max_size=2000), key=st.binary(min_size=1, max_size=48), S=num_states)
 def test_detect_text_survives_arbitrary_unicode(real_tokenizer, text, key, S):
-    res = detect_text(text, real_tokenizer, key, S=S)
+    res = detect_text(text, real_tokenizer, ChainMarkConfig(key, S=S))
     n = len(real_tokenizer(text, add_special_tokens=False)["input_ids"])
     check_result(res, n, S, 0.01)
 
@@ -164,7 +168,7 @@ def test_detect_text_survives_arbitrary_unicode(real_tokenizer, text, key, S):
                        min_size=0, max_size=3000))
 def test_detect_text_on_odd_characters(real_tokenizer, pieces):
     text = "".join(pieces)
-    res = detect_text(text, real_tokenizer, b"odd-text-key", S=5)
+    res = detect_text(text, real_tokenizer, ChainMarkConfig(b"odd-text-key", S=5))
     n = len(real_tokenizer(text, add_special_tokens=False)["input_ids"])
     check_result(res, n, 5, 0.01)
 

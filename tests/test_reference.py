@@ -134,6 +134,7 @@ def test_frames_have_one_row_per_scored_text(tiny_run):
 @pytest.mark.slow
 def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_token(tiny_run, model_and_tokenizer):
     from chainmark.detection import detect
+    from chainmark.config import ChainMarkConfig
     from chainmark.partition import states_of
 
     root, tok = tiny_run[0], model_and_tokenizer[1]
@@ -150,7 +151,7 @@ def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_t
         ex = c["example"]
         assert ex["domain"] == "wiki" and len(ex["tokens"]) == len(ex["states"]) == len(ex["forced"]) == ex["n_tokens"]
         assert ex["states"] == states_of(ex["token_ids"], ref.reference_key(), c["S"]).tolist()
-        assert ex["z"] == pytest.approx(detect(ex["token_ids"], ref.reference_key(), c["S"]).z)
+        assert ex["z"] == pytest.approx(detect(ex["token_ids"], ChainMarkConfig(ref.reference_key(), S=c["S"])).z)
     with pytest.raises(ValueError, match="no explorer prompt"):
         ref.explorer_grid(tok, root, TINY, example=("code", 0))
 

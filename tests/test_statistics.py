@@ -22,6 +22,7 @@ import pytest
 from scipy.stats import binom, norm
 
 from chainmark.detection import detect_batch, score_states
+from chainmark.config import ChainMarkConfig
 from chainmark.topology import Topology
 
 CONFIDENCE = 0.999
@@ -130,7 +131,7 @@ def test_null_with_hashed_token_ids(S, n, topology):
     rng = np.random.default_rng(SEED + S + n)
     key = rng.bytes(32)
     ids = rng.integers(0, VOCAB, size=(reps, n))
-    results = detect_batch(ids, key, S=S, topology=topology, alpha=0.01, vocab_size=VOCAB)
+    results = detect_batch(ids, ChainMarkConfig(key, S=S, topology=topology), alpha=0.01, vocab_size=VOCAB)
     topo = Topology.clockwork(S) if topology == "clockwork" else Topology.soft_cycle(S)
     p0 = topo.p0
     phi = np.array([r.phi for r in results])

@@ -57,12 +57,12 @@ def test_counters_fed_in_pieces_equal_detect_on_the_whole(test):
         ids = rng.integers(0, vocab, n)
         if trial % 3 == 0:  # repetitive: a short phrase over and over
             ids = np.tile(ids[:4], 100)[:n]
-        S = int(rng.integers(2, 9))
+        config = ChainMarkConfig(KEY, S=int(rng.integers(2, 9)))
         for vocab_size in (None, 300):
-            scorer = StreamingDetector(ChainMarkConfig(KEY, S=S), test=test, vocab_size=vocab_size)
+            scorer = StreamingDetector(config, test=test, vocab_size=vocab_size)
             for part in np.split(ids, np.sort(rng.integers(0, n + 1, int(rng.integers(0, 7))))):
                 scorer.update(part)
-            assert same(scorer.result(), detect(ids, KEY, S=S, test=test, vocab_size=vocab_size)), (trial, test)
+            assert same(scorer.result(), detect(ids, config, test=test, vocab_size=vocab_size)), (trial, test)
             pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
             assert scorer.distinct_pairs == len(pairs)
             assert scorer.repeated_pair_share == (0.0 if n < 2 else 1 - len(pairs) / (n - 1))
@@ -83,7 +83,7 @@ def test_pieces_give_the_whole_texts_tokens_at_every_kind_of_boundary(tokenizer)
 @pytest.mark.parametrize("test", TESTS)
 def test_streamed_verdict_equals_detect_text(tokenizer, test):
     text = mixed_text(20_000, seed=11) + ("The same sentence again. " * 200)
-    whole = detect_text(text, tokenizer, KEY, S=4, alpha=0.001, test=test)
+    whole = detect_text(text, tokenizer, ChainMarkConfig(KEY, S=4), alpha=0.001, test=test)
     for piece_chars in (100, 2500):
         result, share = detect_text_stream([text], tokenizer, ChainMarkConfig(KEY, S=4), alpha=0.001, test=test,
                                            piece_chars=piece_chars)
@@ -228,7 +228,7 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
         scorer = StreamingDetector(ChainMarkConfig(KEY, S=5), test=test, vocab_size=vocab)
         for part in piece_ids:
             scorer.update(part)
-        assert same(scorer.result(), detect(ids, KEY, S=5, test=test, vocab_size=vocab)), test
+        assert same(scorer.result(), detect(ids, ChainMarkConfig(KEY, S=5), test=test, vocab_size=vocab)), test
     del ids, piece_ids
     key = tmp_path / "k.key"
     write_key_file(key, KEY)
@@ -262,7 +262,7 @@ def test_ids_near_2_to_the_40_need_no_table_over_their_range(test):
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20, peak
-    assert same(scorer.result(), detect(ids, KEY, S=5, test=test))
+    assert same(scorer.result(), detect(ids, ChainMarkConfig(KEY, S=5), test=test))
     pairs = set(zip(ids[:-1].tolist(), ids[1:].tolist()))
     assert scorer.distinct_pairs == len(pairs)
     assert scorer.repeated_pair_share == 1 - len(pairs) / (ids.size - 1)

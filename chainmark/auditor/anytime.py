@@ -207,7 +207,7 @@ def _regular(config: ChainMarkConfig) -> Topology:
     """The configuration's topology, checked as detection checks it (S, the key's type), and k-regular."""
     if config.topo.k is None:
         raise ValueError("anytime detection needs a k-regular topology (p0 = k/S exactly); this one is irregular")
-    topo, _, _ = detection_args(config.key, config.S, config.topo, 0.5)
+    topo, _, _ = detection_args(config, 0.5)
     return topo
 
 

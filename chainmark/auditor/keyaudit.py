@@ -91,10 +91,10 @@ def certify(flagged: int, documents: int, alpha: float, level: float = CERTIFICA
     return "inconclusive"
 
 
-def _scores(key: Key, texts: Sequence[np.ndarray], topo: Any, alpha: float, test: str,
+def _scores(config: ChainMarkConfig, texts: Sequence[np.ndarray], alpha: float, test: str,
             vocab_size: int | None) -> list[Any]:
-    """Every text's verdict under one key and one test (the audit and the across-keys table share it)."""
-    return [detect(ids, key, topo.S, topo, alpha, vocab_size=vocab_size, test=test) for ids in texts]
+    """Every text's verdict under one configuration and one test (the audit and the across-keys table share it)."""
+    return [detect(ids, config, alpha, vocab_size=vocab_size, test=test) for ids in texts]
 
 
 def _threshold(values: np.ndarray, alpha: float, upper: bool) -> float | None:
@@ -211,7 +211,7 @@ def audit_key(
     doc_index = np.array(_groups(len(kept), kept_names))
     tests: dict[str, Any] = {}
     for test in TESTS:
-        results = _scores(key, kept, topo, alpha, test, vocab_size)
+        results = _scores(config, kept, alpha, test, vocab_size)
         flags = np.array([r.is_watermarked for r in results])
         z = np.array([r.z for r in results])
         p = np.array([r.p_value for r in results])
@@ -267,9 +267,9 @@ def fpr_across_keys(
         raise ValueError("fpr_across_keys needs at least one text of two tokens and one key")
     rows = []
     for key in keys:
-        fingerprint = key_fingerprint(key)
+        fingerprint, config = key_fingerprint(key), ChainMarkConfig(key, S=topo.S, topology=topo)
         for test in tests:
-            est = rate_estimate([r.is_watermarked for r in _scores(key, kept, topo, alpha, test, vocab_size)])
+            est = rate_estimate([r.is_watermarked for r in _scores(config, kept, alpha, test, vocab_size)])
             rows.append({"key": fingerprint, "test": test, "texts": est.trials, "flagged": est.hits,
                          "fpr": est.rate, "ci_low": est.low, "ci_high": est.high})
     return rows

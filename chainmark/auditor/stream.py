@@ -184,7 +184,7 @@ class StreamingDetector:
                  count_pairs: bool = False) -> None:
         self.vocab_size, self.count_pairs = vocab_size, count_pairs
         self._key = config.key
-        self._topo, self.alpha, self.test = detection_args(config.key, config.S, config.topo, alpha, test)
+        self._topo, self.alpha, self.test = detection_args(config, alpha, test)
         self.n_tokens = self.n_scored = self.n_hits = self.distinct_pairs = 0
         self._last: np.ndarray | None = None  # the previous piece's last id (its transition to this piece)
         self._dense = vocab_size is not None and vocab_size <= _DENSE_IDS_MAX

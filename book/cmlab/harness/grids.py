@@ -253,13 +253,15 @@ def attack_curve(id_lists: Sequence[Sequence[int]], key: Any, S: int, vocab_size
                   deltas: Sequence[float], alpha: float, seed: int) -> dict[str, Any]:
     """Mean z before/after substitution at each delta, the z ratio and the TPR."""
     from cmlab.comparison.attacks import Substitution
+    from chainmark.config import ChainMarkConfig
     from chainmark.detection import detect
 
-    z0 = np.array([detect(ids, key, S, alpha=alpha).z for ids in id_lists])
+    config = ChainMarkConfig(key, S=S)
+    z0 = np.array([detect(ids, config, alpha=alpha).z for ids in id_lists])
     ratio, tpr, mean_z, attacked_first = [], [], [], []
     for delta in deltas:
         attacked = Substitution(delta, vocab_size, seed=seed).apply_ids(list(id_lists))
-        dets = [detect(a, key, S, alpha=alpha) for a in attacked]
+        dets = [detect(a, config, alpha=alpha) for a in attacked]
         z = np.array([d.z for d in dets])
         mean_z.append(float(z.mean()))
         ratio.append(float(z.mean() / z0.mean()) if z0.mean() > 0 else float("nan"))

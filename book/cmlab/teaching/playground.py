@@ -335,9 +335,10 @@ def attack_bounds(token_ids: Sequence[int], key: Any, S: int = PLAYGROUND_S,
     The playground's JavaScript shows the same two numbers for the text in the box.
     """
     from chainmark.calibrate import z_alpha
+    from chainmark.config import ChainMarkConfig
     from chainmark.detection import detect
 
-    det = detect(list(token_ids), key, S, alpha=alpha)
+    det = detect(list(token_ids), ChainMarkConfig(key, S=S), alpha=alpha)
     za, p0, m = z_alpha(alpha), 1.0 / S, det.n_transitions
     allowed = za * math.sqrt(p0 * (1.0 - p0) * m)
     excess = det.n_valid - p0 * m

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from chainmark.auditor.tokenizer import DEFAULT_MODEL
+from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from chainmark.gates import Gate
 from cmlab.harness.reference.protocol import EXPERIMENTS, MIN_REWRITE_TOKENS, PROTOCOL, Cell, Protocol, cells, reference_key, topology_for
@@ -50,12 +51,13 @@ def _rows(cell: Cell, r: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def _null_rows(root: Path, protocol: Protocol, scorers: Mapping[str, tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every stored unwatermarked text scored by extra model-free ChainMark detectors (S or k)."""
     key, rows = reference_key(), []
+    configs = {name: ChainMarkConfig(key, S=topo.S, topology=topo) for name, (topo, _) in scorers.items()}
     for experiment in ("head_to_head", "null"):
         for cell, r in _iter_records(root, experiment, protocol):
             if cell.spec["method"] != "none":
                 continue
-            for name, (topo, extra) in scorers.items():
-                d = detect(r["token_ids"], key, topo.S, topo, protocol.alpha)
+            for name, (_, extra) in scorers.items():
+                d = detect(r["token_ids"], configs[name], protocol.alpha)
                 rows.append({"id": r["id"], "experiment": experiment, "cell": cell.name, "method": "none",
                              "detector": name, "domain": r["domain"], "prompt_index": r["prompt_index"],
                              "seed": r.get("seed"), "attack": "clean", "n_tokens": r["n_tokens"],
@@ -193,8 +195,8 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
 
     tests = tuple(TESTS if tests is None else tests)
     tok = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)  # the run's own tokenizer
-    key, topo, p = reference_key(), topology_for(protocol.S), protocol
-    vocab = len(tok)
+    p = protocol
+    config, vocab = ChainMarkConfig(reference_key(), S=p.S, topology=topology_for(p.S)), len(tok)
     rows: list[dict[str, Any]] = []
     for r in load_texts("head_to_head", root, protocol):
         if r["method"] != "chainmark":
@@ -204,7 +206,7 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
             if label.startswith("sub"):
                 ids = Substitution(float(label[3:]), vocab, seed=p.attack_seed).apply_ids(
                     [r["token_ids"]], names=[r["id"]])[0]
-                again = detect(ids, key, p.S, topo, p.alpha, vocab_size=vocab)
+                again = detect(ids, config, p.alpha, vocab_size=vocab)
                 if not math.isclose(again.z, stored["z"], rel_tol=1e-9, abs_tol=1e-9):
                     raise ValueError(f"{r['id']} {label}: the rebuilt attack scores z = {again.z}, the record "
                                      f"{stored['z']}: the attack's seeding has changed")
@@ -213,7 +215,7 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
                 conditions[label] = tok(stored["text"], add_special_tokens=False)["input_ids"]
         for condition, ids in conditions.items():
             for test in tests:
-                res = detect(ids, key, p.S, topo, p.alpha, vocab_size=vocab, test=test)
+                res = detect(ids, config, p.alpha, vocab_size=vocab, test=test)
                 rows.append({"id": r["id"], "domain": r["domain"], "condition": condition, "test": test,
                              "flagged": bool(res.is_watermarked), "z": res.z, "p_value": res.p_value,
                              "n_tokens": res.n_tokens, "n_scored": res.n_scored})
