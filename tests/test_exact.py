@@ -118,7 +118,7 @@ def test_exact_p_value_is_the_binomial_tail_and_decides():
 def test_watermarked_walks_are_found_by_the_exact_test():
     from cmlab.harness.grids import simulate_watermarked_ids
 
-    ids = simulate_watermarked_ids(50, 200, b"w" * 16, S=5, rho=0.5, vocab_size=4096, seed=3)
+    ids = simulate_watermarked_ids(50, 200, ChainMarkConfig(b"w" * 16, S=5, rho=0.5), vocab_size=4096, seed=3)
     found = [detect(row, ChainMarkConfig(b"w" * 16, S=5), test="exact", vocab_size=4096).is_watermarked for row in ids]
     assert np.mean(found) > 0.9
 

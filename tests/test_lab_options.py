@@ -92,11 +92,11 @@ def test_the_model_free_functions_take_their_options_either_way():
     with pytest.raises(TypeError):
         lr_detect(ids, CONFIG, q, n_nul=500)
     null = [rng.integers(0, V, 40).tolist() for _ in range(240)]
-    wm = E.simulate_watermarked_ids(4, 40, KEY, 5, 1.0, V, seed=1).tolist()
+    wm = E.simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=1.0), V, seed=1).tolist()
     groups = np.arange(240) // 2
     assert fpr_recipes(null, groups, wm, CONFIG, fit=RecipeFit(alpha=0.05, vocab_size=V, seed=2)) == \
         fpr_recipes(null, groups, wm, CONFIG, alpha=0.05, vocab_size=V, seed=2)
-    texts = E.simulate_watermarked_ids(4, 40, KEY, 5, 0.8, V, seed=3).tolist()
+    texts = E.simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
     sweep = E.AttackSweep(deltas=(0.0, 0.3), mc_trials=20, seed=5)
     config = ChainMarkConfig(KEY, S=5, rho=0.8)
     assert json.dumps(E.robustness_grid(texts, config, V, sweep=sweep)) == \

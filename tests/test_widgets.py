@@ -96,7 +96,7 @@ def test_calibration_numbers_are_the_closed_forms(alpha, n, rho, k):
 def test_simulated_sequences_walk_at_the_right_rate():
     """Legal-transition share of the Monte Carlo is rho + (1 - rho)/S (binomial tolerance)."""
     S, rho, trials, n = 5, 0.4, 200, 50
-    ids = E.simulate_watermarked_ids(trials, n, KEY, S, rho, V, seed=7)
+    ids = E.simulate_watermarked_ids(trials, n, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=7)
     assert ids.shape == (trials, n) and ids.min() >= 0 and ids.max() < V
     st = states_of(ids.ravel(), KEY, S, V).reshape(trials, n)
     legal = int(((st[:, 1:] - st[:, :-1]) % S == 1).sum())
@@ -108,13 +108,17 @@ def test_simulated_sequences_walk_at_the_right_rate():
 
 def test_simulation_rejects_bad_sizes():
     with pytest.raises(ValueError):
-        E.simulate_watermarked_ids(0, 10, KEY, 5, 0.5, V)
+        E.simulate_watermarked_ids(0, 10, ChainMarkConfig(KEY, rho=0.5), V)
     with pytest.raises(ValueError):
-        E.simulate_watermarked_ids(10, 1, KEY, 5, 0.5, V)
+        E.simulate_watermarked_ids(10, 1, ChainMarkConfig(KEY, rho=0.5), V)
+    with pytest.raises(ValueError, match="clockwork"):  # the theorem's model walks the cycle, nothing else
+        E.simulate_watermarked_ids(10, 20, ChainMarkConfig(KEY, rho=0.5, topology="soft_cycle"), V)
+    with pytest.raises(TypeError, match="ChainMarkConfig"):  # the key alone is refused, with what to pass
+        E.simulate_watermarked_ids(10, 20, KEY, V)
 
 
 def test_robustness_grid_on_synthetic_texts():
-    texts = E.simulate_watermarked_ids(12, 80, KEY, 5, 0.8, V, seed=3).tolist()
+    texts = E.simulate_watermarked_ids(12, 80, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
     rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
     for part in ("mc", "text"):
         assert rob[part]["ratio"][0] == pytest.approx(1.0)
@@ -133,7 +137,7 @@ def _fake_grid() -> dict:
     cells = []
     for S in (2, 5):
         for rho in (0.5, 1.0):
-            ids = E.simulate_watermarked_ids(1, 30, KEY, S, rho, V, seed=S).tolist()[0]
+            ids = E.simulate_watermarked_ids(1, 30, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=S).tolist()[0]
             d = detect(ids, ChainMarkConfig(KEY, S=S))
             ex = {"prompt": "p", "token_ids": ids, "tokens": [f"t{t}" for t in ids],
                   "states": states_of(ids, KEY, S).tolist(), "forced": [0] * 30, "n_tokens": 30,
@@ -170,7 +174,7 @@ def test_live_twins_recompute_in_python():
     emb.children[0].children[0].value = 5
     assert view.value != before and f"{W._grid_cell(grid, 5, 0.5)['example']['z']:.2f}" in view.value
 
-    texts = E.simulate_watermarked_ids(6, 60, KEY, 5, 0.8, V, seed=5).tolist()
+    texts = E.simulate_watermarked_ids(6, 60, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=5).tolist()
     rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.3), mc_trials=20)
     live = W.robustness_explorer(rob, delta=0.0, live=True, key=KEY)
     live.children[0].value = 0.3

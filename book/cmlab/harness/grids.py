@@ -207,12 +207,13 @@ def generate_example(model: Any, tokenizer: Any, config: ChainMarkConfig, gate: 
 # ---------------------------------------------------------------------------
 # substitution at rate delta: model texts and a Monte Carlo
 # ---------------------------------------------------------------------------
-def simulate_watermarked_ids(trials: int, n: int, key: Any, S: int, rho: float, vocab_size: int,
+@takes_config()
+def simulate_watermarked_ids(trials: int, n: int, config: ChainMarkConfig, vocab_size: int,
                              seed: int = ATTACK_SEED) -> np.ndarray:
-    """Synthetic watermarked token ids under the theorem's model, through the real partition.
+    """Synthetic watermarked token ids under the theorem's model, through the real partition of ``config``.
 
     Each sequence starts at a uniform token; every later position is, with
-    probability ``rho``, a uniform token of the clockwork successor state of
+    probability ``config.rho``, a uniform token of the clockwork successor state of
     its predecessor (a forced step) and otherwise a uniform token of the
     vocabulary. Returns an int64 array of shape (trials, n).
 
@@ -229,8 +230,11 @@ def simulate_watermarked_ids(trials: int, n: int, key: Any, S: int, rho: float, 
     from chainmark.checks import check_rho
     from chainmark.partition import state_table
 
+    if config.topo.name != "clockwork":
+        raise ValueError(f"the theorem's model walks the clockwork cycle; config has the {config.topo.name} topology")
+    key, S = config.key, config.S
     n = check_length(n)
-    rho = check_rho(rho)
+    rho = check_rho(config.rho)
     if not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
     table = state_table(key, vocab_size, S)
@@ -249,14 +253,13 @@ def simulate_watermarked_ids(trials: int, n: int, key: Any, S: int, rho: float, 
     return ids
 
 
-def attack_curve(id_lists: Sequence[Sequence[int]], key: Any, S: int, vocab_size: int,
-                  deltas: Sequence[float], alpha: float, seed: int) -> dict[str, Any]:
-    """Mean z before/after substitution at each delta, the z ratio and the TPR."""
+@takes_config()
+def attack_curve(id_lists: Sequence[Sequence[int]], config: ChainMarkConfig, vocab_size: int,
+                 deltas: Sequence[float], alpha: float, seed: int) -> dict[str, Any]:
+    """Mean z before/after substitution at each delta, the z ratio and the TPR, detected with ``config``."""
     from cmlab.comparison.attacks import Substitution
-    from chainmark.config import ChainMarkConfig
     from chainmark.detection import detect
 
-    config = ChainMarkConfig(key, S=S)
     z0 = np.array([detect(ids, config, alpha=alpha).z for ids in id_lists])
     ratio, tpr, mean_z, attacked_first = [], [], [], []
     for delta in deltas:
@@ -318,9 +321,9 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
         raise ValueError("texts must hold at least one watermarked text")
     deltas = [float(d) for d in sweep.deltas]
     n_mc = int(sweep.mc_length or round(np.mean([len(t) for t in texts])))
-    mc_ids = simulate_watermarked_ids(mc_trials, n_mc, key, S, rho, vocab_size, seed=seed)
-    mc = attack_curve([row.tolist() for row in mc_ids], key, S, vocab_size, deltas, alpha, seed)
-    text = attack_curve(texts, key, S, vocab_size, deltas, alpha, seed)
+    mc_ids = simulate_watermarked_ids(mc_trials, n_mc, config, vocab_size, seed=seed)
+    mc = attack_curve([row.tolist() for row in mc_ids], config, vocab_size, deltas, alpha, seed)
+    text = attack_curve(texts, config, vocab_size, deltas, alpha, seed)
     examples = []
     for attacked in text.pop("attacked_first"):
         changed = [int(a != b) for a, b in zip(attacked, texts[0])]

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cmlab.harness.grids import attack_curve, generate_example
+from chainmark.config import ChainMarkConfig
 from chainmark.jsonio import to_jsonable
 from cmlab.teaching.plots import STATE_COLOURS
 
@@ -278,7 +279,6 @@ def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, t
                       key: Any) -> Any:
     import ipywidgets as W
 
-    from chainmark.config import ChainMarkConfig
     from chainmark.gates import Gate
     from cmlab.teaching.plots import tokens_html
 
@@ -355,8 +355,8 @@ def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) ->
         d = float(delta.value)
         items = [("(1−δ)²", f"{(1 - d) ** 2:.3f}")]
         if key is not None:  # recompute on the model texts at exactly this delta
-            curve = attack_curve(grid["texts"], key, grid["S"], grid["vocab_size"], [d], grid["alpha"],
-                                  grid["seed"])
+            curve = attack_curve(grid["texts"], ChainMarkConfig(key, S=grid["S"]), grid["vocab_size"], [d],
+                                 grid["alpha"], grid["seed"])
             items += [("z ratio, model text (now)", f"{curve['ratio'][0]:.3f}"),
                       ("TPR, model text (now)", f"{curve['tpr'][0]:.2f}")]
         i = int(np.argmin([abs(x - d) for x in grid["deltas"]]))
