@@ -14,8 +14,8 @@ import numpy as np
 
 from .limits import MAX_STATES
 
-__all__ = ["check_alpha", "check_int", "check_length", "check_null_scores", "check_num_states", "check_rho", "check_rho_positive",
-           "check_states", "is_number"]
+__all__ = ["check_alpha", "check_int", "check_length", "check_null_scores", "check_num_states", "check_offsets",
+           "check_rho", "check_rho_positive", "check_states", "is_number"]
 
 
 def is_number(x: object) -> bool:
@@ -95,3 +95,13 @@ def check_null_scores(values: Any, name: str) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or infinite values; drop texts too short to score")
     return arr
+
+
+def check_offsets(offsets: Any, n: int) -> list[tuple[int, int]] | None:
+    """The tokens' character spans as int pairs, one per token (n of them), or None when none are given."""
+    if offsets is None:
+        return None
+    out = [(int(a), int(b)) for a, b in offsets]
+    if len(out) != n:
+        raise ValueError(f"offsets must hold one (char_start, char_end) per token ({n}), got {len(out)}")
+    return out

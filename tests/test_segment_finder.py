@@ -10,7 +10,8 @@ from cmlab.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segment
                                      read_segment_records, segment_summary)
 from chainmark.keys import hkdf
 from chainmark.partition import state_table
-from chainmark.auditor.segments import cover_segments, detect_segments, scan_maximum, window_lengths, window_z
+from chainmark.auditor.segments import detect_segments, scan_maximum, window_lengths, window_z
+from cmlab.comparison.segments_peer import cover_segments
 
 KEY = b"\x05" * 32
 VOCAB = 5000

@@ -39,7 +39,8 @@ from chainmark.detection import detect
 from cmlab.harness.mixed import MIXED_FILE, load_mixed_documents, match_segments, mixed_config
 from chainmark.keys import hkdf
 from chainmark.randomisation import key_seed
-from chainmark.auditor.segments import cover_segments, detect_segments
+from chainmark.auditor.segments import detect_segments
+from cmlab.comparison.segments_peer import cover_segments
 
 RESULTS = MIXED_FILE.with_name("results.jsonl.gz")
 METHODS = ("scan", "cover", "whole")

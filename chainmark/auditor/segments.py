@@ -10,11 +10,8 @@ span reported on a text without the watermark) is at most alpha for every text, 
 single-step max-T adjustment in the sense of Westfall and Young). Flagged windows are joined into regions, each
 segmented where the legal rate changes (:func:`spans_above`), so a span's ends come from the legal transitions
 around the passage, not from the window that flagged it. A passage is found from 17 tokens (16 transitions, the
-shortest window) on.
-
-:func:`cover_segments` is the peer, ported onto ChainMark's legal-transition sequence: the dyadic geometry cover
-with an exact binomial test per interval and a Bonferroni correction over the intervals, which treats transitions
-as independent.
+shortest window) on. Its peer, the geometry cover with a Bonferroni correction, is the book's
+(:mod:`cmlab.comparison.segments_peer`).
 """
 from __future__ import annotations
 
@@ -23,16 +20,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.special import bdtrc
 
-from ..checks import check_alpha, check_int
+from ..checks import check_alpha, check_int, check_offsets
 from ..config import ChainMarkConfig, takes_config
 from ..detection import valid_transitions
 from ..partition import Key, as_token_array, states_of
 from ..randomisation import key_randomisation_test
 from ..topology import Topology
 
-__all__ = ["Segment", "SegmentsResult", "cover_segments", "detect_segments", "scan_maximum", "spans_above",
+__all__ = ["Segment", "SegmentsResult", "detect_segments", "scan_maximum", "spans_above",
            "window_lengths", "window_z"]
 
 
@@ -163,15 +159,6 @@ def _char_span(offsets: Sequence[tuple[int, int]] | None, start: int, end: int) 
     return int(offsets[start][0]), int(offsets[end - 1][1])
 
 
-def _check_offsets(offsets: Any, n: int) -> list[tuple[int, int]] | None:
-    if offsets is None:
-        return None
-    out = [(int(a), int(b)) for a, b in offsets]
-    if len(out) != n:
-        raise ValueError(f"offsets must hold one (char_start, char_end) per token ({n}), got {len(out)}")
-    return out
-
-
 def _regions(flagged: Sequence[tuple[float, int, int]]) -> list[tuple[int, int]]:
     """The union of the flagged windows [a, a + w) as disjoint regions of transitions (touching ones joined)."""
     regions: list[list[int]] = []
@@ -262,7 +249,7 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
         raise ValueError(f"draws = {draws} cannot give a p-value at or below alpha = {alpha:g}: use at least "
                          f"{math.ceil(1.0 / alpha) - 1} draws")
     ids = as_token_array(token_ids, vocab_size)
-    offsets = _check_offsets(offsets, int(ids.size))
+    offsets = check_offsets(offsets, int(ids.size))
     m = int(ids.size) - 1
     windows = window_lengths(max(m, 0), min_window)
     if not windows:
@@ -278,49 +265,3 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
         p = (1 + (null.size - np.searchsorted(null, z, side="left"))) / (draws + 1)
         segments.append(Segment(start, end, z, float(p), w, *_char_span(offsets, start, end)))
     return SegmentsResult(segments, test.observed, test.p_value, alpha, int(ids.size), windows, "scan", draws)
-
-
-@takes_config()
-def cover_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float = 0.01, min_window: int = 16,
-                   offsets: Sequence[tuple[int, int]] | None = None,
-                   vocab_size: int | None = None) -> SegmentsResult:
-    """The peer: the dyadic geometry cover, an exact binomial test per interval, Bonferroni over the intervals.
-
-    Intervals [i 2^j, (i + 1) 2^j) of transitions for every 2^j >= ``min_window`` (rounded up to a power of
-    two); an interval is flagged when its binomial tail P(Bin(w, p0) >= count) times the number of intervals is
-    at most ``alpha``; overlapping or adjacent flagged intervals merge into one span. The binomial treats the
-    transitions as independent, which repeated tokens break. The authors' public code is looser still: a normal
-    z-test per interval against a fixed threshold (0.001 to 0.05) with no multiplicity correction.
-    """
-    key, topo = config.key, _regular(config)
-    alpha = check_alpha(alpha)
-    min_window = check_int(min_window, "min_window", 2)
-    ids = as_token_array(token_ids, vocab_size)
-    offsets = _check_offsets(offsets, int(ids.size))
-    m = int(ids.size) - 1
-    first = 1 << max(0, (min_window - 1).bit_length())
-    windows = tuple(w for w in (first << j for j in range(64)) if w <= m) if m >= first else ()
-    if not windows:
-        return SegmentsResult([], -math.inf, 1.0, alpha, int(ids.size), (), "cover")
-    legal = _observed_legal(ids, key, topo, vocab_size)
-    csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
-    intervals = [(a, a + w) for w in windows for a in range(0, m - w + 1, w)]
-    lo = np.array([a for a, _ in intervals])
-    hi = np.array([b for _, b in intervals])
-    counts = csum[hi] - csum[lo]
-    width = hi - lo
-    tail = np.where(counts > 0, bdtrc(counts - 1, width, topo.p0), 1.0)
-    adjusted = np.minimum(1.0, tail * len(intervals))
-    z = (counts - width * topo.p0) / np.sqrt(width * topo.p0 * (1 - topo.p0))
-    best = int(np.argmin(adjusted))
-    spans: list[list[Any]] = []
-    for i in sorted(np.flatnonzero(adjusted <= alpha), key=lambda i: (lo[i], hi[i])):
-        if spans and lo[i] <= spans[-1][1]:
-            s = spans[-1]
-            s[1] = max(s[1], int(hi[i]))
-            if adjusted[i] < s[3] or (adjusted[i] == s[3] and z[i] > s[2]):
-                s[2], s[3], s[4] = float(z[i]), float(adjusted[i]), int(width[i])
-        else:
-            spans.append([int(lo[i]), int(hi[i]), float(z[i]), float(adjusted[i]), int(width[i])])
-    segments = [Segment(a, b + 1, zz, p, w, *_char_span(offsets, a, b + 1)) for a, b, zz, p, w in spans]
-    return SegmentsResult(segments, float(z[best]), float(adjusted[best]), alpha, int(ids.size), windows, "cover")

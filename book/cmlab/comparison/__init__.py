@@ -1,10 +1,10 @@
 """What the book compares ChainMark against: KGW and SWEET, the attacks, the likelihood-ratio
-detector, text quality, the false-positive-rate recipes and a peer anytime-valid e-process.
+detector, text quality, the false-positive-rate recipes, a peer anytime-valid e-process and a peer segment finder.
 """
 from __future__ import annotations
 
 from chainmark._exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer",)
+MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer", "segments_peer",)
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)
