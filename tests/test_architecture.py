@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -428,9 +430,50 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
     assert done.returncode == 2 and "--corpus" in done.stderr
 
 
+#: Issue 49's budget for the wheel, in source lines of code: lines that carry code, not blank lines, comments,
+#: docstrings or the text lines of a multi-line string (the command line's help), as SLOC counters such as radon
+#: count them. The docstrings are what the book's ``show_source`` shows and the help is the auditor's manual, so
+#: they are not what the budget is to keep small; the lines of text are printed beside it.
+MAX_WHEEL_SOURCE_LINES = 6000
+_NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
+             tokenize.ENDMARKER}
+
+
+def _source_lines(source: str) -> int:
+    """How many lines of ``source`` carry code: the lines where a token other than a comment, a docstring or a
+    line break starts (a multi-line string counts its first line only)."""
+    docstrings = {(node.body[0].lineno, node.body[0].col_offset) for node in ast.walk(ast.parse(source))
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)}
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return len({tok.start[0] for tok in tokens
+                if tok.type not in _NOT_CODE and not (tok.type == tokenize.STRING and tok.start in docstrings)})
+
+
+def test_the_source_line_counter_counts_code_only():
+    source = textwrap.dedent('''\
+        """A module docstring
+        over two lines."""
+        # a comment
+
+        HELP = """usage:
+          two lines of help"""
+
+
+        def f(x: int,
+              y: int) -> int:
+            """A docstring."""
+            s = "not a docstring"  # a trailing comment
+            return x + y
+        ''')
+    assert _source_lines(source) == 5  # HELP =, the two lines of def f, s =, return
+
+
 def test_the_wheel_is_the_method_the_auditor_and_the_command_line(tmp_path):
-    """``pip wheel .`` holds chainmark alone: none of the lab's modules or data, and its size in lines is printed
-    (issue 49 asks for at most 6,000; the method's modules are counted apart)."""
+    """``pip wheel .`` holds chainmark alone: none of the lab's modules or data, and at most
+    :data:`MAX_WHEEL_SOURCE_LINES` source lines of code (issue 49); its lines of text and the method's modules
+    are printed beside it."""
     import zipfile
 
     source = tmp_path / "source"  # a copy: building in the working tree would leave build/ there
@@ -449,9 +492,11 @@ def test_the_wheel_is_the_method_the_auditor_and_the_command_line(tmp_path):
                                          r"|playground\.|explorers\.", n)]
     assert lab == []
     lines = {n: wheel.read(n).count(b"\n") for n in names if n.endswith(".py")}
+    code = {n: _source_lines(wheel.read(n).decode("utf-8")) for n in lines}
     method = {n: c for n, c in lines.items() if n.count("/") == 1}
-    print(f"wheel: {sum(lines.values())} lines of Python in {len(lines)} files; top-level modules "
-          f"{sum(method.values())} lines in {len(method)} files")
+    print(f"wheel: {sum(code.values())} source lines of code, {sum(lines.values())} lines of text, in {len(lines)} "
+          f"Python files; top-level modules {sum(method.values())} lines of text in {len(method)} files")
+    assert sum(code.values()) <= MAX_WHEEL_SOURCE_LINES
 
 
 def test_every_package_exports_its_modules_names_without_a_clash():
