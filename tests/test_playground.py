@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from browser_support import GuardedPage, non_local, serve
+from chainmark.config import ChainMarkConfig
 from cmlab.teaching.playground import (
     CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, _bytes_to_unicode,
     _distinct_share, _pick_samples, _state_payload, _tokenizer_payload,
@@ -175,13 +176,12 @@ def _token_of_state(table: np.ndarray) -> list[int]:
 def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
     """The perfect attack's edit count flips the verdict exactly; one edit fewer does not."""
     from chainmark.detection import detect
-    from chainmark.config import ChainMarkConfig
     from chainmark.partition import state_table
 
     S = PLAYGROUND_S
     of = _token_of_state(state_table(reference_key, 49152, S))
     walk = [of[i % S] for i in range(200)]  # every step legal
-    b = attack_bounds(walk, reference_key)
+    b = attack_bounds(walk, ChainMarkConfig(reference_key, S=S))
     assert b["flagged"] and b["random_delta"] > b["perfect_delta"] > 0 and b["forge_edits"] == 0
 
     def erase(k: int) -> list[int]:  # odd positions: a state that breaks both steps (s + 3)
@@ -194,7 +194,7 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
     assert detect(erase(b["perfect_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
     # no legal step at all: even positions climb by 2, odd ones sit 3 above the token before
     broken = [of[(i // 2 * 2 + (3 if i % 2 else 0)) % S] for i in range(200)]
-    f = attack_bounds(broken, reference_key)
+    f = attack_bounds(broken, ChainMarkConfig(reference_key, S=S))
     assert not f["flagged"] and f["perfect_edits"] == 0 and f["random_delta"] == 0.0
 
     def forge(k: int) -> list[int]:  # odd positions: the state between their neighbours, both steps legal
@@ -205,6 +205,24 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
 
     assert detect(forge(f["forge_edits"]), ChainMarkConfig(reference_key, S=S)).is_watermarked
     assert not detect(forge(f["forge_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
+
+
+def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
+    """A bare key is refused; the legal share p0 comes from the config's topology (a soft cycle's is k/S)."""
+    from chainmark.detection import detect
+
+    from chainmark.calibrate import z_alpha
+    from chainmark.partition import state_table
+
+    of = _token_of_state(state_table(reference_key, 49152, PLAYGROUND_S))
+    walk = [of[i % PLAYGROUND_S] for i in range(200)]  # every step legal in both topologies
+    with pytest.raises(TypeError, match="ChainMarkConfig"):
+        attack_bounds(walk, reference_key)
+    soft = ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle")
+    b, det, p0 = attack_bounds(walk, soft), detect(walk, soft), soft.topo.p0
+    assert p0 == 2 / PLAYGROUND_S and b["z"] == det.z and b["flagged"]
+    m = det.n_transitions
+    assert b["perfect_edits"] == math.ceil((det.n_valid - p0 * m - z_alpha(0.01) * math.sqrt(p0 * (1 - p0) * m)) / 2)
 
 
 def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
@@ -749,7 +767,8 @@ def test_challenges_score_what_they_say(standalone, tokenizer, reference_key) ->
         original = samples[k]["text"]
         before = _check_against_python(page, tokenizer, reference_key, original)
         n, c = int(before["n_tokens"]), int(before["n_valid"])
-        bounds = attack_bounds(tokenizer.encode(original, add_special_tokens=False), reference_key)
+        bounds = attack_bounds(tokenizer.encode(original, add_special_tokens=False),
+                               ChainMarkConfig(reference_key, S=PLAYGROUND_S))
         assert math.isclose(page.js(f"{page.inst}.state.perfectMin"), bounds["perfect_delta"], rel_tol=1e-12)
         assert math.isclose(page.js(f"{page.inst}.state.forgeMin"), bounds["forge_delta"], rel_tol=1e-12)
         sd = math.sqrt(0.2 * 0.8 * (n - 1))

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from chainmark.config import ChainMarkConfig, takes_config
 from chainmark.partition import state_table
 from cmlab.teaching.plots import STATE_COLOURS
 from cmlab.teaching.widgets import BrowserAsset, browser_block, standalone_page
@@ -315,9 +316,10 @@ def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sa
 # ---------------------------------------------------------------------------
 # what random and targeted attacks need
 # ---------------------------------------------------------------------------
-def attack_bounds(token_ids: Sequence[int], key: Any, S: int = PLAYGROUND_S,
-                  alpha: float = PLAYGROUND_ALPHA) -> dict[str, Any]:
-    """How much editing a text needs before the detector stops flagging it.
+@takes_config()
+def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig, alpha: float = PLAYGROUND_ALPHA) -> dict[str, Any]:
+    """How much editing a text needs before the detector stops flagging it under ``config`` (the playground's is
+    ``ChainMarkConfig(key, S=PLAYGROUND_S)``).
 
     * ``random_delta``: the substitution rate at which the average random
       attack brings z down to z_alpha, from z0 (1 - delta)^2 = z_alpha
@@ -335,11 +337,10 @@ def attack_bounds(token_ids: Sequence[int], key: Any, S: int = PLAYGROUND_S,
     The playground's JavaScript shows the same two numbers for the text in the box.
     """
     from chainmark.calibrate import z_alpha
-    from chainmark.config import ChainMarkConfig
     from chainmark.detection import detect
 
-    det = detect(list(token_ids), ChainMarkConfig(key, S=S), alpha=alpha)
-    za, p0, m = z_alpha(alpha), 1.0 / S, det.n_transitions
+    det = detect(list(token_ids), config, alpha=alpha)
+    za, p0, m = z_alpha(alpha), config.topo.p0, det.n_transitions
     allowed = za * math.sqrt(p0 * (1.0 - p0) * m)
     excess = det.n_valid - p0 * m
     perfect = max(0, math.ceil((excess - allowed) / 2)) if m else 0
