@@ -32,7 +32,7 @@ from .checks import check_int
 from .config import ChainMarkConfig, takes_config
 from .detection import valid_transitions
 from .partition import Key, as_token_array, key_bytes, states_of
-from .topology import Topology, TopologyLike, resolve_topology
+from .topology import Topology
 
 __all__ = ["RandomisationResult", "key_randomisation_test", "key_seed", "legal_count", "legal_transitions_null",
            "monte_carlo_p_value"]
@@ -48,7 +48,7 @@ _RUN = 64
 _SEED_LABEL = b"chainmark/v1/key-randomisation-seed"
 
 
-def key_seed(key: Key | ChainMarkConfig, context: str = "") -> int:
+def key_seed(key: Key, context: str = "") -> int:
     """The seed of the re-drawn keys that follows the key: HMAC-SHA-256(key, label + context), 128 bits.
 
     Under a random key it is random too, and independent of the text's states
@@ -56,8 +56,6 @@ def key_seed(key: Key | ChainMarkConfig, context: str = "") -> int:
     makes the Monte Carlo p-value valid for every text. ``context`` (a document
     id, say) gives each document of a corpus its own draws under one key.
     """
-    if isinstance(key, ChainMarkConfig):
-        key = key.key
     if not isinstance(context, str):
         raise TypeError(f"context must be a str, got {type(context).__name__}")
     digest = hmac.new(key_bytes(key), _SEED_LABEL + b"/" + context.encode("utf-8"), hashlib.sha256).digest()
@@ -113,18 +111,20 @@ def _redrawn_blocks(ids: np.ndarray, topology: Topology, draws: int, seed: int):
         yield valid_transitions(np.concatenate(parts)[:, inverse], topology)
 
 
-def legal_transitions_null(token_ids: object, S: int = 5, topology: TopologyLike | None = None,
-                           draws: int = 999, *, seed: int) -> np.ndarray:
+@takes_config()
+def legal_transitions_null(token_ids: object, config: ChainMarkConfig, draws: int = 999, *,
+                           seed: int | None = None) -> np.ndarray:
     """The text's legal-transition indicators under ``draws`` re-drawn keys: a (draws, n - 1) boolean array.
 
     Row r is what the detector would see on this text under the r-th random
-    key: each distinct token's state drawn uniformly, copies sharing it. There
-    is no key here, so the seed is yours to give (``key_seed(key)`` draws what
-    :func:`key_randomisation_test` draws for that key).
+    key: each distinct token's state drawn uniformly, copies sharing it, with
+    the S and topology of ``config``. Its key only seeds the draws: left out,
+    ``seed`` is :func:`key_seed` of it, the draws
+    :func:`key_randomisation_test` makes for that configuration.
     """
-    topo = resolve_topology("clockwork" if topology is None else topology, S)
     ids = _text_ids(token_ids)
-    return np.concatenate(list(_redrawn_blocks(ids, topo, _check_draws(draws), check_int(seed, "seed", 0))))
+    seed = _check_seed(seed, config.key)
+    return np.concatenate(list(_redrawn_blocks(ids, config.topo, _check_draws(draws), seed)))
 
 
 def monte_carlo_p_value(observed: float, null: np.ndarray) -> float:

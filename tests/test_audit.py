@@ -396,3 +396,25 @@ def test_the_audit_reports_segments_per_document(tmp_path, docs):
     code = cli.main(["audit", str(source), "--id-field", "id", "--key-file", str(key), "--scheduler", "none",
                      "--segments", "199", "--out", str(tmp_path / "cli.jsonl")])
     assert code == 0 and [r["segments"] for r in read_audit(tmp_path / "cli.jsonl")] == [r["segments"] for r in rows]
+
+
+def test_score_many_is_the_detector_on_each_text_under_one_config():
+    """The audit's vectorised scorer gives, text by text, the numbers ``detect`` gives under the same
+    configuration, for every test (texts of 0, 1 and many tokens, repeats included); a bare key is refused."""
+    from chainmark.auditor.corpus import score_many
+    from chainmark.detection import detect
+
+    rng = np.random.default_rng(11)
+    texts = [rng.integers(0, 300, n) for n in (0, 1, 2, 40, 400)] + [np.tile(np.arange(7), 30)]
+    config = ChainMarkConfig(KEY, S=7, topology="soft_cycle")
+    for test in ("z", "distinct", "exact"):
+        cols = score_many(texts, config, test, 300)
+        for i, ids in enumerate(texts):
+            if ids.size < 2:
+                assert cols["n_transitions"][i] == 0
+                continue
+            r = detect(ids, config, test=test)
+            assert (cols["n_transitions"][i], cols["n_valid"][i]) == (r.n_scored, r.n_hits)
+            assert (cols["z"][i], cols["p_value"][i]) == (r.z, r.p_value)  # bit for bit
+    with pytest.raises(TypeError, match="takes one ChainMarkConfig"):
+        score_many(texts, KEY, "z", 300)

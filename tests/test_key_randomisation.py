@@ -57,7 +57,7 @@ def test_the_observed_value_and_the_null_use_the_key_and_the_texts_copies():
     assert res.observed == detect(ids, ChainMarkConfig(KEY, S=3)).n_hits
     assert res.null.shape == (99,) and res.exceedances == int((res.null >= res.observed).sum())
     assert res.p_value == monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
-    legal = legal_transitions_null(ids, 3, draws=99, seed=1)
+    legal = legal_transitions_null(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
     assert legal.shape == (99, 199) and np.array_equal(legal_count(legal), res.null)
     # copies of a token share a state: two positions holding the same pair are legal together in every draw
     a, b = ids[:2]
@@ -70,9 +70,9 @@ def test_blocks_do_not_change_the_draws(monkeypatch):
     from chainmark import randomisation
 
     ids = np.arange(500) % 37
-    whole = legal_transitions_null(ids, 5, draws=50, seed=9)
+    whole = legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=50, seed=9)
     monkeypatch.setattr(randomisation, "_BLOCK_CELLS", 499 * 3)
-    assert np.array_equal(legal_transitions_null(ids, 5, draws=50, seed=9), whole)
+    assert np.array_equal(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=50, seed=9), whole)
 
 
 def test_config_and_errors():
@@ -107,7 +107,7 @@ def seed_zero_size(ids: np.ndarray, draws: int = 999, alpha: float = 0.01) -> fl
     """The exact rate at which a text of distinct tokens is flagged over a random key when the null is drawn
     with seed 0: its count of legal transitions is Binomial(n - 1, 1/5) under a random key, the seed-0 null
     fixed, so the test flags exactly the counts whose Monte Carlo p-value is at most alpha."""
-    null = legal_count(legal_transitions_null(ids, 5, draws=draws, seed=0))
+    null = legal_count(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=draws, seed=0))
     counts = np.arange(ids.size)
     p = (1 + (null[None, :] >= counts[:, None]).sum(axis=1)) / (draws + 1)
     return float(stats.binom.pmf(counts, ids.size - 1, 0.2)[p <= alpha].sum())
@@ -136,8 +136,12 @@ def test_the_default_seed_is_the_keys_and_an_explicit_seed_reproduces_it():
     assert np.array_equal(a.null, b.null)  # reproducible for a given key
     assert np.array_equal(key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=99, seed=key_seed(KEY)).null, a.null)
     assert not np.array_equal(key_randomisation_test(ids, ChainMarkConfig(b"\x08" * 32, S=5), draws=99).null, a.null)
-    assert key_seed(ChainMarkConfig(KEY, S=5, rho=0.5)) == key_seed(KEY) != key_seed(KEY, "doc-1")
+    assert key_seed(KEY) != key_seed(KEY, "doc-1")
     with pytest.raises(TypeError, match="context"):
         key_seed(KEY, 3)
-    with pytest.raises(TypeError, match="seed"):
-        legal_transitions_null(ids, 5, draws=9)  # no key here: the seed must be given
+    # the null's rows are the draws the test makes for that configuration: seeded from its key unless told
+    null = legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=99)
+    assert np.array_equal(legal_count(null), a.null)
+    assert np.array_equal(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=99, seed=key_seed(KEY)), null)
+    with pytest.raises(TypeError, match="takes one ChainMarkConfig"):
+        legal_transitions_null(ids, 5, draws=9)  # a bare S: the configuration carries S and the topology

@@ -227,7 +227,7 @@ def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
 
 def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
     samples = [Sample("a </script><b>", "human", "Text with </script> & <tags>\u2028 in it.")]
-    pg = build_playground(tokenizer, reference_key, samples)
+    pg = build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S), samples)
     block = pg.html
     assert isinstance(pg, Playground) and pg._repr_html_().startswith('<div class="cm-playground ')
     assert not re.search(r"""\b(src|href)\s*=""", block), "the block must not load anything"
@@ -239,6 +239,11 @@ def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> 
     payload = re.search(r'<script type="application/json" class="cm-data">(.*?)</script>', block, re.S).group(1)
     assert json.loads(payload)["samples"][0]["text"] == samples[0].text
     assert pg.data["budget"] == CHALLENGE_BUDGET and pg.data["S"] == PLAYGROUND_S
+    assert "config" not in vars(pg) and "key" not in vars(pg)  # the key made the table and was not kept
+    with pytest.raises(ValueError, match="clockwork"):  # the page's detector scores the clockwork only
+        build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle"), samples)
+    with pytest.raises(TypeError, match="ChainMarkConfig"):
+        build_playground(tokenizer, reference_key, samples)
 
 
 # --------------------------------------------------------------------------- browser helpers

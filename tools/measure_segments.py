@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with open(partial, "a", encoding="utf-8") as fh:
         for count, (part, doc, i, config, method) in enumerate(todo, 1):
-            seed = key_seed(config, doc.name)
+            seed = key_seed(config.key, doc.name)
             spans, seconds = run_method(method, doc.token_ids, config, args.alpha, args.draws, seed)
             truth = doc.segments if part == "power" else ()
             rec = {"part": part, "document": doc.name, "design": doc.design, "n_tokens": doc.n_tokens, "key": i,

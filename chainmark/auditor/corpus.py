@@ -35,12 +35,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..config import ChainMarkConfig
+from ..config import ChainMarkConfig, takes_config
 from ..detection import valid_transitions
 from ..jsonio import atomic_write, atomic_write_json, to_jsonable
 from ..partition import states_of
 from ..significance import transition_statistics
-from ..topology import Topology, resolve_topology
 from ..verdict import decide
 from .corpus_input import AuditError, Batch, CorpusReading, corpus_batches, pyarrow_parquet, read_batch
 from .rates import clopper_pearson
@@ -88,11 +87,10 @@ def _finish_batch(prepared: tuple[list[tuple[str, str]], dict[int, np.ndarray]],
     docs, encoded = prepared
     tokenizer = _tokenizer(settings)
     vocab = len(tokenizer)
-    topo = resolve_topology(settings.topology, settings.S)
-    config = ChainMarkConfig(key, S=topo.S, topology=topo)
+    config = settings.config(key)
     test = settings.effective_test
     order = sorted(encoded)
-    columns = score_many([encoded[i] for i in order], key, topo, test, vocab)
+    columns = score_many([encoded[i] for i in order], config, test, vocab)
     full = {name: np.zeros(len(docs), dtype=values.dtype) for name, values in columns.items()}
     for name, values in columns.items():
         full[name][order] = values
@@ -161,16 +159,18 @@ def _fdr_refusal(settings: Regime) -> str | None:
             "(its p-values are valid for every text under a random key)")
 
 
-def score_many(texts: Sequence[np.ndarray], key: bytes, topology: Topology, test: str,
+@takes_config()
+def score_many(texts: Sequence[np.ndarray], config: ChainMarkConfig, test: str,
                vocab_size: int) -> dict[str, np.ndarray]:
-    """:func:`~chainmark.detection.detect` on each of many token-id arrays, in one vectorised pass over their
-    concatenation: columns n_tokens, n_transitions, n_valid, phi, z, p_value (computed with the detector's
-    own operations in its order, so bit for bit the same) and each text's repeated_pair_share."""
+    """:func:`~chainmark.detection.detect` under ``config`` on each of many token-id arrays, in one vectorised pass
+    over their concatenation: columns n_tokens, n_transitions, n_valid, phi, z, p_value (computed with the
+    detector's own operations in its order, so bit for bit the same) and each text's repeated_pair_share."""
+    topology = config.topo
     count = len(texts)
     lengths = np.array([t.size for t in texts], dtype=np.int64)
     flat = np.concatenate(texts) if lengths.sum() else np.zeros(0, dtype=np.int64)
     doc = np.repeat(np.arange(count, dtype=np.int64), lengths)
-    states = states_of(flat, key, topology.S, vocab_size)  # checks every id against the vocabulary
+    states = states_of(flat, config.key, topology.S, vocab_size)  # checks every id against the vocabulary
     within = doc[:-1] == doc[1:]  # a transition inside one text (not from one text into the next)
     valid = valid_transitions(states, topology) & within
     tdoc = doc[:-1]

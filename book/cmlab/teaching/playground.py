@@ -393,17 +393,20 @@ class Playground:
         return f"Playground({len(self.samples)} samples, S={self.data['S']})"
 
 
-def build_playground(tokenizer: Any, key: Any, samples: Sequence[Sample], S: int = PLAYGROUND_S,
+@takes_config()
+def build_playground(tokenizer: Any, config: ChainMarkConfig, samples: Sequence[Sample],
                      alpha: float = PLAYGROUND_ALPHA, note: str = "") -> Playground:
-    """Pack a tokenizer, the states under ``key`` and ``samples`` into a :class:`Playground`.
-
-    The key is used to compute the state table and is not stored.
+    """Pack a tokenizer, the states under ``config`` (its key and S; the page's detector walks the clockwork)
+    and ``samples`` into a :class:`Playground`. The key is used to compute the state table and is not stored.
     """
     from chainmark.checks import check_alpha
 
+    if config.topo.name != "clockwork":
+        raise ValueError(f"the playground's detector walks the clockwork; got the {config.topo.name} topology")
+    S = config.S
     tok = _tokenizer_payload(tokenizer)
     data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": STATE_COLOURS,
-            "tokenizer": tok, "states": _state_payload(key, tok["vocab_size"], S),
+            "tokenizer": tok, "states": _state_payload(config.key, tok["vocab_size"], S),
             "samples": [s.to_dict() for s in samples], "segments": segment_thresholds(S, alpha)}
     return Playground(data, note=note)
 
@@ -425,7 +428,7 @@ def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> P
             f"S = {PROTOCOL.S}, clockwork, α = {PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
             f"({len(tokenizer):,} tokens, tokenizer.json {_tokenizer_json_digest(tokenizer)}), "
             "run in your browser.")
-    return build_playground(tokenizer, reference_key(), samples, S=PROTOCOL.S, note=note)
+    return build_playground(tokenizer, ChainMarkConfig(reference_key(), S=PROTOCOL.S), samples, note=note)
 
 
 __all__ = ["CHALLENGE_BUDGET", "PLAYGROUND", "PLAYGROUND_ALPHA",
