@@ -226,22 +226,30 @@ def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(cap
 
     assert test_of() == ("exact", None)  # nothing named: the test whose FPR holds for every text
     assert test_of("--threshold", "3.1") == ("z", 3.1)  # a z threshold given alone asks for the z-test
-    assert test_of("--distinct-pairs")[0] == "distinct"
+    assert test_of("--test", "distinct")[0] == "distinct"
     assert test_of("--test", "z")[0] == "z"
     regime = tmp_path / "regime.json"
-    for options, expected in ((["--test", "z"], "z"), ([], "exact"), (["--distinct-pairs"], "distinct")):
+    for options, expected in ((["--test", "z"], "z"), ([], "exact"), (["--test", "distinct"], "distinct")):
         regime.unlink(missing_ok=True)
         code, _, _ = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", *options,
                          "--out", regime)
         assert code == 0
         published = json.loads(regime.read_text())
-        assert (published.get("test") or ("distinct" if published["distinct_pairs"] else "z")) == expected
+        assert published["test"] == expected
+        assert published["distinct_pairs"] is (expected == "distinct")  # still written, derived from the test
         assert test_of("--regime", regime)[0] == expected  # a regime's test is applied, never the default
+    # a regime written before tests had names says only "distinct_pairs": true, and still means the distinct test
+    document = json.loads(regime.read_text())
+    del document["test"]
+    document["digest"] = regime_digest(document)
+    regime.unlink()
+    regime.write_text(json.dumps(document))
+    assert test_of("--regime", regime)[0] == "distinct"
     # a regime written before tests had names (no "test" field) still means the z-test
     regime.unlink()
     assert run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--test", "z",
                "--out", regime)[0] == 0
-    assert test_of("--regime", regime, "--distinct-pairs")[0] == "distinct"  # an option overrides the regime's test
+    assert test_of("--regime", regime, "--test", "distinct")[0] == "distinct"  # an option overrides the regime's
     document = json.loads(regime.read_text())
     del document["test"]
     document["distinct_pairs"] = False
@@ -253,9 +261,21 @@ def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(cap
 
 def test_detect_distinct_pairs(capsys, tmp_path, key_file):
     path = write(tmp_path, "rep.txt", "abab" * 100)
-    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--distinct-pairs", path)
+    code, out, _ = run(capsys, "detect", "--key-file", key_file, "--json", "--test", "distinct", path)
     row = json.loads(out)
-    assert code == 0 and row["n_transitions"] == 2 and row["distinct_pairs"]
+    assert code == 0 and row["n_transitions"] == 2 and row["distinct_pairs"] and row["test"] == "distinct"
+
+
+@pytest.mark.parametrize("command", [["detect"], ["audit", "--out", "audit.jsonl"], ["regime", "--S", "5",
+                                                                                      "--alpha", "0.01"]])
+def test_the_distinct_test_has_one_spelling_on_the_command_line(capsys, tmp_path, key_file, command):
+    """--test distinct chooses it; the old --distinct-pairs flag is an unknown option (exit 2), named in no help."""
+    path = write(tmp_path, "rep.txt", "abab" * 100)
+    inputs = [] if command[0] == "regime" else [path]
+    code, out, err = run(capsys, *command, "--key-file", key_file, "--distinct-pairs", *inputs)
+    assert code == EXIT_USAGE and out == "" and "unrecognized arguments: --distinct-pairs" in err
+    code, help_text, _ = run(capsys, command[0], "--help")
+    assert code == 0 and "--distinct-pairs" not in help_text
 
 
 def test_fail_on_detect_exit_codes(capsys, tmp_path, key_file):

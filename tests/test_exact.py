@@ -150,7 +150,7 @@ def test_a_regime_records_the_exact_test_and_decides_by_its_p_value():
     assert "test" not in regime_document(b"k" * 16, Regime(S=5, alpha=0.01))  # older documents stay as they were
     with pytest.raises(RegimeError, match="exact test decides by its p-value"):
         Regime(test="exact", threshold=2.0)
-    # a test named on the command line replaces the document's threshold and distinct pairs
+    # a test named on the command line replaces the document's test and its threshold
     z_doc = regime_document(b"k" * 16, Regime(S=5, alpha=0.01, test="distinct"))
     assert Regime.resolve(z_doc, test="exact").threshold is None
     assert Regime.resolve(z_doc, test="exact").effective_test == "exact"

@@ -160,6 +160,7 @@ def _edit_regime(path: Path, name: str, raw_json: str) -> None:
     ("threshold", '"2.3"', ['"threshold"', "finite number", "string"]),
     ("distinct_pairs", '"no"', ['"distinct_pairs"', "true or false"]),
     ("distinct_pairs", "1", ['"distinct_pairs"', "true or false"]),
+    ("distinct_pairs", "true", ['"distinct_pairs" follows from "test"', "'z' test"]),  # derived, like k
     ("S", str(MAX_STATES + 1), ['"S"', str(MAX_STATES)]),  # just above: a regression allocates 16 MB, not 2.5 GB
     ("S", "5.0", ['"S"', "integer"]),
     ("alpha", "1.5", ['"alpha"', "(0, 1)"]),

@@ -86,6 +86,42 @@ def test_older_and_sparser_documents_still_read():
     assert regime.topo.p0 == 0.25 and regime.operating_threshold == z_alpha(0.01)
 
 
+def test_the_test_has_one_spelling_and_distinct_pairs_is_derived_from_it():
+    """``test`` chooses the test; ``distinct_pairs`` is read-only, and in a document it is derived like k and p0."""
+    with pytest.raises(TypeError, match="distinct_pairs"):
+        Regime(distinct_pairs=True)
+    with pytest.raises(TypeError, match="distinct_pairs"):
+        Regime().replace(distinct_pairs=True)
+    assert Regime(test="distinct").distinct_pairs and not Regime().distinct_pairs
+    assert not Regime(test="exact").distinct_pairs and not Regime(test="z").distinct_pairs
+    for test in ("z", "distinct", "exact"):
+        doc = regime_document(KEY, Regime(S=5, alpha=0.01, test=test), _Vocab())
+        assert doc["distinct_pairs"] is (test == "distinct") and doc["test"] == test
+        assert Regime.from_document(doc).effective_test == test
+        flipped = {**doc, "distinct_pairs": test != "distinct"}
+        flipped["digest"] = regime_digest(flipped)  # even a recomputed digest cannot make the two disagree
+        with pytest.raises(RegimeError, match='"distinct_pairs" follows from "test"'):
+            Regime.from_document(flipped)
+        assert any('"distinct_pairs" follows from "test"' in p for p in published_regime_problems(flipped))
+
+
+def test_an_older_document_that_says_only_distinct_pairs_means_the_distinct_test():
+    """Documents written before ``test`` existed say ``"distinct_pairs": true`` and name no test: still the distinct
+    test, checked against the distinct test's guarantee, and re-scored the same."""
+    z_doc = regime_document(KEY, Regime(S=5, alpha=0.01), _Vocab())
+    assert "test" not in z_doc and z_doc["distinct_pairs"] is False
+    old = {key: value for key, value in z_doc.items() if key != "digest"}
+    old.update(distinct_pairs=True, guarantee=regime_document(KEY, Regime(S=5, alpha=0.01, test="distinct"),
+                                                              _Vocab())["guarantee"])
+    old["digest"] = regime_digest(old)
+    assert published_regime_problems(old) == []
+    regime = Regime.from_document(old)
+    assert regime.test == "distinct" and regime.effective_test == "distinct" and regime.distinct_pairs
+    assert Regime.resolve(old).effective_test == "distinct"
+    assert Regime.resolve(old, test="z").effective_test == "z"  # a test named on top replaces the document's
+    assert Regime.from_document(z_doc).test is None  # a document naming no test (and no distinct pairs): the z-test
+
+
 def test_bad_documents_are_refused_by_name():
     good = regime_document(KEY, Regime(S=5, alpha=0.01))
     with pytest.raises(RegimeError, match='"k" is 2, but the clockwork topology has k = 1'):
@@ -101,7 +137,7 @@ def test_bad_documents_are_refused_by_name():
 
 def test_a_regime_checks_its_settings():
     for kwargs, word in [({"S": 1}, '"S"'), ({"topology": "spiral"}, '"topology"'), ({"alpha": 1.0}, '"alpha"'),
-                         ({"threshold": float("inf")}, '"threshold"'), ({"distinct_pairs": 1}, '"distinct_pairs"'),
+                         ({"threshold": float("inf")}, '"threshold"'), ({"test": "distinct_pairs"}, '"test"'),
                          ({"n_min": -1}, '"n_min"'), ({"gate": "x"}, '"gate"'), ({"rho": 2.0}, '"rho"')]:
         with pytest.raises(RegimeError, match=word):
             Regime(**kwargs)

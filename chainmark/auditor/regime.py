@@ -64,8 +64,7 @@ def regime_document(key: bytes | str, regime: Regime, tokenizer: Any = None) -> 
     else:
         regime.check_tokenizer(tokenizer)
     regime = dataclasses.replace(
-        regime, distinct_pairs=regime.distinct_pairs or regime.test == "distinct",
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
+        regime, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), vocab_size=len(tokenizer),
         key_fingerprint=key_fingerprint(key), trades_fpr_for_power=True if regime.trades_fpr_for_power else None)
     regime.check_certificate(key, tokenizer)
     return regime.to_document()
@@ -147,8 +146,18 @@ def regime_problems(doc: Any) -> list[str]:
             problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
     if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
         problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
+    test, distinct = doc.get("test"), doc.get("distinct_pairs")
+    if test in TESTS and isinstance(distinct, bool) and distinct != (test == "distinct"):
+        problems.append(f'"distinct_pairs" follows from "test": it must be {json.dumps(test == "distinct")} for the '
+                        f'{test!r} test, got {json.dumps(distinct)}')
     problems += _k_below_S(doc)
     return problems
+
+
+def _document_test(doc: Mapping[str, Any]) -> str | None:
+    """The test a (checked) document names: its ``"test"``, else ``"distinct"`` when an older document says only
+    ``"distinct_pairs": true``, else None (the paper's z-test)."""
+    return doc.get("test") or ("distinct" if doc.get("distinct_pairs") else None)
 
 
 def _k_below_S(doc: Mapping[str, Any]) -> list[str]:
@@ -214,7 +223,7 @@ def published_regime_problems(doc: Any) -> list[str]:
     problems = regime_problems(doc)
     if problems:
         return problems
-    test = doc.get("test") or ("distinct" if doc.get("distinct_pairs") else "z")
+    test = _document_test(doc) or "z"
     for name in _PUBLISHED_REQUIRED:
         if name not in doc:
             problems.append(f'"{name}" is missing')
@@ -271,7 +280,6 @@ class Regime:
     topology: str = "clockwork"
     alpha: float = 0.01
     threshold: float | None = None
-    distinct_pairs: bool = False
     n_min: int | None = None
     tokenizer: str | None = None
     tokenizer_revision: str | None = None
@@ -294,9 +302,6 @@ class Regime:
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
         if self.test == "exact" and self.threshold is not None:
             problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
-        if self.test is not None and self.distinct_pairs and self.test != "distinct":
-            problems.append(f'"distinct_pairs" is the \'distinct\' test; it cannot be combined with "test": '
-                            f'{self.test!r}')
         if problems:
             raise RegimeError("; ".join(problems))
 
@@ -314,9 +319,14 @@ class Regime:
 
     @property
     def effective_test(self) -> str:
-        """The test this regime applies (:data:`chainmark.detection.TESTS`): ``test``, else ``"distinct"``
-        with ``distinct_pairs``, else the paper's ``"z"``."""
-        return self.test or ("distinct" if self.distinct_pairs else "z")
+        """The test this regime applies (:data:`chainmark.detection.TESTS`): ``test``, else the paper's ``"z"``."""
+        return self.test or "z"
+
+    @property
+    def distinct_pairs(self) -> bool:
+        """True for the distinct-pairs test: the document's derived ``"distinct_pairs"`` field (read-only; the test is
+        chosen by ``test="distinct"``)."""
+        return self.effective_test == "distinct"
 
     @property
     def exact(self) -> bool:
@@ -401,13 +411,17 @@ class Regime:
     def from_document(cls, doc: Any) -> "Regime":
         """The regime of a parsed regime document, checked field by field (:func:`regime_problems`).
 
-        Fields the document leaves out (or sets to null) take the defaults;
-        ``k``, ``p0`` and ``z_alpha`` follow from S, the topology and alpha.
+        Fields the document leaves out (or sets to null) take the defaults; ``k``, ``p0`` and ``z_alpha`` follow
+        from S, the topology and alpha, and ``distinct_pairs`` from the test (an older document that says
+        ``"distinct_pairs": true`` and names no test means the distinct test).
         """
         problems = regime_problems(doc)
         if problems:
             raise RegimeError("; ".join(problems))
-        return cls(**{name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None})
+        settings = {name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None}
+        if _document_test(doc) is not None:
+            settings["test"] = _document_test(doc)
+        return cls(**settings)
 
     @classmethod
     def from_config(cls, config: ChainMarkConfig, **settings: Any) -> "Regime":
@@ -430,7 +444,7 @@ class Regime:
             "alpha": self.alpha,
             "z_alpha": self.z_alpha,
             "threshold": None if self.exact else self.operating_threshold,
-            "distinct_pairs": bool(self.distinct_pairs),
+            "distinct_pairs": self.distinct_pairs,
             "tokenizer": self.tokenizer,
             "key_fingerprint": self.key_fingerprint,
             "guarantee": _GUARANTEES[self.effective_test],
@@ -455,10 +469,8 @@ class Regime:
             raise TypeError(f"unknown regime option(s) {', '.join(unknown)}; choose from {_OPTIONS}")
         regime = cls.from_document(document) if document is not None else cls()
         given = {k: v for k, v in options.items() if v is not None}
-        if "test" in given:  # a test named here replaces the document's, distinct pairs and z threshold included
-            given["distinct_pairs"] = given["test"] == "distinct"
-            if given["test"] == "exact":
-                given["threshold"] = None
+        if given.get("test") == "exact":  # a test named here replaces the document's, its z threshold included
+            given["threshold"] = None
         if document is not None and "tokenizer" in given:
             given.setdefault("tokenizer_revision", None)
         if document is not None and "alpha" in given and given["alpha"] != document.get("alpha"):

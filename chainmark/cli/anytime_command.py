@@ -17,7 +17,7 @@ __all__ = ["anytime_reports", "anytime_table"]
 
 #: Options that choose a fixed-length test, which --anytime replaces (attribute, as the caller spells it).
 _CONFLICTS = (("segments", "--segments"), ("test", "--test"), ("threshold", "--threshold"),
-              ("distinct_pairs", "--distinct-pairs"), ("certificate", "--certificate"), ("min_tokens", "--min-tokens"))
+              ("certificate", "--certificate"), ("min_tokens", "--min-tokens"))
 #: Bytes asked of standard input at a time: a pipe answers with what it holds, up to this.
 _READ_BYTES = 1 << 16
 

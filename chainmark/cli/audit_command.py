@@ -46,7 +46,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     au.add_argument("--topology", choices=("clockwork", "soft_cycle"), help="transition topology (default clockwork)")
     au.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), help="significance level (default 0.01)")
     au.add_argument("--threshold", type=finite_float(), metavar="Z", help="operating z threshold (z-test)")
-    au.add_argument("--distinct-pairs", action="store_true", default=None, help="the same as --test distinct")
     au.add_argument("--test", choices=("z", "distinct", "exact"), help="the test (default: exact, as for detect: "
                     "its p-values are valid for every text over a random key, so its q-values are too; a z regime "
                     "off z_alpha gets no q-values)")

@@ -72,8 +72,8 @@ token. Files are checked first, as above; standard input is read in the
 chunks the pipe delivers. Both are tokenized in pieces cut where the
 tokenizer cuts anyway, and reading stops once E reaches 1/alpha;
 --keep-reading reads on to the end and reports the crossing and the final E.
-It replaces the fixed-length tests, so --test, --threshold, --distinct-pairs,
---segments, --certificate and --min-tokens are refused with it. An input
+It replaces the fixed-length tests, so --test, --threshold, --segments,
+--certificate and --min-tokens are refused with it. An input
 with fewer than two tokens scores nothing (E = 1, a warning says so).
 --json fields: file, crossed and is_watermarked (E reached 1/alpha),
 crossing_token (index of the token at which it first did, else null),
@@ -136,8 +136,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="significance level in (0, 1) (default 0.01)")
     d.add_argument("--threshold", type=finite_float(), metavar="Z",
                    help="operating z threshold (e.g. from recalibrate); default: z_alpha")
-    d.add_argument("--distinct-pairs", action="store_true", default=None,
-                   help="score each distinct token pair once (repetitive text); the same as --test distinct")
     d.add_argument("--test", choices=("z", "distinct", "exact"),
                    help="exact (the default): a binomial test on a spanning forest of the text's tokens, whose "
                         "size is at most alpha for every text over a random key (a deployed key's rate: chainmark "

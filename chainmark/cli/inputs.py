@@ -12,7 +12,7 @@ from ..auditor.regime import Regime, parse_regime_text, published_regime_problem
 from ..limits import MAX_REGIME_BYTES
 from .common import UsageError, warn
 
-__all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "named_test", "read_certificate",
+__all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "read_certificate",
            "read_input", "read_inputs", "regime_topology", "tokenizer_label", "warn_if_not_private"]
 
 
@@ -239,21 +239,15 @@ def load_regime(path: str) -> dict[str, Any]:
 def detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> Regime:
     """The regime this audit applies (:meth:`Regime.resolve`): explicit options win over the published document,
     the document over the defaults. When nothing names a test it is the exact test, whose false-positive rate
-    holds for every text; a published regime keeps its own (one without "test" means the paper's z-test, or
-    distinct pairs), and a --threshold or --distinct-pairs alone asks for the z statistic they apply to."""
-    test = named_test(args)
+    holds for every text; a published regime keeps its own (one without "test" means the paper's z-test, or the
+    distinct test when an older one says "distinct_pairs": true), and a --threshold alone asks for the z statistic
+    it applies to."""
+    test = args.test
     if test is None and document is None and args.threshold is None:
         test = "exact"
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
                           test=test, n_min=args.min_tokens, tokenizer=args.tokenizer,
                           tokenizer_revision=args.tokenizer_revision)
-
-
-def named_test(args: argparse.Namespace) -> str | None:
-    """The test the options name: --test, or --distinct-pairs (the same as --test distinct); None if neither."""
-    if args.distinct_pairs and args.test not in (None, "distinct"):
-        raise UsageError(f"--distinct-pairs is the distinct test; it cannot be combined with --test {args.test}")
-    return "distinct" if args.distinct_pairs else args.test
 
 
 def regime_topology(regime: Regime) -> Any:

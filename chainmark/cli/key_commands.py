@@ -11,7 +11,7 @@ from typing import Any
 from ..auditor.regime import Regime, regime_document
 from ..limits import MAX_STATES
 from .common import EXIT_OK, UsageError, create_file, finite_float, float_in, int_at_least, int_in, out_path
-from .inputs import load_key, load_tokenizer, named_test, read_certificate, tokenizer_label, warn_if_not_private
+from .inputs import load_key, load_tokenizer, read_certificate, tokenizer_label, warn_if_not_private
 
 __all__ = ["add_commands"]
 
@@ -53,9 +53,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--n-min", type=int_at_least(2), metavar="N", help="minimum text length in tokens")
     g.add_argument("--rho", type=float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
-    g.add_argument("--distinct-pairs", action="store_true")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help; "
-                   "default: exact, or the z-test when --threshold or --distinct-pairs is given): exact, size at "
+                   "default: exact, or the z-test when --threshold is given): exact, size at "
                    "most alpha for every text over a random key; z, the paper's normal approximation; distinct, "
                    "valid on text without repeated tokens. The regime's \"guarantee\" field states which")
     g.add_argument("--recalibrated", metavar="METHOD:N", type=_recalibration,
@@ -134,9 +133,9 @@ def _cmd_regime(args: argparse.Namespace) -> int:
     key = load_key(args.key_file)
     tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_revision)
     try:
-        test = named_test(args) or (None if args.threshold is not None else "exact")
+        test = args.test or (None if args.threshold is not None else "exact")
         regime = Regime(S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
-                        distinct_pairs=test == "distinct", n_min=args.n_min, tokenizer=tokenizer_label(args.tokenizer),
+                        n_min=args.n_min, tokenizer=tokenizer_label(args.tokenizer),
                         tokenizer_revision=args.tokenizer_revision, rho=args.rho, gate=args.gate,
                         recalibration=args.recalibrated, test=test,
                         key_audit=read_certificate(args.certificate) if args.certificate else None,
