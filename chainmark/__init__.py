@@ -17,7 +17,7 @@ see every name through ``__init__.pyi`` (``tools/write_stubs.py``).
 """
 from __future__ import annotations
 
-from ._exports import lazy_exports
+from .exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -29,7 +29,7 @@ SUBPACKAGES = ("auditor", "cli")
 #: The auditor's modules that a few top-level names come from (key files, measured rates, spans in a document).
 AUDITOR_EXPORTS = ("auditor.keyfiles", "auditor.rates", "auditor.segments")
 
-#: The names at the top, each used by at least two chapters or by the README (``tests/test_architecture.py``
+#: The names at the top, each used by a chapter, the README or the command line (``tests/test_architecture.py``
 #: checks both ways). Every other name of a method module is reached through it: ``cm.calibrate.s_star_exact``.
 TOP_LEVEL = (
     # keys and the partition

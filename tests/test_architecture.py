@@ -268,8 +268,8 @@ def test_the_package_is_the_method_and_a_few_subpackages_as_the_readme_lists_the
     assert set(re.findall(r"^\| `book/cmlab/([a-z_]+)/`", layout, flags=re.M)) == lab == {"harness", "comparison", "teaching"}
 
 
-#: The package's shared support beside the method: argument checks, size limits, JSON writes.
-SUPPORT = {"checks", "limits", "jsonio"}
+#: The package's shared support beside the method: argument checks, size limits, JSON writes, lazy exports.
+SUPPORT = {"checks", "limits", "jsonio", "exports"}
 
 
 def test_the_method_is_at_most_twelve_modules_of_at_most_3000_lines():
@@ -290,6 +290,12 @@ BOOKKEEPING = {"claim", "claims_report", "glue", "banner", "set_theme"}
 HIDDEN = {"remove-cell", "remove-input"}
 
 
+def _cell_code(cell: dict) -> str:
+    """A notebook code cell as Python: a line of IPython magic or shell escape becomes ``pass``."""
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!")) else line
+                     for line in "".join(cell["source"]).splitlines())
+
+
 def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
     """Each chapter's import statements of the two packages, but a hidden cell's import of bookkeeping alone."""
     found = {}
@@ -299,9 +305,7 @@ def _chapter_imports() -> dict[str, list[ast.ImportFrom | ast.Import]]:
             if cell["cell_type"] != "code":
                 continue
             hidden = bool(HIDDEN & set(cell.get("metadata", {}).get("tags", [])))
-            source = "\n".join(line[:len(line) - len(line.lstrip())] + "pass" if line.lstrip().startswith(("%", "!"))
-                               else line for line in "".join(cell["source"]).splitlines())
-            for node in ast.walk(ast.parse(source)):
+            for node in ast.walk(ast.parse(_cell_code(cell))):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("chainmark", "cmlab")):
                     if not (hidden and {a.name for a in node.names} <= BOOKKEEPING):
                         statements.append(node)
@@ -505,7 +509,6 @@ def test_every_package_exports_its_modules_names_without_a_clash():
     import importlib
 
     import chainmark
-    from chainmark._exports import _exported_names
 
     packages = ["chainmark", *(f"chainmark.{s}" for s in chainmark.SUBPACKAGES if s != "cli"),
                 *(f"cmlab.{s}" for s in ("harness", "comparison", "teaching")), "cmlab.harness.reference"]
@@ -517,13 +520,13 @@ def test_every_package_exports_its_modules_names_without_a_clash():
 
 
 def test_two_modules_exporting_one_name_are_refused(tmp_path):
-    from chainmark._exports import _exported_names
+    from chainmark.exports import exported_names
 
     for module in ("one", "two"):
         (tmp_path / f"{module}.py").write_text('__all__ = ["same"]\nsame = 1\n', "utf-8")
-    assert _exported_names(tmp_path, ["one"]) == {"same": "one"}
+    assert exported_names(tmp_path, ["one"]) == {"same": "one"}
     with pytest.raises(ImportError, match="exported by both one and two"):
-        _exported_names(tmp_path, ["one", "two"])
+        exported_names(tmp_path, ["one", "two"])
 
 
 def test_every_chainmark_name_a_chapter_uses_exists():
@@ -620,7 +623,8 @@ def test_the_stubs_name_every_lazy_name():
 def test_an_editor_follows_package_names_to_their_definitions():
     """jedi (the completion engine of IPython and many editors) resolves ``chainmark.detect`` and the lab's
     ``lab.harness.run_grid`` to the functions that define them: the names are visible statically."""
-    jedi = pytest.importorskip("jedi")
+    import jedi
+
     cases = {"import chainmark as cm\ncm.detect\n": ("chainmark.detection.detect", 2, 4),
              "import cmlab as lab\nlab.harness.run_grid\n": ("cmlab.harness.runner.run_grid", 2, 13),
              "from chainmark import book_key\nbook_key\n": ("chainmark.auditor.keyfiles.book_key", 2, 2)}
@@ -649,3 +653,170 @@ def test_the_top_level_is_at_most_forty_names_each_of_them_used():
     assert unused == []
     extra = set(dir(chainmark)) - set(top) - set(chainmark.METHOD_MODULES) - set(chainmark.SUBPACKAGES)
     assert extra == set()
+
+
+# Issue 49, item 5: an exported name that nothing outside its module uses becomes private or goes. "Used" means
+# reached as code (an imported name or an attribute, not prose, docstrings or strings) by another module of either
+# package, by tests/, tools/ or benchmarks/, by a chapter's code cell, or named by an entry point in a pyproject.toml.
+#: Where the packages' users live, beside the packages themselves.
+USERS = ("tests", "tools", "benchmarks")
+#: Exported names unused today, each with why it may stay for now. This list only ever gets shorter.
+UNUSED_EXPORTS_ALLOWED = {
+    # being changed by a concurrent edit (issue 49); to be removed once that edit lands
+    "cmlab.teaching.playground": {"PLAYGROUND_ALPHA"},
+    # the wheel's command line: used outside only by tests/test_hard_edges.py, which patches it inside a child
+    # interpreter's code string; reported for a decision, not changed here
+    "chainmark.cli": {"build_parser"},
+}
+
+
+def _names_reached(tree: ast.AST) -> set[str]:
+    """The names code reaches in other modules: the names it imports, and every attribute it reads or sets.
+    A bare name does not count: in a module that imports nothing under it, it is a local that shares the name."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            found |= {alias.name for alias in node.names}
+    return found
+
+
+def _literal(tree: ast.Module, target: str) -> list[str] | None:
+    """The literal list or tuple a module assigns to ``target`` at its top, or None (absent or computed)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == target for t in node.targets):
+            try:
+                return list(ast.literal_eval(node.value))
+            except ValueError:
+                return None
+    return None
+
+
+def _annotation_names(node: ast.expr | None) -> set[str]:
+    """The names an annotation mentions, string annotations included."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _annotation_names(ast.parse(node.value, mode="eval").body)
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | \
+        {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)} | \
+        {name for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+         for name in _annotation_names(n)}
+
+
+def _met_in_signatures(tree: ast.Module, exported: set[str]) -> set[str]:
+    """Names the module's public functions (exported ones) and the public methods (``__init__`` and ``__call__``
+    too) of its exported classes take or return in their annotations, and that its exported constants hold (their
+    annotation, ``CHAPTER_WORK: Mapping[str, Work]``); a class's own methods do not count for it."""
+    def signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+        a = fn.args
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p is not None)]
+        return set().union(_annotation_names(fn.returns), *(_annotation_names(p.annotation) for p in params))
+
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in exported:
+            found |= signature(node)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in exported:
+            found |= _annotation_names(node.annotation)
+        elif isinstance(node, ast.ClassDef) and node.name in exported:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        (not item.name.startswith("_") or item.name in ("__init__", "__call__")):
+                    found |= signature(item) - {node.name}
+    return found
+
+
+def _unused_exports(modules: dict[str, str], users: list[str], top_level: dict[str, set[str]],
+                    entry_points: set[str]) -> dict[str, list[str]]:
+    """Each module's exported names that no other module, no user's code and no entry point (``module:name``)
+    reaches, by module. Exempt: (a) a class the module's own public functions or methods take or return, or its
+    public constants hold (a result type: its user meets it without naming it), (b) a name its package's ``__init__`` lifts to the top
+    (``top_level``: package -> names, chainmark's ``TOP_LEVEL``)."""
+    trees = {name: ast.parse(source) for name, source in modules.items()}
+    reached = {name: _names_reached(tree) for name, tree in trees.items()}
+    by_users = set().union(*(_names_reached(ast.parse(source)) for source in users))
+    unused = {}
+    for name, tree in trees.items():
+        exported = _literal(tree, "__all__")
+        if not exported:
+            continue
+        elsewhere = by_users.union(*(r for other, r in reached.items() if other != name))
+        lifted = set().union(*(names for package, names in top_level.items() if name.startswith(package + ".")))
+        classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        met = _met_in_signatures(tree, set(exported)) & classes
+        names = [n for n in exported if n not in elsewhere and n not in lifted and n not in met
+                 and f"{name}:{n}" not in entry_points]
+        if names:
+            unused[name] = names
+    return unused
+
+
+def _users_code(root: Path) -> list[str]:
+    """The code outside the packages: tests, tools, benchmarks, every chapter's code cells, and the code cells of
+    the book's MyST pages (``book/teaching.md``)."""
+    code = [p.read_text("utf-8") for folder in USERS for p in sorted((root / folder).rglob("*.py"))]
+    for nb in sorted((root / "book").glob("*.ipynb")):
+        code += [_cell_code(c) for c in json.loads(nb.read_text("utf-8"))["cells"] if c["cell_type"] == "code"]
+    for page in sorted((root / "book").glob("*.md")):
+        for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", page.read_text("utf-8"), flags=re.M | re.S):
+            lines = cell.splitlines(keepends=True)
+            while lines and lines[0].startswith(":"):  # the cell's options (:tags: [...])
+                lines.pop(0)
+            code.append(_cell_code({"source": lines}))
+    return code
+
+
+def _entry_points(root: Path) -> set[str]:
+    """``module:name`` of every script and entry point the two pyproject.toml files declare."""
+    import tomllib
+
+    found = set()
+    for path in (root / "pyproject.toml", root / "book" / "pyproject.toml"):
+        project = tomllib.loads(path.read_text("utf-8"))["project"]
+        groups = [project.get("scripts", {}), *project.get("entry-points", {}).values()]
+        found |= {target.split("[")[0].strip() for group in groups for target in group.values()}
+    return found
+
+
+def test_every_exported_name_is_used_outside_its_module():
+    """Issue 49: each name in a module's ``__all__``, in ``chainmark`` and in the lab, is used as code outside its
+    module (see :func:`_unused_exports` for what counts and the two exemptions); else it is private or gone."""
+    sources = {_dotted(p): p.read_text("utf-8") for p in _modules()}
+    top_level = {name: set(_literal(ast.parse(source), "TOP_LEVEL") or ()) for name, source in sources.items()
+                 if (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file() and name.startswith("chainmark")}
+    unused = _unused_exports(sources, _users_code(ROOT), top_level, _entry_points(ROOT))
+    assert "chainmark" in top_level and "detect" in top_level["chainmark"]  # the top level is read
+    unexcused = {module: sorted(set(names) - UNUSED_EXPORTS_ALLOWED.get(module, set()))
+                 for module, names in unused.items()}
+    unexcused = {module: names for module, names in unexcused.items() if names}
+    assert unexcused == {}, "exported but used nowhere outside their module (make them private, or remove them):\n" \
+        + "\n".join(f"  {module}: {', '.join(names)}" for module, names in sorted(unexcused.items()))
+    stale = {module: sorted(names - set(unused.get(module, ()))) for module, names in UNUSED_EXPORTS_ALLOWED.items()}
+    assert {module: names for module, names in stale.items() if names} == {}, "allowed but now used or gone"
+
+
+def test_the_export_checker_finds_an_unused_name(tmp_path):
+    """A name exported and used nowhere else is caught; one a user imports, one reached as an attribute, a result
+    type a public function returns, a top-level name and an entry point's target are not; prose does not count."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(textwrap.dedent('''\
+        """The module; ``lonely`` is only named in prose."""
+        __all__ = ["Result", "attribute", "imported", "lifted", "lonely", "main", "make"]
+
+        class Result: ...
+        def make() -> "Result": return Result()
+        def imported(): ...
+        def attribute(): ...
+        def lifted(): ...
+        def lonely(): ...
+        def main(): ...
+        '''), "utf-8")
+    (tmp_path / "user.py").write_text('from pkg.mod import imported\nimport pkg\npkg.mod.attribute()\n'
+                                      'print("lonely", pkg.mod.make())  # lonely, in a string and a comment\n', "utf-8")
+    modules = {"pkg.mod": (tmp_path / "pkg" / "mod.py").read_text("utf-8")}
+    users = [(tmp_path / "user.py").read_text("utf-8")]
+    assert _unused_exports(modules, users, {"pkg": {"lifted"}}, {"pkg.mod:main"}) == {"pkg.mod": ["lonely"]}
+    assert _unused_exports(modules, [], {}, set()) == {"pkg.mod": ["attribute", "imported", "lifted", "lonely",
+                                                                    "main", "make"]}

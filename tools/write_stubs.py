@@ -1,7 +1,7 @@
 """Write the ``__init__.pyi`` stubs that let editors and type checkers see the packages' lazy names.
 
 ``chainmark`` and the lab's packages load their names on first use (PEP 562,
-``chainmark/_exports.py``), so that ``import chainmark`` never pays for torch.
+``chainmark/exports.py``), so that ``import chainmark`` never pays for torch.
 A runtime ``__getattr__`` is invisible to static tools; a stub beside each such
 ``__init__.py`` lists every name with the module that defines it, as
 Scientific Python's SPEC 1 does with ``lazy_loader``. The stubs are generated
@@ -34,7 +34,7 @@ LAZY_PACKAGES = (
 
 def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[str, ...] | None) -> str:
     """The stub of one lazy package: its subpackages and modules, then every exported name from its module."""
-    from chainmark._exports import _exported_names
+    from chainmark.exports import exported_names
 
     pkg = importlib.import_module(package)
     here = Path(pkg.__file__).parent
@@ -42,7 +42,7 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     if package == "chainmark":  # a few top-level names come from auditor modules
         modules += tuple(pkg.AUDITOR_EXPORTS)
     subs = tuple(getattr(pkg, subpackages)) if isinstance(subpackages, str) else tuple(subpackages or ())
-    names = _exported_names(here, modules) if modules else {}
+    names = exported_names(here, modules) if modules else {}
     if package in ONLY:
         names = {name: names[name] for name in getattr(pkg, ONLY[package])}
     lines = [f'"""Static names of ``{package}`` for editors and type checkers; the runtime loads them lazily.',

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from . import cli_doctor, cli_reference
 
-__all__ = ["build_parser", "main"]
+__all__ = ["main"]
 
 _EPILOG = """\
 examples:
@@ -24,7 +24,7 @@ exit codes: 0 ok; 1 a check failed (doctor) or a regenerated batch differs (refe
 2 usage error; 3 internal error; 130 interrupted."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     """The ``cmlab`` argument parser: the reference run's commands and the workshop doctor."""
     from . import __version__
 
@@ -42,4 +42,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``cmlab`` console script; returns the exit code."""
     from chainmark.cli import main as run
 
-    return run(argv, build_parser())
+    return run(argv, _build_parser())

@@ -7,7 +7,7 @@ Everything here runs in the model-free install.
 """
 from __future__ import annotations
 
-from .._exports import lazy_exports
+from ..exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "keyfiles", "rates", "regime", "repetition", "segments",

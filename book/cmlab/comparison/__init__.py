@@ -3,7 +3,7 @@ detector, text quality, the false-positive-rate recipes, a peer anytime-valid e-
 """
 from __future__ import annotations
 
-from chainmark._exports import lazy_exports
+from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer", "segments_peer",)

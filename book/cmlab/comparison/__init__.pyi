@@ -45,8 +45,6 @@ from .baselines import (
     BaselineResult as BaselineResult,
     KGWConfig as KGWConfig,
     KGWLogitsProcessor as KGWLogitsProcessor,
-    KGW_DELTA as KGW_DELTA,
-    KGW_GAMMA as KGW_GAMMA,
     SweetConfig as SweetConfig,
     green_mask as green_mask,
     green_z as green_z,
@@ -92,7 +90,6 @@ from .quality import (
 )
 from .rewrites import (
     BackTranslation as BackTranslation,
-    DEFAULT_TRANSLATOR as DEFAULT_TRANSLATOR,
     LMTranslator as LMTranslator,
     Paraphrase as Paraphrase,
     Seq2SeqTranslator as Seq2SeqTranslator,
@@ -104,4 +101,4 @@ from .segments_peer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "DEFAULT_TRANSLATOR", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "translator_or_fallback", "weighted_z"]

@@ -56,8 +56,8 @@ from cmlab.comparison.quality import score_tokens
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
 #: The paper's KGW operating point: green-list share and logit bias.
-KGW_GAMMA = 0.5
-KGW_DELTA = 2.0
+_KGW_GAMMA = 0.5
+_KGW_DELTA = 2.0
 
 
 # --------------------------------------------------------------------------- configuration
@@ -112,8 +112,8 @@ class KGWConfig:
     """KGW watermark settings (lefthash, context width 1). The key never appears in its repr."""
 
     key: Key = field(repr=False)
-    gamma: float = KGW_GAMMA
-    delta: float = KGW_DELTA
+    gamma: float = _KGW_GAMMA
+    delta: float = _KGW_DELTA
 
     def __post_init__(self) -> None:
         if len(key_bytes(self.key)) == 0:
@@ -147,8 +147,8 @@ class SweetConfig:
 
     key: Key = field(repr=False)
     gate: Gate = field(default_factory=lambda: Gate("high_entropy", math.inf))
-    gamma: float = KGW_GAMMA
-    delta: float = KGW_DELTA
+    gamma: float = _KGW_GAMMA
+    delta: float = _KGW_DELTA
 
     def __post_init__(self) -> None:
         if not isinstance(self.gate, Gate):
@@ -444,7 +444,7 @@ def sweet_detect_batch(token_ids: Sequence[Sequence[int]], config: SweetConfig, 
 # --------------------------------------------------------------------------- p-values in the tail
 
 
-def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict[str, float]:
+def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dict[str, float]:
     """Three p-values for the same green count: the chapter's tail comparison.
 
     ``transformers``: what ``WatermarkDetector`` computes from z (its own
@@ -466,6 +466,5 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = KGW_GAMMA) -> dict
             "log10_norm_sf": float(norm.logsf(z) / math.log(10)), "confidence": 1.0 - hf}
 
 
-__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "KGW_DELTA", "KGW_GAMMA", "SweetConfig",
-           "green_mask", "green_z", "kgw_detect", "kgw_hashing_key", "sweet_detect",
-           "sweet_detect_batch", "tail_p_values", "text_entropies"]
+__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "green_mask", "green_z", "kgw_detect",
+           "kgw_hashing_key", "sweet_detect", "sweet_detect_batch", "tail_p_values", "text_entropies"]

@@ -31,7 +31,7 @@ _DEFAULT_TRANSLATE_INSTRUCTION = (
     "Translate the following text from {src} into {tgt}. Reply with the translation only.\n\n"
     "Text:\n{text}"
 )
-DEFAULT_TRANSLATOR = "facebook/nllb-200-distilled-600M"
+_DEFAULT_TRANSLATOR = "facebook/nllb-200-distilled-600M"
 
 # --------------------------------------------------------------------------- text-level attacks
 
@@ -161,7 +161,7 @@ class Seq2SeqTranslator:
     token, which is how NLLB (and M2M-100) pick the output language.
     """
 
-    def __init__(self, model: Any = DEFAULT_TRANSLATOR, tokenizer: Any = None, device: Any = None,
+    def __init__(self, model: Any = _DEFAULT_TRANSLATOR, tokenizer: Any = None, device: Any = None,
                  batch_size: int = 8, max_new_tokens: int = 512, num_beams: int = 4):
         if isinstance(model, str):
             import torch
@@ -229,7 +229,7 @@ _SEQ2SEQ_LOADED: dict[tuple[str, int], Seq2SeqTranslator | None] = {}  # (model 
 
 
 def translator_or_fallback(model: Any, tokenizer: Any, *, max_new_tokens: int | None, batch_size: int,
-                           seed: int = ATTACK_SEED, translator: str = DEFAULT_TRANSLATOR,
+                           seed: int = ATTACK_SEED, translator: str = _DEFAULT_TRANSLATOR,
                            use_seq2seq: bool = True) -> Seq2SeqTranslator | LMTranslator:
     """The translator of a chapter's back-translation: ``translator`` (NLLB-200) through :class:`Seq2SeqTranslator`,
     or the chat ``model`` through :class:`LMTranslator` (sampling with ``seed``) when it cannot load.
@@ -338,5 +338,5 @@ def make_attack(name: str, **kwargs: Any) -> Attack:
     return _ATTACKS[name](**kwargs)
 
 
-__all__ = ["DEFAULT_TRANSLATOR", "BackTranslation", "LMTranslator", "Paraphrase", "Seq2SeqTranslator", "make_attack",
+__all__ = ["BackTranslation", "LMTranslator", "Paraphrase", "Seq2SeqTranslator", "make_attack",
            "translator_or_fallback"]

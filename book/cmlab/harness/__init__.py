@@ -3,7 +3,7 @@ records, run folders, the explorers' grids, the mixed documents and the committe
 """
 from __future__ import annotations
 
-from chainmark._exports import lazy_exports
+from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("settings", "models", "prompts", "corpora", "adapters", "options", "runner", "runs", "grids", "mixed")

@@ -23,7 +23,6 @@ from .adapters import (
 )
 from .corpora import (
     CORPUS_LICENSE as CORPUS_LICENSE,
-    CORPUS_NAME as CORPUS_NAME,
     Document as Document,
     corpus_summary as corpus_summary,
     human_windows as human_windows,
@@ -35,7 +34,6 @@ from .corpora import (
 from .grids import (
     AttackSweep as AttackSweep,
     AttackSweepArgs as AttackSweepArgs,
-    DELTAS as DELTAS,
     ExplorerGrid as ExplorerGrid,
     attack_curve as attack_curve,
     embedding_grid as embedding_grid,
@@ -46,10 +44,8 @@ from .grids import (
 )
 from .mixed import (
     BOUNDARY_CASES as BOUNDARY_CASES,
-    DOCUMENT_LENGTHS as DOCUMENT_LENGTHS,
     MIXED_FILE as MIXED_FILE,
     MixedDocument as MixedDocument,
-    SEGMENT_LENGTHS as SEGMENT_LENGTHS,
     boundary_summary as boundary_summary,
     build_mixed_documents as build_mixed_documents,
     load_mixed_documents as load_mixed_documents,
@@ -64,13 +60,10 @@ from .models import (
     DEVICE_MEMORY_ENV as DEVICE_MEMORY_ENV,
     DTYPE_BYTES as DTYPE_BYTES,
     EMBEDDED_PARAMS as EMBEDDED_PARAMS,
-    GGUF_FILENAME as GGUF_FILENAME,
-    GGUF_PACKAGE as GGUF_PACKAGE,
     ModelLoadError as ModelLoadError,
     ModelSize as ModelSize,
     ModelTooLargeError as ModelTooLargeError,
     available_ram as available_ram,
-    cache_dir as cache_dir,
     check_fits as check_fits,
     device_memory as device_memory,
     embedded_gguf_path as embedded_gguf_path,
@@ -105,7 +98,6 @@ from .runner import (
     tpr as tpr,
 )
 from .runs import (
-    LOCK_FILE as LOCK_FILE,
     META_FILE as META_FILE,
     RECORDS_FILE as RECORDS_FILE,
     RecordWriter as RecordWriter,
@@ -119,10 +111,7 @@ from .runs import (
     write_meta as write_meta,
 )
 from .settings import (
-    COLAB_DRIVE as COLAB_DRIVE,
     RUNS_ENV as RUNS_ENV,
-    SCALES as SCALES,
-    SCALE_ENV as SCALE_ENV,
     SETTING_ENV as SETTING_ENV,
     Settings as Settings,
     default_dtype as default_dtype,
@@ -133,4 +122,4 @@ from .settings import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AttackSweep", "AttackSweepArgs", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "COLAB_DRIVE", "CORPUS_LICENSE", "CORPUS_NAME", "ChainMarkMethod", "DELTAS", "DEVICE_MEMORY_ENV", "DOCUMENT_LENGTHS", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GGUF_FILENAME", "GGUF_PACKAGE", "GridArgs", "GridOptions", "GridRun", "KGWMethod", "LOCK_FILE", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SCALES", "SCALE_ENV", "SEGMENT_LENGTHS", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "cache_dir", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_once", "generate_resumable", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["AttackSweep", "AttackSweepArgs", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CORPUS_LICENSE", "ChainMarkMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GridArgs", "GridOptions", "GridRun", "KGWMethod", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_once", "generate_resumable", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]

@@ -19,10 +19,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["CORPUS_LICENSE", "CORPUS_NAME", "Document", "corpus_summary", "human_windows", "key_audit_corpus",
+__all__ = ["CORPUS_LICENSE", "Document", "corpus_summary", "human_windows", "key_audit_corpus",
            "python_reference_documents", "shipped_texts", "token_windows"]
 
-CORPUS_NAME = "Python Language Reference prose (pydoc_data.topics)"
+_CORPUS_NAME = "Python Language Reference prose (pydoc_data.topics)"
 CORPUS_LICENSE = "PSF License Agreement (Python Software Foundation License, version 2)"
 
 _UNDERLINE = re.compile(r"^\s*([*=\-~^])\1{2,}\s*$")
@@ -77,7 +77,7 @@ def python_reference_documents(min_words: int = 50) -> list[Document]:
 def corpus_summary(documents: Sequence[Document]) -> dict[str, Any]:
     """Name, licence, Python version and size (documents, words, characters)."""
     return {
-        "corpus": CORPUS_NAME,
+        "corpus": _CORPUS_NAME,
         "license": CORPUS_LICENSE,
         "python": ".".join(map(str, sys.version_info[:3])),
         "documents": len(documents),
@@ -147,7 +147,7 @@ def key_audit_corpus(tokenizer: Any) -> tuple[str, str, list[list[int]], list[st
         human += [w.tolist() for w in windows]
         topics += [f"topic {doc.name}"] * len(windows)
     name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "
-            f"200 tokens of {CORPUS_NAME}")
+            f"200 tokens of {_CORPUS_NAME}")
     grouping = (f"each of the {len(ids)} replies of the embedded model is one document; the windows of 200 tokens "
-                f"cut from one topic of {CORPUS_NAME} together are one document ({len(set(topics))} topics)")
+                f"cut from one topic of {_CORPUS_NAME} together are one document ({len(set(topics))} topics)")
     return name, grouping, ids + human, [f"reply {i}" for i in range(len(ids))] + topics

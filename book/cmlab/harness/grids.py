@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # chainmark.embed loads torch: the explorers' model-free side
         model_name: str | None
 
 #: Substitution rates of the robustness explorer (the default grid of :func:`robustness_grid`).
-DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
+_DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
 
 
 def _token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
@@ -280,7 +280,7 @@ class AttackSweep:
     detector, the Monte Carlo's ``mc_trials`` sequences of ``mc_length`` tokens (default: the texts' mean
     length), and the attack's ``seed`` (43 in the book), nested in delta."""
 
-    deltas: Sequence[float] = DELTAS
+    deltas: Sequence[float] = _DELTAS
     alpha: float = 0.01
     mc_trials: int = 400
     mc_length: int | None = None
@@ -336,5 +336,5 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
             "texts": texts, "seed": seed}
 
 
-__all__ = ["AttackSweep", "AttackSweepArgs", "DELTAS", "ExplorerGrid", "attack_curve",
-           "embedding_grid", "generate_example", "grid_cell", "robustness_grid", "simulate_watermarked_ids"]
+__all__ = ["AttackSweep", "AttackSweepArgs", "ExplorerGrid", "attack_curve", "embedding_grid", "generate_example",
+           "grid_cell", "robustness_grid", "simulate_watermarked_ids"]

@@ -20,13 +20,13 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["BOUNDARY_CASES", "DOCUMENT_LENGTHS", "boundary_summary", "MIXED_FILE", "MixedDocument", "SEGMENT_LENGTHS", "build_mixed_documents", "match_segments",
-           "read_segment_records", "segment_summary",
-           "load_mixed_documents", "mixed_config", "write_mixed_documents"]
+__all__ = ["BOUNDARY_CASES", "boundary_summary", "MIXED_FILE", "MixedDocument", "build_mixed_documents",
+           "match_segments", "read_segment_records", "segment_summary", "load_mixed_documents", "mixed_config",
+           "write_mixed_documents"]
 
 #: Lengths (tokens) of the pasted ChainMark segments and of the documents.
-SEGMENT_LENGTHS: tuple[int, ...] = (25, 50, 100, 200)
-DOCUMENT_LENGTHS: tuple[int, ...] = (500, 1000, 2000, 5000)
+_SEGMENT_LENGTHS: tuple[int, ...] = (25, 50, 100, 200)
+_DOCUMENT_LENGTHS: tuple[int, ...] = (500, 1000, 2000, 5000)
 #: The committed data set (gzipped JSON lines, one document each).
 MIXED_FILE = Path(__file__).resolve().parents[1] / "data" / "mixed" / "documents.jsonl.gz"
 _FORMAT = "chainmark-mixed-documents/1"
@@ -62,9 +62,9 @@ _PLACEMENTS = ("random", "start", "end")
 
 def _designs() -> list[tuple[str, int, tuple[int, ...], int, str]]:
     """(design, document length, segment lengths, how many documents, placement) of the data set."""
-    out = [(f"none_{n}", n, (), 25, "random") for n in DOCUMENT_LENGTHS]
-    out += [(f"one_{m}_in_2000", 2000, (m,), 50, "random") for m in SEGMENT_LENGTHS]
-    out += [(f"one_100_in_{n}", n, (100,), 25, "random") for n in DOCUMENT_LENGTHS if n != 2000]
+    out = [(f"none_{n}", n, (), 25, "random") for n in _DOCUMENT_LENGTHS]
+    out += [(f"one_{m}_in_2000", 2000, (m,), 50, "random") for m in _SEGMENT_LENGTHS]
+    out += [(f"one_100_in_{n}", n, (100,), 25, "random") for n in _DOCUMENT_LENGTHS if n != 2000]
     out += [("two_100_in_2000", 2000, (100, 100), 25, "random")]
     # the edges: a passage that opens or closes its document (appended, so the documents above are unchanged)
     out += [(f"{where}_100_in_2000", 2000, (100,), 50, where) for where in ("start", "end")]

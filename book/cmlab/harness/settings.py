@@ -22,25 +22,25 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from chainmark.config import GENERATION_SEED
 from chainmark.auditor.keyfiles import KEY_FILE_ENV
 
-__all__ = ["COLAB_DRIVE", "RUNS_ENV", "SCALES", "SCALE_ENV", "SETTING_ENV", "Settings",
-           "default_dtype", "default_runs_dir", "get_settings", "progress_bars_off", "use_settings"]
+__all__ = ["RUNS_ENV", "SETTING_ENV", "Settings", "default_dtype", "default_runs_dir", "get_settings",
+           "progress_bars_off", "use_settings"]
 
 T = TypeVar("T")
 
-SCALES = ("smoke", "full")
+_SCALES = ("smoke", "full")
 
-SCALE_ENV = "CHAINMARK_SCALE"
+_SCALE_ENV = "CHAINMARK_SCALE"
 #: ``CHAINMARK_RUNS`` overrides where runs are stored (e.g. a Google Drive folder in Colab).
 RUNS_ENV = "CHAINMARK_RUNS"
 
 #: The environment variable behind each argument of :func:`use_settings`.
-SETTING_ENV = {"model": MODEL_ENV, "scale": SCALE_ENV, "key_file": KEY_FILE_ENV, "runs_dir": RUNS_ENV}
+SETTING_ENV = {"model": MODEL_ENV, "scale": _SCALE_ENV, "key_file": KEY_FILE_ENV, "runs_dir": RUNS_ENV}
 
 #: The environment as the process started: a setting given as ``None`` returns to it.
 _STARTING_ENV = {name: os.environ.get(name) for name in SETTING_ENV.values()}
 
 #: Where Google Drive appears once mounted in Colab.
-COLAB_DRIVE = "/content/drive"
+_COLAB_DRIVE = "/content/drive"
 
 
 def _cuda_available() -> bool:
@@ -162,12 +162,12 @@ def get_settings() -> Settings:
     """
     device = "cuda" if _cuda_available() else "cpu"
     model = default_model_name()
-    scale = os.environ.get(SCALE_ENV, "").strip().lower()
+    scale = os.environ.get(_SCALE_ENV, "").strip().lower()
     if not scale:
         scale = "full" if device == "cuda" else "smoke"
-    if scale not in SCALES:
+    if scale not in _SCALES:
         raise ValueError(
-            f"CHAINMARK_SCALE must be one of {SCALES}, got {scale!r}; "
+            f"CHAINMARK_SCALE must be one of {_SCALES}, got {scale!r}; "
             "unset it to get 'smoke' on CPU and 'full' on GPU."
         )
     key_file = os.environ.get(KEY_FILE_ENV) or None
@@ -182,13 +182,13 @@ def _in_colab() -> bool:
 
 def _mount_drive_for(path: Path) -> None:
     """In Colab, mount Google Drive when ``path`` lies on it and it is not mounted yet."""
-    if not _in_colab() or not str(path).startswith(COLAB_DRIVE + "/"):
+    if not _in_colab() or not str(path).startswith(_COLAB_DRIVE + "/"):
         return
-    if Path(COLAB_DRIVE, "MyDrive").is_dir():
+    if Path(_COLAB_DRIVE, "MyDrive").is_dir():
         return
     from google.colab import drive  # type: ignore[import-not-found]  # Colab only
 
-    drive.mount(COLAB_DRIVE)
+    drive.mount(_COLAB_DRIVE)
 
 
 def _restore(name: str) -> None:
@@ -223,8 +223,8 @@ def use_settings(model: str | None = None, scale: str | None = None, key_file: s
                              "(a Hub id reads 'organisation/name')")
     if scale is not None:
         scale = str(scale).strip().lower()
-        if scale not in SCALES:
-            raise ValueError(f"scale must be one of {SCALES} (or None for the device's default), got {scale!r}")
+        if scale not in _SCALES:
+            raise ValueError(f"scale must be one of {_SCALES} (or None for the device's default), got {scale!r}")
     key_path = runs_path = None
     if key_file is not None:
         key_path = Path(key_file).expanduser()

@@ -3,7 +3,7 @@ time forecasts (on this machine, and on Colab's GPUs), talk outlines, the worksh
 """
 from __future__ import annotations
 
-from chainmark._exports import lazy_exports
+from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("claims", "plots", "widgets", "playground", "forecast", "colab", "talks", "doctor", "workshop",)

@@ -13,13 +13,7 @@ from . import talks as talks
 from . import widgets as widgets
 from . import workshop as workshop
 from .claims import (
-    CHAPTER_ENV as CHAPTER_ENV,
-    CLAIMS_ENV as CLAIMS_ENV,
-    CLAIMS_LOG_ENV as CLAIMS_LOG_ENV,
     ClaimFailed as ClaimFailed,
-    ClaimOutcome as ClaimOutcome,
-    MODES as MODES,
-    TIERS as TIERS,
     book_configuration as book_configuration,
     claim as claim,
     claims_mode as claims_mode,
@@ -29,7 +23,6 @@ from .colab import (
     BANDWIDTH_SHARE as BANDWIDTH_SHARE,
     CHAPTER_WORK as CHAPTER_WORK,
     COLAB_GPUS as COLAB_GPUS,
-    CPU_STEP_SECONDS as CPU_STEP_SECONDS,
     FLOPS_SHARE as FLOPS_SHARE,
     FORECAST_MODELS as FORECAST_MODELS,
     ForecastModel as ForecastModel,
@@ -47,13 +40,7 @@ from .colab import (
 )
 from .doctor import (
     Check as Check,
-    FRONT_ENDS as FRONT_ENDS,
-    MIN_FREE_DISK_GB as MIN_FREE_DISK_GB,
-    MIN_FREE_MEMORY_GB as MIN_FREE_MEMORY_GB,
-    PACKAGES as PACKAGES,
-    PYTHON_FLOOR as PYTHON_FLOOR,
     REFERENCE_TOKENS_PER_SECOND as REFERENCE_TOKENS_PER_SECOND,
-    SMOKE_TEST_TOKENS as SMOKE_TEST_TOKENS,
     estimate as estimate,
     report as report,
     run_checks as run_checks,
@@ -86,7 +73,6 @@ from .plots import (
     attack_style as attack_style,
     banner as banner,
     glue as glue,
-    run_differences as run_differences,
     set_theme as set_theme,
     show_source as show_source,
     show_tokens as show_tokens,
@@ -105,9 +91,7 @@ from .widgets import (
     ALPHAS as ALPHAS,
     BrowserAsset as BrowserAsset,
     EXPLORERS as EXPLORERS,
-    KS as KS,
     LENGTHS as LENGTHS,
-    RHOS as RHOS,
     StaticExplorer as StaticExplorer,
     browser_block as browser_block,
     calibration_explorer as calibration_explorer,
@@ -119,7 +103,6 @@ from .widgets import (
 from .workshop import (
     BuildCheck as BuildCheck,
     BuildCheckFailed as BuildCheckFailed,
-    Comparison as Comparison,
     EDITION_ENV as EDITION_ENV,
     check_build as check_build,
     in_participant_edition as in_participant_edition,
@@ -130,4 +113,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_ENV", "CHAPTER_WORK", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "COLAB_GPUS", "CPU_STEP_SECONDS", "Check", "ClaimFailed", "ClaimOutcome", "Comparison", "EDITION_ENV", "EXPLORERS", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "FRONT_ENDS", "ForecastModel", "Gpu", "KS", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "MODES", "OUTLINES_FILE", "PACKAGES", "PLAYGROUND", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "PYTHON_FLOOR", "Playground", "PlaygroundError", "READ_BACK", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "RHOS", "SMOKE_TEST_TOKENS", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TIERS", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "run_differences", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "EDITION_ENV", "EXPLORERS", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND", "PLAYGROUND_ALPHA", "PLAYGROUND_S", "Playground", "PlaygroundError", "READ_BACK", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -31,11 +31,11 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
-CLAIMS_ENV = "CHAINMARK_CLAIMS"          # "strict", "soft", or unset (strict only in the book's configuration)
-CLAIMS_LOG_ENV = "CHAINMARK_CLAIMS_LOG"  # a JSON Lines file; every claim checked is appended to it
-CHAPTER_ENV = "CHAINMARK_CHAPTER"        # the chapter's name in the log (set by the tools that execute chapters)
-MODES = ("strict", "soft")
-TIERS = ("live", "reference")
+_CLAIMS_ENV = "CHAINMARK_CLAIMS"         # "strict", "soft", or unset (strict only in the book's configuration)
+_CLAIMS_LOG_ENV = "CHAINMARK_CLAIMS_LOG"  # a JSON Lines file; every claim checked is appended to it
+_CHAPTER_ENV = "CHAINMARK_CHAPTER"       # the chapter's name in the log (set by the tools that execute chapters)
+_MODES = ("strict", "soft")
+_TIERS = ("live", "reference")
 
 
 class ClaimFailed(AssertionError):
@@ -43,7 +43,7 @@ class ClaimFailed(AssertionError):
 
 
 @dataclass(frozen=True)
-class ClaimOutcome:
+class _ClaimOutcome:
     """One claim as this run checked it: the sentence, its tier, whether it held, and what failed."""
 
     says: str
@@ -52,7 +52,7 @@ class ClaimOutcome:
     shows: str = ""
 
 
-_outcomes: list[ClaimOutcome] = []
+_outcomes: list[_ClaimOutcome] = []
 
 
 def book_configuration() -> dict[str, bool]:
@@ -77,10 +77,10 @@ def claims_mode() -> str:
     ``$CHAINMARK_CLAIMS`` decides when set; otherwise strict exactly in the
     book's configuration (:func:`book_configuration`).
     """
-    forced = os.environ.get(CLAIMS_ENV, "").strip().lower()
+    forced = os.environ.get(_CLAIMS_ENV, "").strip().lower()
     if forced:
-        if forced not in MODES:
-            raise ValueError(f"{CLAIMS_ENV} must be one of {MODES} (or unset), got {forced!r}")
+        if forced not in _MODES:
+            raise ValueError(f"{_CLAIMS_ENV} must be one of {_MODES} (or unset), got {forced!r}")
         return forced
     return "strict" if all(book_configuration().values()) else "soft"
 
@@ -96,14 +96,14 @@ def _what_failed(exc: AssertionError) -> str:
     return " ".join(parts)
 
 
-def _log(outcome: ClaimOutcome, mode: str) -> None:
-    path = os.environ.get(CLAIMS_LOG_ENV, "").strip()
+def _log(outcome: _ClaimOutcome, mode: str) -> None:
+    path = os.environ.get(_CLAIMS_LOG_ENV, "").strip()
     if not path:
         return
     from chainmark.auditor.keyfiles import book_key
     from chainmark.keys import key_fingerprint
 
-    row = {**asdict(outcome), "mode": mode, "chapter": os.environ.get(CHAPTER_ENV, ""),
+    row = {**asdict(outcome), "mode": mode, "chapter": os.environ.get(_CHAPTER_ENV, ""),
            "key_fingerprint": key_fingerprint(book_key())}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -122,7 +122,7 @@ def _show(obj_html: str, text: str) -> None:
     display(HTML(obj_html))
 
 
-def _note(outcome: ClaimOutcome) -> None:
+def _note(outcome: _ClaimOutcome) -> None:
     _show('<div style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B;margin:4px 0">'
           "<b>This run differs from the text.</b> "
           f"The text says: <i>{html.escape(outcome.says)}</i><br>This run shows: {html.escape(outcome.shows)}"
@@ -141,25 +141,25 @@ def claim(says: str, tier: str = "live") -> Iterator[None]:
     """
     if not isinstance(says, str) or not says.strip():
         raise ValueError("a claim needs the sentence it checks (a non-empty string)")
-    if tier not in TIERS:
-        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    if tier not in _TIERS:
+        raise ValueError(f"tier must be one of {_TIERS}, got {tier!r}")
     mode = claims_mode()
     try:
         yield
     except AssertionError as exc:
-        outcome = ClaimOutcome(says.strip(), tier, False, _what_failed(exc))
+        outcome = _ClaimOutcome(says.strip(), tier, False, _what_failed(exc))
         _outcomes.append(outcome)
         _log(outcome, mode)
         if mode == "strict":
             raise ClaimFailed(f"the text says: {outcome.says}\nthis run shows: {outcome.shows}") from exc
         _note(outcome)
     else:
-        outcome = ClaimOutcome(says.strip(), tier, True)
+        outcome = _ClaimOutcome(says.strip(), tier, True)
         _outcomes.append(outcome)
         _log(outcome, mode)
 
 
-def _claim_outcomes() -> list[ClaimOutcome]:
+def _claim_outcomes() -> list[_ClaimOutcome]:
     """Every claim checked so far in this process (a chapter's kernel), in order."""
     return list(_outcomes)
 
@@ -186,5 +186,4 @@ def claims_report() -> None:
           line + "\n" + "\n".join(f"  - {o.says}: {o.shows}" for o in differed))
 
 
-__all__ = ["CHAPTER_ENV", "CLAIMS_ENV", "CLAIMS_LOG_ENV", "ClaimFailed", "ClaimOutcome", "MODES", "TIERS",
-           "book_configuration", "claim", "claims_mode", "claims_report"]
+__all__ = ["ClaimFailed", "book_configuration", "claim", "claims_mode", "claims_report"]

@@ -15,7 +15,7 @@ the same model of a generation that a chapter's forecast line uses
   of the datasheet's float16 throughput;
 - **the rest** of a chapter (imports, detection, simulations, plots) is its measured CPU time at
   the smoke scale (``book/data/chapter_timings.json``) less the forecast of its generation on
-  that CPU (:data:`CPU_STEP_SECONDS`, from the book's benchmarks); Colab's CPU is taken to be
+  that CPU (:data:`_CPU_STEP_SECONDS`, from the book's benchmarks); Colab's CPU is taken to be
   as fast as the build machine's, and at the full scale the rest takes :data:`REST_FULL_FACTOR`
   times as long;
 - a Hub model loads from Colab's disk at :data:`LOAD_BYTES_PER_SECOND` in every chapter (its
@@ -36,9 +36,9 @@ from chainmark.auditor.tokenizer import DEFAULT_MODEL
 from cmlab.harness.models import EMBEDDED_PARAMS, memory_needed
 from cmlab.teaching.forecast import Step, step_seconds
 
-__all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "CPU_STEP_SECONDS", "FLOPS_SHARE", "FORECAST_MODELS",
-           "ForecastModel", "Gpu", "LOAD_BYTES_PER_SECOND", "READ_BACK", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS",
-           "Work", "chapter_timings", "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
+__all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu",
+           "LOAD_BYTES_PER_SECOND", "READ_BACK", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work", "chapter_timings",
+           "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ STEP_FLOOR_SECONDS = 0.025
 #: Seconds per decoding step of the embedded model on the 2-core build machine (float32), by batch size:
 #: benchmarks/results/bench_generation.json (128 tokens at batch 1 in 5.9 s) and bench_batch.json
 #: (80, 124 and 185 tokens a second at batches 8, 16 and 32); other batches are interpolated.
-CPU_STEP_SECONDS: Mapping[int, float] = {1: 5.92 / 128, 8: 8 / 80.2, 16: 16 / 124.1, 32: 32 / 185.0}
+_CPU_STEP_SECONDS: Mapping[int, float] = {1: 5.92 / 128, 8: 8 / 80.2, 16: 16 / 124.1, 32: 32 / 185.0}
 #: The rest of a chapter at the full scale, as a multiple of its smoke-scale time (an assumption: larger
 #: simulations, more texts to detect and plot).
 REST_FULL_FACTOR = 2.0
@@ -200,7 +200,7 @@ def chapter_titles(root: str | Path | None = None) -> dict[str, str]:
 
 def _cpu_step(batch: int) -> float:
     """Seconds per decoding step on the build machine at ``batch``, interpolated between the measured batches."""
-    points = sorted(CPU_STEP_SECONDS.items())
+    points = sorted(_CPU_STEP_SECONDS.items())
     if batch <= points[0][0]:
         return points[0][1]
     for (b0, s0), (b1, s1) in zip(points, points[1:]):

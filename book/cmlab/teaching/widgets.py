@@ -41,8 +41,8 @@ from cmlab.teaching.plots import STATE_COLOURS
 #: Slider values of the calibration explorer (the static and the live twin use the same).
 ALPHAS: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 0.005, 0.01, 0.02, 0.05, 0.1)
 LENGTHS: tuple[int, ...] = (10, 16, 25, 32, 50, 64, 100, 128, 200, 256, 300, 500, 750, 1000, 2000)
-RHOS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
-KS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+_RHOS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
+_KS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
 
 _counter = itertools.count()
 
@@ -176,10 +176,10 @@ def calibration_explorer(alpha: float = 0.01, n: int = 200, rho: float = 0.5, k:
     ipywidgets twin, which recomputes with the Python closed forms.
     """
     start = {"alpha": _nearest(ALPHAS, alpha), "n": _nearest(LENGTHS, n),
-             "rho": _nearest(RHOS, rho), "k": _nearest(KS, k)}
+             "rho": _nearest(_RHOS, rho), "k": _nearest(_KS, k)}
     if live:
         return _calibration_widget(start)
-    data = {"alphas": ALPHAS, "ns": LENGTHS, "rhos": RHOS, "ks": KS, "start": start}
+    data = {"alphas": ALPHAS, "ns": LENGTHS, "rhos": _RHOS, "ks": _KS, "start": start}
     return StaticExplorer(
         "calibration", data, "Calibration explorer: from (α, n, ρ, k) to S*",
         "Computed in your browser from the closed forms; the plots show S = k+1 … max(2·S*, k+30).")
@@ -194,8 +194,8 @@ def _calibration_widget(start: dict[str, Any]) -> Any:
     sliders = {
         "alpha": W.SelectionSlider(options=list(ALPHAS), value=start["alpha"], description="α"),
         "n": W.SelectionSlider(options=list(LENGTHS), value=start["n"], description="n (tokens)"),
-        "rho": W.SelectionSlider(options=list(RHOS), value=start["rho"], description="ρ"),
-        "k": W.SelectionSlider(options=list(KS), value=start["k"], description="k"),
+        "rho": W.SelectionSlider(options=list(_RHOS), value=start["rho"], description="ρ"),
+        "k": W.SelectionSlider(options=list(_KS), value=start["k"], description="k"),
     }
     readout = W.HTML()
     plots = W.Output()
@@ -369,5 +369,5 @@ def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) ->
     return W.VBox([delta, view])
 
 
-__all__ = ["ALPHAS", "BrowserAsset", "EXPLORERS", "KS", "LENGTHS", "RHOS", "StaticExplorer", "browser_block",
-           "calibration_explorer", "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]
+__all__ = ["ALPHAS", "BrowserAsset", "EXPLORERS", "LENGTHS", "StaticExplorer", "browser_block", "calibration_explorer",
+           "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]

@@ -40,7 +40,7 @@ and resuming, status); :mod:`.verification` (regenerating stored batches); :mod:
 """
 from __future__ import annotations
 
-from chainmark._exports import lazy_exports
+from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names, so that
 #: reading the protocol (``cmlab reference --help``, the model-free CLI) never loads torch.

@@ -10,14 +10,9 @@ from . import read as read
 from . import store as store
 from . import verification as verification
 from .compare import (
-    LOG10_P_TOLERANCE as LOG10_P_TOLERANCE,
-    P_FLOOR as P_FLOOR,
     VERIFY_FIELDS as VERIFY_FIELDS,
-    VERIFY_FORMAT as VERIFY_FORMAT,
-    VERIFY_RULES as VERIFY_RULES,
     VERIFY_TOLERANCE as VERIFY_TOLERANCE,
     compare_records as compare_records,
-    divergence as divergence,
     tolerance_rules as tolerance_rules,
 )
 from .generation import (
@@ -48,9 +43,7 @@ from .read import (
 )
 from .store import (
     MANIFEST as MANIFEST,
-    PACKAGE_DIR as PACKAGE_DIR,
     PROVENANCE as PROVENANCE,
-    REFERENCE_ENV as REFERENCE_ENV,
     encode_shard as encode_shard,
     environment as environment,
     git_commit as git_commit,
@@ -72,4 +65,4 @@ from .verification import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["Cell", "EXPERIMENTS", "LOG10_P_TOLERANCE", "MANIFEST", "MIN_REWRITE_TOKENS", "NoBatchWithinBound", "PACKAGE_DIR", "PROTOCOL", "PROVENANCE", "P_FLOOR", "PromptBatch", "Protocol", "REFERENCE_ENV", "REFERENCE_LABEL", "RunContext", "ShardCheck", "VERIFY_FIELDS", "VERIFY_FORMAT", "VERIFY_RULES", "VERIFY_TOLERANCE", "cells", "compare_records", "divergence", "encode_shard", "environment", "explorer_grid", "git_commit", "load_frame", "load_reference", "load_texts", "manifest_for", "pending", "protocol_differences", "provenance_parts", "read_dir", "read_provenance", "read_shard", "reference_dir", "reference_key", "regenerate_command", "run", "scores_by_test", "shard_path", "status", "tolerance_rules", "topology_for", "utc_now", "verify", "weights_sha256"]
+__all__ = ["Cell", "EXPERIMENTS", "MANIFEST", "MIN_REWRITE_TOKENS", "NoBatchWithinBound", "PROTOCOL", "PROVENANCE", "PromptBatch", "Protocol", "REFERENCE_LABEL", "RunContext", "ShardCheck", "VERIFY_FIELDS", "VERIFY_TOLERANCE", "cells", "compare_records", "encode_shard", "environment", "explorer_grid", "git_commit", "load_frame", "load_reference", "load_texts", "manifest_for", "pending", "protocol_differences", "provenance_parts", "read_dir", "read_provenance", "read_shard", "reference_dir", "reference_key", "regenerate_command", "run", "scores_by_test", "shard_path", "status", "tolerance_rules", "topology_for", "utc_now", "verify", "weights_sha256"]

@@ -3,7 +3,7 @@
 What follows from the token ids and the key (ids, gate decisions, counts, verdicts, phi, z, p-values) is
 compared exactly; only floats PyTorch computes from the model's logits get a tolerance, stated per field
 (:data:`VERIFY_FIELDS`, recorded in a run's manifest); a float without a rule is compared exactly. A text
-whose tokens diverge is reported once, where they part (:func:`divergence`).
+whose tokens diverge is reported once, where they part (:func:`_divergence`).
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from typing import Any, Mapping, Sequence
 #: * ``log10_p``: a p-value computed from the model's logits, compared on a log scale,
 #:   ``|log10 stored - log10 fresh| <= log10``, a relative tolerance that means the same at 1e-12 as at
 #:   0.3 (an absolute one would call 1e-12 and 4e-4 equal); a p at or below the smallest normal double
-#:   (:data:`P_FLOOR`, 0 included) counts as that double, so an underflow on one side only is no
+#:   (:data:`_P_FLOOR`, 0 included) counts as that double, so an underflow on one side only is no
 #:   difference while 0 against 1e-300 is one.
-VERIFY_RULES = ("exact", "rel", "log10_p")
+_VERIFY_RULES = ("exact", "rel", "log10_p")
 #: Where a ``log10_p`` comparison floors p: the smallest normal double (below it p has lost precision).
-P_FLOOR = 2.2250738585072014e-308
+_P_FLOOR = 2.2250738585072014e-308
 
 #: How ``verify`` compares each float field a record stores, by the field's name: the last key of its
 #: path, list indices dropped (``gate_signal[7]`` is ``gate_signal``). A dotted name
@@ -65,25 +65,26 @@ VERIFY_FIELDS: dict[str, dict[str, Any]] = {
     "self_ppl": {"rule": "rel", "rel": 1e-4, "abs": 0.0},
 }
 #: The tolerance of the ``log10_p`` rule where an entry gives none: p within a factor 10**0.001 (0.23%).
-LOG10_P_TOLERANCE = 1e-3
+_LOG10_P_TOLERANCE = 1e-3
 
 #: What a new run records in its manifest (``verify_tolerance``, format 2): the rules of
 #: :data:`VERIFY_FIELDS`, and that a float field they do not list is compared exactly. Runs made before
 #: it record format 1, ``{"rel": 1e-5, "abs": 5e-4}``, one tolerance for every float; see
 #: :func:`tolerance_rules` for how either is read.
-VERIFY_FORMAT = "chainmark-verify/2"
-VERIFY_TOLERANCE: dict[str, Any] = {"format": VERIFY_FORMAT, "default": "exact", "fields": VERIFY_FIELDS}
+_VERIFY_FORMAT = "chainmark-verify/2"
+VERIFY_TOLERANCE: dict[str, Any] = {"format": _VERIFY_FORMAT, "default": "exact", "fields": VERIFY_FIELDS}
 _FORMAT1 = {"rel": 1e-5, "abs": 5e-4}   # what format 1 meant where a key was missing
 
 
 def _check_rule(name: str, rule: Any) -> dict[str, Any]:
     """One field's rule, checked (a tolerance is a finite number >= 0); a clean copy."""
-    if not isinstance(rule, Mapping) or rule.get("rule") not in VERIFY_RULES:
-        raise ValueError(f"verify rule of field {name!r} must be a mapping with 'rule' in {VERIFY_RULES}, got {rule!r}")
+    if not isinstance(rule, Mapping) or rule.get("rule") not in _VERIFY_RULES:
+        raise ValueError(f"verify rule of field {name!r} must be a mapping with 'rule' in {_VERIFY_RULES}, "
+                         f"got {rule!r}")
     numbers = {"exact": (), "rel": ("rel", "abs"), "log10_p": ("log10",)}[rule["rule"]]
     out: dict[str, Any] = {"rule": rule["rule"]}
     for k in numbers:
-        v = rule.get(k, LOG10_P_TOLERANCE if k == "log10" else 0.0)
+        v = rule.get(k, _LOG10_P_TOLERANCE if k == "log10" else 0.0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"verify rule of field {name!r}: {k} must be a finite number >= 0, got {v!r}")
         out[k] = float(v)
@@ -112,8 +113,8 @@ def tolerance_rules(recorded: Mapping[str, Any] | None = None) -> dict[str, dict
     if "format" not in recorded and set(recorded) <= {"rel", "abs"}:   # format 1
         old = _check_rule("(format 1)", {"rule": "rel", **_FORMAT1, **recorded})
         return {name: dict(old) if rule["rule"] == "rel" else rule for name, rule in rules.items()}
-    if recorded.get("format") != VERIFY_FORMAT or not isinstance(recorded.get("fields"), Mapping):
-        raise ValueError(f"unknown verify_tolerance {dict(recorded)!r}: expected format {VERIFY_FORMAT!r} "
+    if recorded.get("format") != _VERIFY_FORMAT or not isinstance(recorded.get("fields"), Mapping):
+        raise ValueError(f"unknown verify_tolerance {dict(recorded)!r}: expected format {_VERIFY_FORMAT!r} "
                          f"with 'fields', or the older {{'rel': ..., 'abs': ...}}")
     if recorded.get("default", "exact") != "exact":
         raise ValueError(f"verify_tolerance: a field without a rule is compared exactly, not "
@@ -149,7 +150,7 @@ def _float_difference(stored: float, fresh: float, name: str, rule: Mapping[str,
     if kind == "log10_p":
         if not (0.0 <= stored <= 1.0 and 0.0 <= fresh <= 1.0):
             return f"{name}: not a probability"
-        gap = abs(math.log10(max(stored, P_FLOOR)) - math.log10(max(fresh, P_FLOOR)))
+        gap = abs(math.log10(max(stored, _P_FLOOR)) - math.log10(max(fresh, _P_FLOOR)))
         if gap <= rule["log10"]:
             return None
         return f"{name}: log10 p differs by {gap:.3g}, beyond the tolerance {rule['log10']:g}"
@@ -182,7 +183,7 @@ def _compare(stored: Any, fresh: Any, where: str, out: list[str],
         out.append(f"{where}: stored {str(stored)[:80]!r}, regenerated {str(fresh)[:80]!r}")
 
 
-def divergence(stored: Mapping[str, Any], fresh: Mapping[str, Any], tau: float | None) -> str | None:
+def _divergence(stored: Mapping[str, Any], fresh: Mapping[str, Any], tau: float | None) -> str | None:
     """Where a regenerated text's tokens first leave the stored ones, with the gate's margin there.
 
     None when the token ids agree. The margin is the stored gate signal minus
@@ -214,7 +215,7 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
 
     Floats are compared by ``rules``, field name to rule (default :data:`VERIFY_FIELDS`; ``verify``
     passes :func:`tolerance_rules` of the run's manifest); a float field without a rule exactly. A
-    text whose tokens diverge is reported once, by :func:`divergence`, and its other fields (which
+    text whose tokens diverge is reported once, by :func:`_divergence`, and its other fields (which
     follow from the tokens) are not compared.
     """
     rules = tolerance_rules() if rules is None else {n: _check_rule(n, r) for n, r in rules.items()}
@@ -222,7 +223,7 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
         return [f"stored {len(stored)} records, regenerated {len(fresh)}"]
     out: list[str] = []
     for i, (a, b) in enumerate(zip(stored, fresh)):
-        split = divergence(a, b, tau)
+        split = _divergence(a, b, tau)
         if split is not None:
             out.append(f"[{i}] {a.get('id', '')}: {split}")
         else:
@@ -232,5 +233,4 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
     return out
 
 
-__all__ = ["LOG10_P_TOLERANCE", "P_FLOOR", "VERIFY_FIELDS", "VERIFY_FORMAT", "VERIFY_RULES", "VERIFY_TOLERANCE",
-           "compare_records", "divergence", "tolerance_rules"]
+__all__ = ["VERIFY_FIELDS", "VERIFY_TOLERANCE", "compare_records", "tolerance_rules"]

@@ -24,11 +24,11 @@ from cmlab.harness.reference.compare import VERIFY_TOLERANCE
 from cmlab.harness.reference.protocol import EXPERIMENTS, REFERENCE_LABEL, Cell, PromptBatch, Protocol, cells, reference_key
 
 #: ``CHAINMARK_REFERENCE`` names another root folder (one sub-folder per model).
-REFERENCE_ENV = "CHAINMARK_REFERENCE"
+_REFERENCE_ENV = "CHAINMARK_REFERENCE"
 MANIFEST = "manifest.json"
 PROVENANCE = "provenance.jsonl"
 #: The ``chainmark`` package folder: the embedded model's reference ships in its ``data/reference``.
-PACKAGE_DIR = Path(__file__).resolve().parents[2]
+_PACKAGE_DIR = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- where it lives
@@ -46,11 +46,11 @@ def reference_dir(model_name: str | None = None) -> Path:
     (Colab) go to ``runs/reference/<model>`` beside the book's runs.
     """
     model_name = model_name or get_settings().model
-    env = os.environ.get(REFERENCE_ENV, "").strip()
+    env = os.environ.get(_REFERENCE_ENV, "").strip()
     if env:
         return Path(env).expanduser() / _model_slug(model_name)
     if model_name == DEFAULT_MODEL:
-        return PACKAGE_DIR / "data" / "reference" / _model_slug(model_name)
+        return _PACKAGE_DIR / "data" / "reference" / _model_slug(model_name)
     return default_runs_dir() / "reference" / _model_slug(model_name)
 
 
@@ -87,7 +87,7 @@ def read_shard(path: Path) -> list[dict[str, Any]]:
 
 def git_commit() -> str:
     """The commit of the package's checkout (``+dirty`` with uncommitted changes), or ``unknown``."""
-    here = PACKAGE_DIR
+    here = _PACKAGE_DIR
     try:
         head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
@@ -195,6 +195,6 @@ def protocol_differences(manifest: Mapping[str, Any], protocol: Protocol) -> lis
     return sorted(k for k in set(stored) | set(now) if stored.get(k) != now.get(k))
 
 
-__all__ = ["MANIFEST", "PACKAGE_DIR", "PROVENANCE", "REFERENCE_ENV", "encode_shard", "environment", "git_commit",
-           "manifest_for", "protocol_differences", "provenance_parts", "read_dir", "read_provenance",
-           "read_shard", "reference_dir", "shard_path", "utc_now", "weights_sha256"]
+__all__ = ["MANIFEST", "PROVENANCE", "encode_shard", "environment", "git_commit", "manifest_for",
+           "protocol_differences", "provenance_parts", "read_dir", "read_provenance", "read_shard", "reference_dir",
+           "shard_path", "utc_now", "weights_sha256"]

@@ -4,7 +4,8 @@ A package lists the modules it re-exports; the first time a name is looked
 up, each module's ``__all__`` is read from its source (parsed, not
 imported), and only the module that defines the name is imported (PEP 562).
 So ``import chainmark`` and the auditor's install pay for torch only when a
-name that needs it is touched.
+name that needs it is touched. The book's lab builds its packages with it too,
+and ``tools/write_stubs.py`` writes the editors' stubs from the same names.
 """
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = [ "lazy_exports"]
+__all__ = ["exported_names", "lazy_exports"]
 
 
-def _exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
+def exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
     """Every name in the ``__all__`` of each module, mapped to its module; a name in two modules is an error.
 
     A module may sit in a subpackage (``"auditor.rates"``)."""
@@ -45,7 +46,7 @@ def lazy_exports(package: str, package_file: str, modules: Sequence[str], subpac
 
     def names() -> dict[str, str]:
         if not table:
-            found = _exported_names(here, modules)
+            found = exported_names(here, modules)
             if only is not None:
                 missing = sorted(set(only) - set(found))
                 if missing:
