@@ -364,6 +364,9 @@ def detect(
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
     """
+    if isinstance(token_ids, str):
+        raise TypeError("detect scores token ids or a Generation, not text: for text, detect_text(text, tokenizer, "
+                        "config) tokenizes it and detects with the same config")
     token_ids, config = _ids_and_config(token_ids, config)
     topo, alpha, test = detection_args(config, alpha, test)
     _reject_batch(token_ids)

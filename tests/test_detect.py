@@ -831,3 +831,10 @@ def test_transition_statistics_is_one_function_for_scalars_and_arrays():
             assert (phi[i], z[i], p[i]) == transition_statistics(int(c[i]), int(m[i]), 0.2, test)
     assert transition_statistics(0, 0, 0.2, "exact") == (0.0, 0.0, 1.0)
     assert transition_statistics(3, 10, 0.2, "z")[2] != transition_statistics(3, 10, 0.2, "exact")[2]
+
+
+def test_text_given_to_detect_points_to_detect_text():
+    """``detect`` scores ids (or a Generation); text is a TypeError that names the call for text."""
+    config = ChainMarkConfig(b"k" * 32, S=5)
+    with pytest.raises(TypeError, match=r"detect_text\(text, tokenizer, config\)"):
+        detect("some published text", config)
