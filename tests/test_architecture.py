@@ -661,13 +661,7 @@ def test_the_top_level_is_at_most_forty_names_each_of_them_used():
 #: Where the packages' users live, beside the packages themselves.
 USERS = ("tests", "tools", "benchmarks")
 #: Exported names unused today, each with why it may stay for now. This list only ever gets shorter.
-UNUSED_EXPORTS_ALLOWED = {
-    # being changed by a concurrent edit (issue 49); to be removed once that edit lands
-    "cmlab.teaching.playground": {"PLAYGROUND_ALPHA"},
-    # the wheel's command line: used outside only by tests/test_hard_edges.py, which patches it inside a child
-    # interpreter's code string; reported for a decision, not changed here
-    "chainmark.cli": {"build_parser"},
-}
+UNUSED_EXPORTS_ALLOWED: dict[str, set[str]] = {}
 
 
 def _names_reached(tree: ast.AST) -> set[str]:

@@ -16,7 +16,7 @@ from ..auditor.regime import RegimeError
 from . import audit_command, detect_commands, key_audit_command, key_commands
 from .common import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, UsageError, fail
 
-__all__ = ["build_parser", "main"]
+__all__ = ["main"]
 
 #: The command groups, in the order ``chainmark --help`` lists their commands.
 _COMMAND_GROUPS = (detect_commands, key_commands, audit_command, key_audit_command)
@@ -41,7 +41,7 @@ The key comes from --key-file, else $CHAINMARK_KEY_FILE, else $CHAINMARK_KEY
 (hex). It is never printed; only its fingerprint is."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     """The ``chainmark`` argument parser: the program's own options, and each command group's subcommands."""
     from .. import __version__
 
@@ -58,13 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
     """Entry point of the ``chainmark`` console script; returns the exit code.
 
-    ``parser`` (default :func:`build_parser`) lets the book's lab run its own commands with the same exit codes,
-    error lines and Ctrl-C handling. Called without ``argv`` (as the program), it first makes Ctrl-C end the process
+    ``parser`` (default: the chainmark command's own) lets the book's lab run its own commands with the same exit
+    codes, error lines and Ctrl-C handling. Called without ``argv`` (as the program), it first makes Ctrl-C end the process
     with code 130, before any heavy import; with ``argv`` (tests, the audit chapter) signals are the caller's.
     """
     previous = _exit_130_on_interrupt() if argv is None else None
     try:
-        return _run(argv, parser or build_parser())
+        return _run(argv, parser or _build_parser())
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

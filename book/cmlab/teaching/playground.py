@@ -43,7 +43,7 @@ from cmlab.teaching.widgets import BrowserAsset, browser_block, standalone_page
 #: The reference run's state count (the only S its ChainMark texts carry a signal for).
 PLAYGROUND_S = 5
 #: Significance level of the verdict the playground shows.
-PLAYGROUND_ALPHA = 0.01
+_PLAYGROUND_ALPHA = 0.01
 #: Edit budget of the challenges, as a share of the original tokens.
 CHALLENGE_BUDGET = 0.20
 #: ChainMark texts per domain in the sample menu.
@@ -180,7 +180,7 @@ def _state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
 # ---------------------------------------------------------------------------
 # sample texts
 # ---------------------------------------------------------------------------
-def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
+def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = _PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
                        lengths: Sequence[int] = _SEGMENT_LENGTHS, seed: int = 0) -> dict[str, Any]:
     """The window scan's thresholds (:func:`chainmark.auditor.segments.spans_above`) for texts of each length class.
 
@@ -317,7 +317,7 @@ def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sa
 # what random and targeted attacks need
 # ---------------------------------------------------------------------------
 @takes_config()
-def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig, alpha: float = PLAYGROUND_ALPHA) -> dict[str, Any]:
+def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig, alpha: float = _PLAYGROUND_ALPHA) -> dict[str, Any]:
     """How much editing a text needs before the detector stops flagging it under ``config`` (the playground's is
     ``ChainMarkConfig(key, S=PLAYGROUND_S)``).
 
@@ -395,7 +395,7 @@ class Playground:
 
 @takes_config()
 def build_playground(tokenizer: Any, config: ChainMarkConfig, samples: Sequence[Sample],
-                     alpha: float = PLAYGROUND_ALPHA, note: str = "") -> Playground:
+                     alpha: float = _PLAYGROUND_ALPHA, note: str = "") -> Playground:
     """Pack a tokenizer, the states under ``config`` (its key and S; the page's detector walks the clockwork)
     and ``samples`` into a :class:`Playground`. The key is used to compute the state table and is not stored.
     """
@@ -425,12 +425,12 @@ def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> P
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(DEFAULT_MODEL)
     samples = _reference_samples(tokenizer, per_domain)
     note = (f"Reference run key (public, derived from a published label) as a state table, "
-            f"S = {PROTOCOL.S}, clockwork, α = {PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
+            f"S = {PROTOCOL.S}, clockwork, α = {_PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
             f"({len(tokenizer):,} tokens, tokenizer.json {_tokenizer_json_digest(tokenizer)}), "
             "run in your browser.")
     return build_playground(tokenizer, ChainMarkConfig(reference_key(), S=PROTOCOL.S), samples, note=note)
 
 
-__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND", "PLAYGROUND_ALPHA",
+__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND",
            "PLAYGROUND_S", "Playground", "PlaygroundError", "Sample", "attack_bounds", "attack_playground",
            "build_playground", "segment_thresholds"]
