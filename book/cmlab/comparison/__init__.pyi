@@ -54,6 +54,7 @@ from .baselines import (
     sweet_detect_batch as sweet_detect_batch,
     tail_p_values as tail_p_values,
     text_entropies as text_entropies,
+    transformers_p_value as transformers_p_value,
 )
 from .fpr_recipes import (
     PAPER_FPR_RECIPES as PAPER_FPR_RECIPES,
@@ -101,4 +102,4 @@ from .segments_peer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]

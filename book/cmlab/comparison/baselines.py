@@ -444,6 +444,13 @@ def sweet_detect_batch(token_ids: Sequence[Sequence[int]], config: SweetConfig, 
 # --------------------------------------------------------------------------- p-values in the tail
 
 
+def transformers_p_value(z: Any) -> np.ndarray:
+    """The p-value ``transformers``' ``WatermarkDetector`` computes from z-scores (its own ``_compute_pval``,
+    whose form depends on the release; see :func:`tail_p_values`), as a float array of ``z``'s shape."""
+    z = np.asarray(z, dtype=float)
+    return np.asarray(WatermarkDetector._compute_pval(None, z), dtype=float).reshape(z.shape)
+
+
 def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dict[str, float]:
     """Three p-values for the same green count: the chapter's tail comparison.
 
@@ -458,7 +465,7 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dic
     """
     z = green_z(n_green, n_scored, gamma)
     n_green, n_scored = int(n_green), int(n_scored)
-    hf = float(np.asarray(WatermarkDetector._compute_pval(None, np.asarray([z], dtype=float))).ravel()[0])
+    hf = float(transformers_p_value(z))
     # log of the exact tail by summing pmf terms in log space (binom.logsf underflows far out)
     log_tail = float(logsumexp(binom.logpmf(np.arange(n_green, n_scored + 1), n_scored, gamma)))
     return {"z": z, "transformers": hf, "norm_sf": float(norm.sf(z)),
@@ -467,4 +474,5 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dic
 
 
 __all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "green_mask", "green_z", "kgw_detect",
-           "kgw_hashing_key", "sweet_detect", "sweet_detect_batch", "tail_p_values", "text_entropies"]
+           "kgw_hashing_key", "sweet_detect", "sweet_detect_batch", "tail_p_values", "text_entropies",
+           "transformers_p_value"]
