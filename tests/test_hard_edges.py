@@ -330,7 +330,8 @@ sys.exit(cli.main())
 
 @pytest.mark.parametrize("where, patch", [
     ("while the parser is built (before the command's try)",
-     "real = cli._build_parser\ndef slow_parser():\n    interrupt()\n    return real()\ncli._build_parser = slow_parser"),
+     "real = cli._build_parser\ndef slow_parser():\n    interrupt()\n    return real()\n"
+     "cli._build_parser = slow_parser"),
     ("inside a library that turns the interrupt into its own error",
      "def load(name, revision=None):\n    try:\n        interrupt()\n    except KeyboardInterrupt:\n"
      "        raise RuntimeError('the library swallowed the interrupt')\ncli.detect_commands.load_tokenizer = load"),

@@ -137,6 +137,8 @@ def test_the_default_seed_is_the_keys_and_an_explicit_seed_reproduces_it():
     assert np.array_equal(key_randomisation_test(ids, ChainMarkConfig(KEY, S=5), draws=99, seed=key_seed(KEY)).null, a.null)
     assert not np.array_equal(key_randomisation_test(ids, ChainMarkConfig(b"\x08" * 32, S=5), draws=99).null, a.null)
     assert key_seed(KEY) != key_seed(KEY, "doc-1")
+    with pytest.raises(TypeError, match="key must be bytes or str"):
+        key_seed(ChainMarkConfig(KEY, S=5))  # the seed follows a key; a config's is config.key
     with pytest.raises(TypeError, match="context"):
         key_seed(KEY, 3)
     # the null's rows are the draws the test makes for that configuration: seeded from its key unless told

@@ -209,9 +209,8 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
 
 def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
     """A bare key is refused; the legal share p0 comes from the config's topology (a soft cycle's is k/S)."""
-    from chainmark.detection import detect
-
     from chainmark.calibrate import z_alpha
+    from chainmark.detection import detect
     from chainmark.partition import state_table
 
     of = _token_of_state(state_table(reference_key, 49152, PLAYGROUND_S))

@@ -260,7 +260,8 @@ def test_a_fixed_seed_lets_one_window_be_flagged_more_than_alpha_and_the_keys_se
     def seed_zero_error(window: np.ndarray, draws: int) -> tuple[int, int]:
         null = np.sort(statistic(legal_transitions_null(window, ChainMarkConfig(KEY, S=5), draws=999, seed=0)))
         threshold = null[null.size - 10]  # the scan flags a window when its z exceeds this (alpha = 1%)
-        return int((statistic(legal_transitions_null(window, ChainMarkConfig(KEY, S=5), draws=draws, seed=77)) > threshold).sum()), draws
+        redrawn = legal_transitions_null(window, ChainMarkConfig(KEY, S=5), draws=draws, seed=77)
+        return int((statistic(redrawn) > threshold).sum()), draws
 
     windows = [ids[a:a + 41] for a in range(0, ids.size - 41, ids.size // 60)][:60]
     worst = max(windows, key=lambda w: seed_zero_error(w, 4000)[0])

@@ -59,8 +59,9 @@ def main(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | No
     """Entry point of the ``chainmark`` console script; returns the exit code.
 
     ``parser`` (default: the chainmark command's own) lets the book's lab run its own commands with the same exit
-    codes, error lines and Ctrl-C handling. Called without ``argv`` (as the program), it first makes Ctrl-C end the process
-    with code 130, before any heavy import; with ``argv`` (tests, the audit chapter) signals are the caller's.
+    codes, error lines and Ctrl-C handling. Called without ``argv`` (as the program), it first makes Ctrl-C end the
+    process with code 130, before any heavy import; with ``argv`` (tests, the audit chapter) signals are the
+    caller's.
     """
     previous = _exit_130_on_interrupt() if argv is None else None
     try:

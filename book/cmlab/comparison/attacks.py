@@ -111,9 +111,9 @@ class Attack(ABC):
     * ``attack.apply_text(texts)``: text in, text out (text attacks only).
 
     A token attack gives text i its own random stream: the i-th child spawned
-    from its seed (:func:`_spawn`), or, with ``names``, the stream
-    :func:`_record_seed` derives from the seed and ``names[i]``, so that a
-    text's edits depend on its name, not on its position in a batch. Its
+    from its seed, or, with ``names``, a stream derived from the seed and
+    ``names[i]``, so that a text's edits depend on its name, not on its
+    position in a batch. Its
     ``edit(ids, seed)`` is the attack itself on one sequence with one stream
     (by default the attack's own seed: the paper's protocol on one text).
     Text attacks rewrite the whole batch with their own seed and ignore names.
@@ -160,7 +160,7 @@ class _TokenAttack(Attack):
     def apply_ids(self, id_lists: Sequence[Sequence[int]], tokenizer: Any = None, *,
                   names: Sequence[str] | None = None) -> list[list[int]]:
         """Edit every sequence: ``id_lists[i]`` with the i-th stream spawned from the seed, or, with
-        ``names``, with the stream :func:`_record_seed` derives from the seed and ``names[i]``.
+        ``names``, with a stream derived from the seed and ``names[i]``.
 
         ``tokenizer`` is not needed (token attacks work on ids); it is accepted so that a
         runner can call every attack alike.

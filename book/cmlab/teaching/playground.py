@@ -317,7 +317,8 @@ def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sa
 # what random and targeted attacks need
 # ---------------------------------------------------------------------------
 @takes_config()
-def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig, alpha: float = _PLAYGROUND_ALPHA) -> dict[str, Any]:
+def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig,
+                  alpha: float = _PLAYGROUND_ALPHA) -> dict[str, Any]:
     """How much editing a text needs before the detector stops flagging it under ``config`` (the playground's is
     ``ChainMarkConfig(key, S=PLAYGROUND_S)``).
 

@@ -21,13 +21,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["BuildCheck", "BuildCheckFailed", "EDITION_ENV", "check_build", "in_participant_edition",
+__all__ = ["BuildCheck", "BuildCheckFailed", "Comparison", "EDITION_ENV", "check_build", "in_participant_edition",
            "participant_edition", "same_array", "same_arrays", "same_values"]
 
 EDITION_ENV = "CHAINMARK_EDITION"  # "participant" makes every check lenient (as participant_edition() does)
 
 #: A comparison: (yours, the package's) -> None when they agree, else a sentence saying where they differ.
-_Comparison = Callable[[Any, Any], "str | None"]
+Comparison = Callable[[Any, Any], "str | None"]
 
 _participant = False
 
@@ -68,7 +68,7 @@ class BuildCheck:
         return f"BuildCheck({self.what!r}, {self.status!r})"
 
 
-def check_build(what: str, yours: Callable[[], Any], package: Any, *, compare: _Comparison,
+def check_build(what: str, yours: Callable[[], Any], package: Any, *, compare: Comparison,
                 look_at: str, agrees: str = "") -> BuildCheck:
     """Run ``yours()`` and compare its result with ``package``; say in a sentence what differs.
 
@@ -159,7 +159,7 @@ def _array_difference(mine: Any, theirs: Any, index: str, value: str, rel_tol: f
 
 
 def same_array(index: str = "index", value: str = "value", *, rel_tol: float = 0.0,
-               abs_tol: float = 0.0) -> _Comparison:
+               abs_tol: float = 0.0) -> Comparison:
     """Compare two arrays element by element (exactly, or within tolerances for floats).
 
     The sentence names the first differing ``index`` and both ``value``\\ s, counts the differences, and
@@ -169,7 +169,7 @@ def same_array(index: str = "index", value: str = "value", *, rel_tol: float = 0
 
 
 def same_arrays(item: str = "item", index: str = "index", value: str = "value", *, rel_tol: float = 0.0,
-                abs_tol: float = 0.0, labels: Sequence[Any] | None = None) -> _Comparison:
+                abs_tol: float = 0.0, labels: Sequence[Any] | None = None) -> Comparison:
     """Compare two lists of arrays (one per text, prompt, ...); the sentence names the first that differs."""
 
     def compare(mine: Any, theirs: Any) -> str | None:
@@ -187,7 +187,7 @@ def same_arrays(item: str = "item", index: str = "index", value: str = "value", 
 
 
 def same_values(fields: Sequence[str] | None = None, *, rel_tol: float = 1e-9, abs_tol: float = 0.0,
-                labels: Sequence[Any] | None = None) -> _Comparison:
+                labels: Sequence[Any] | None = None) -> Comparison:
     """Compare a value, a tuple of named values, or a list of either (one per case, named by ``labels``).
 
     Numbers agree within ``rel_tol``/``abs_tol``, arrays element by element, anything else by ``==``. The

@@ -3,7 +3,7 @@
 What follows from the token ids and the key (ids, gate decisions, counts, verdicts, phi, z, p-values) is
 compared exactly; only floats PyTorch computes from the model's logits get a tolerance, stated per field
 (:data:`VERIFY_FIELDS`, recorded in a run's manifest); a float without a rule is compared exactly. A text
-whose tokens diverge is reported once, where they part (:func:`_divergence`).
+whose tokens diverge is reported once, at the first token where they part.
 """
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
 
     Floats are compared by ``rules``, field name to rule (default :data:`VERIFY_FIELDS`; ``verify``
     passes :func:`tolerance_rules` of the run's manifest); a float field without a rule exactly. A
-    text whose tokens diverge is reported once, by :func:`_divergence`, and its other fields (which
+    text whose tokens diverge is reported once, where they part, and its other fields (which
     follow from the tokens) are not compared.
     """
     rules = tolerance_rules() if rules is None else {n: _check_rule(n, r) for n, r in rules.items()}

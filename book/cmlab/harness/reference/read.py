@@ -182,7 +182,7 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
     """Every ChainMark text of the head-to-head, clean and under each stored attack, scored by each test.
 
     The attacked ids are rebuilt from the record: a substitution with the
-    attack seed and the record's stream (:func:`cmlab.comparison.attacks.record_seed`),
+    attack seed and the record's own stream (derived from the seed and the record's id),
     checked against the stored z-test score; the paraphrase from its stored
     text, through ``tokenizer`` (default: the embedded model's, whatever
     ``CHAINMARK_MODEL`` names). One row per
