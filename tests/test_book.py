@@ -387,3 +387,16 @@ def test_claims_robustness_runs_one_keys_chapters_of_a_group_in_order_in_one_wor
         [("04", "a"), ("04", "a")], [("04", "b"), ("04", "b")], [("05", "a")], [("05", "b")]]
     assert [t[0] for t in units[0]] == chapters[:2]
     assert sorted(t for unit in units for t in unit) == sorted(tasks)
+
+
+def test_every_solution_start_has_its_solution_end():
+    """sphinx-exercise's gated solutions: in every chapter's markdown, ``{solution-start}`` and ``{solution-end}``
+    alternate, one end after each start (the build stops on a start left open; a chapter's own run does not see
+    it, so this catches it before the build)."""
+    import re
+
+    for nb in sorted((ROOT / "book").glob("*.ipynb")):
+        text = "\n".join("".join(c["source"]) for c in json.loads(nb.read_text("utf-8"))["cells"]
+                         if c["cell_type"] == "markdown")
+        order = re.findall(r"\{solution-(start|end)\}", text)
+        assert order == ["start", "end"] * (len(order) // 2), (nb.name, order)
