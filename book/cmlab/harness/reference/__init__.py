@@ -1,7 +1,7 @@
 """The reference run: the paper's protocol at full size, generated once, committed, verifiable.
 
 The chapters' live runs are small (they must build in minutes on a CPU); the
-conclusions the book draws rest on this run instead. It has five experiments,
+conclusions the book draws rest on this run instead. It has six experiments,
 each a set of *cells* (one method on one list of prompts), each cell a list of
 batches:
 
@@ -15,7 +15,11 @@ batches:
   domain (the paper's state-count calibration design);
 * ``kregular``: k = 1, 2, 3 successors per state (S = 5) on 100 wiki prompts;
 * ``explorer``: S in {2, 3, 5, 8, 10} x rho in {0.1, 0.25, 0.5, 0.75, 1.0} on 16
-  prompts, n = 128, with an unwatermarked baseline (for the static site).
+  prompts, n = 128, with an unwatermarked baseline (for the static site);
+* ``stealing``: the head-to-head's 400 prompts asked again of ChainMark under
+  two new seeds, the replies a stealing adversary collects from the deployed model
+  (with the head-to-head's and the calibration's replies of the same
+  configuration, over 200,000 tokens; :mod:`cmlab.comparison.stealing`).
 
 Storage. A batch is written once it is complete, as one gzip-compressed JSON
 lines file ``<experiment>/<cell>/b<batch>.jsonl.gz`` (temporary file, fsync,

@@ -18,7 +18,7 @@ from cmlab.harness.prompts import load_prompts
 
 #: The published label the reference key is derived from (HKDF-SHA-256).
 REFERENCE_LABEL = "chainmark-book/reference-run/v1"
-EXPERIMENTS = ("head_to_head", "null", "calibration", "kregular", "explorer")
+EXPERIMENTS = ("head_to_head", "null", "calibration", "kregular", "explorer", "stealing")
 #: A rewrite with fewer tokens than this did not really rewrite the text
 #: (an empty reply, a refusal fragment): it is counted and left out of rates.
 MIN_REWRITE_TOKENS = 16
@@ -62,6 +62,7 @@ class Protocol:
     explorer_rho: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 1.0)
     explorer_per_domain: int = 4
     explorer_tokens: int = 128
+    stealing_seeds: tuple[int, ...] = (3, 4)
 
     def describe(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
@@ -162,6 +163,14 @@ def cells(protocol: Protocol = PROTOCOL, experiments: Sequence[str] = EXPERIMENT
             for r in p.explorer_rho:
                 out.append(Cell("explorer", f"chainmark_S{S}_rho{r:g}", {"method": "chainmark", "S": S, "rho": r},
                                 one, p.explorer_tokens))
+    if "stealing" in experiments:
+        # what an adversary collects from the deployed model: the head-to-head's prompts asked again, so that with
+        # the head-to-head's and the calibration's replies of the same key the pool passes 200,000 tokens
+        for s in p.stealing_seeds:
+            seed = p.seed + s * p.null_seed_stride
+            out.append(Cell("stealing", f"chainmark_pool_seed{s}",
+                            {"method": "chainmark", "S": p.S, "rho": p.rho, "seed_base": seed},
+                            _batches(h2h, p.batch_size, seed), p.max_new_tokens))
     return out
 
 

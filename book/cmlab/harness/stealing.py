@@ -1,0 +1,159 @@
+"""The stealing experiment on the reference run: the adversary's pool, the held-out texts, and its curves.
+
+The adversary collects the deployed model's replies (every reference reply of the reference configuration,
+S = 5, rho = 0.5, the published key, to the prompts it may see) and generates the open model's own
+unwatermarked replies to the same prompts as its baseline. Prompts from :data:`HELD_OUT_FROM` on (12 per domain)
+are kept apart: their unwatermarked replies are what the forgers edit, their watermarked replies what the
+scrubber edits, so no evaluated text was in the pool. For each number of watermarked tokens observed
+(the pool's first tokens, in one order drawn with the attack seed), :func:`stealing_point` steals a map and
+measures, with 95% Clopper-Pearson intervals over the held-out texts: the share of the most frequent tokens
+whose state came out right, the share of forged texts each test flags at each edit budget, the edits each
+needed, and what the scrubber achieves. :func:`true_key_map` is the same attacker holding the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from chainmark.auditor.rates import rate_estimate
+from chainmark.config import ChainMarkConfig
+from chainmark.partition import state_table
+from cmlab.comparison.attacks import ATTACK_SEED
+from cmlab.comparison.stealing import StolenMap, edits_to_flip, forge_path, scrub_path, steal
+
+#: Prompts with this index or more (in each domain) are held out of the adversary's pool.
+HELD_OUT_FROM = 88
+#: The numbers of watermarked tokens observed at which the curve is measured.
+TOKENS_OBSERVED = (250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
+#: Edit budgets (shares of a text's tokens) at which forgeries and scrubbed texts are scored.
+BUDGETS = (0.05, 0.1, 0.2)
+#: The tests the curves score: the exact test the book recommends, and the paper's z-test.
+TESTS = ("exact", "z")
+
+
+@dataclass
+class AttackerPool:
+    """What the adversary holds (``watermarked`` in the order it collected them, ``baseline``) and the held-out
+    texts it is measured on; ``vocab_size`` is the reference model's logits width."""
+
+    watermarked: list[list[int]]
+    baseline: list[list[int]]
+    held_out_unwatermarked: list[list[int]]
+    held_out_watermarked: list[list[int]]
+    vocab_size: int
+
+    @property
+    def pool_tokens(self) -> int:
+        return sum(len(t) for t in self.watermarked)
+
+
+def reference_config() -> ChainMarkConfig:
+    """The reference run's configuration (its published key, S, the clockwork): what the adversary attacks."""
+    from cmlab.harness.reference.protocol import PROTOCOL, reference_key, topology_for
+
+    return ChainMarkConfig(reference_key(), S=PROTOCOL.S, rho=PROTOCOL.rho, topology=topology_for(PROTOCOL.S))
+
+
+def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed: Any = ATTACK_SEED) -> AttackerPool:
+    """The reference run's texts split into the adversary's pool and the held-out evaluation texts.
+
+    Watermarked: every ChainMark reply of the reference configuration (head-to-head, calibration at S = 5,
+    k-regular at k = 1, the stealing pool); unwatermarked: the head-to-head's and the null's replies.
+    """
+    from cmlab.harness.reference.read import load_texts
+
+    from cmlab.harness.reference.protocol import PROTOCOL
+
+    def ours(experiment: str, cell: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in load_texts(experiment, root) if (cell is None or r["cell"] == cell)]
+
+    marked = [r for r in ours("head_to_head") if r["method"] == "chainmark"]
+    marked += ours("calibration", f"chainmark_S{PROTOCOL.S}") + ours("kregular", "chainmark_k1")
+    marked += [r for r in ours("stealing")]
+    plain = [r for r in ours("head_to_head") if r["method"] == "none"] + ours("null")
+    train = [r["token_ids"] for r in marked if r["prompt_index"] < HELD_OUT_FROM]
+    order = np.random.default_rng(seed).permutation(len(train))
+    return AttackerPool(
+        watermarked=[list(train[i]) for i in order],
+        baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < HELD_OUT_FROM],
+        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= HELD_OUT_FROM],
+        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= HELD_OUT_FROM],
+        vocab_size=int(vocab_size))
+
+
+def first_tokens(texts: Sequence[Sequence[int]], tokens: int) -> list[list[int]]:
+    """The first ``tokens`` tokens of ``texts`` taken in order (the last reply cut short)."""
+    out, have = [], 0
+    for t in texts:
+        if have >= tokens:
+            break
+        out.append(list(t[:tokens - have]))
+        have += len(out[-1])
+    return out
+
+
+def true_key_map(config: ChainMarkConfig, vocab_size: int, token_counts: Any = None) -> StolenMap:
+    """What an adversary holding the key knows: every state, fully confident (the curves' ceiling)."""
+    counts = np.ones(vocab_size, dtype=np.int64) if token_counts is None else np.asarray(token_counts)
+    return StolenMap(config.S, state_table(config.key, vocab_size, config.S).astype(np.int64),
+                     np.ones(vocab_size), -1, counts)
+
+
+def _edits_needed(texts: Sequence[Sequence[int]], stolen: StolenMap, config: ChainMarkConfig, test: str,
+                  forge: bool, alpha: float, vocab_size: int) -> np.ndarray:
+    """Per text, the share of its tokens edited when the detector first flags it (forge) or lets it go
+    (scrub); inf where the editor's whole path does not get there."""
+    out = []
+    for ids in texts:
+        path = (forge_path if forge else scrub_path)(ids, stolen)
+        m = edits_to_flip(ids, path, config, alpha, test, want_flagged=forge, vocab_size=vocab_size)
+        out.append(np.inf if m is None else m / max(len(ids), 1))
+    return np.asarray(out)
+
+
+def _rates(needed: np.ndarray, budgets: Sequence[float]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for b in budgets:
+        est = rate_estimate(needed <= b + 1e-12)
+        row[f"{b:g}"] = est.to_dict()
+    finite = needed[np.isfinite(needed)]
+    row["median_edits"] = float(np.median(needed)) if needed.size and finite.size * 2 > needed.size else None
+    return row
+
+
+def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig | None = None,
+                   alpha: float = 0.01, budgets: Sequence[float] = BUDGETS, tests: Sequence[str] = TESTS,
+                   scrub_budgets: Sequence[float] = (0.1, 0.2, 0.3)) -> dict[str, Any]:
+    """One point of the curves: steal from the pool's first ``tokens`` tokens (None: the true key) and measure.
+
+    Rates are over the held-out texts with their Clopper-Pearson intervals. ``states_right`` counts the
+    most frequent tokens of the pool whose stolen state is right after the best rotation.
+    """
+    config = config or reference_config()
+    V = pool.vocab_size
+    if tokens is None:
+        counts = np.bincount(np.concatenate([np.asarray(t) for t in pool.watermarked]), minlength=V)
+        stolen = true_key_map(config, V, counts)
+        observed = None
+    else:
+        seen = first_tokens(pool.watermarked, tokens)
+        stolen = steal(seen, pool.baseline, config.S, config.rho, V)
+        observed = stolen.tokens_observed
+    truth = state_table(config.key, V, config.S)
+    row: dict[str, Any] = {"tokens": observed, "known": stolen.n_known(), "states_right": {}}
+    for top in (500, 2000):
+        right, total = stolen.agreement(truth, stolen.frequent_tokens(top))
+        est = rate_estimate(np.arange(total) < right) if total else None
+        row["states_right"][str(top)] = est.to_dict() if est else None
+    row["forge"] = {test: _rates(_edits_needed(pool.held_out_unwatermarked, stolen, config, test, True, alpha, V),
+                                 budgets) for test in tests}
+    row["scrub"] = {test: _rates(_edits_needed(pool.held_out_watermarked, stolen, config, test, False, alpha, V),
+                                 scrub_budgets) for test in tests}
+    return row
+
+
+__all__ = ["BUDGETS", "HELD_OUT_FROM", "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens",
+           "reference_config", "stealing_point", "true_key_map"]
