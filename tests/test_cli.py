@@ -752,3 +752,39 @@ def test_detect_segments_finds_a_pasted_passage(capsys, tmp_path, key_file):
     code, _, err = run(capsys, "detect", "--key-file", key_file, "--segments", "--draws", "99", "--alpha", "0.001",
                        doc)
     assert code == EXIT_USAGE and "at least 999" in err
+
+
+# ---------------------------------------------------------------------------
+# detect over a set of keys (several --key-file)
+# ---------------------------------------------------------------------------
+
+
+def test_detect_over_a_key_set_names_the_key_that_watermarked(capsys, tmp_path, key_file):
+    others = []
+    for i in range(3):
+        others.append(tmp_path / f"account{i}.key")
+        write_key_file(others[-1], derive_key(KEY, f"account {i}"))
+    marked, plain = write(tmp_path, "marked.txt", watermarked_text()), write(tmp_path, "plain.txt", plain_text())
+    keys = [a for path in [others[0], key_file, others[1], others[2]] for a in ("--key-file", path)]
+    code, out, err = run(capsys, "detect", *keys, "--json", "--fail-on-detect", marked, plain)
+    assert code == EXIT_DETECTED, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows[0]["is_watermarked"] and rows[0]["key_fingerprint"] == key_fingerprint(KEY)
+    assert rows[0]["n_keys"] == 4 and rows[0]["per_key_alpha"] == pytest.approx(0.01 / 4)
+    assert not rows[1]["is_watermarked"] and rows[1]["key_fingerprint"] is None
+    assert rows[0]["adjusted_p_value"] == pytest.approx(min(1.0, 4 * min(rows[0]["p_values"].values())))
+    assert KEY.hex() not in out + err
+    code, out, err = run(capsys, "detect", *keys, marked, plain)
+    assert code == EXIT_OK and f"watermarked, key {key_fingerprint(KEY)}" in out and "over 4 keys" in out
+
+
+@pytest.mark.parametrize("extra, words", [(["--segments"], "--segments"), (["--anytime"], "--anytime"),
+                                          (["--threshold", "3"], "--threshold")])
+def test_a_key_set_refuses_what_it_cannot_combine(capsys, tmp_path, key_file, extra, words):
+    other = tmp_path / "other.key"
+    write_key_file(other, derive_key(KEY, "other"))
+    text = write(tmp_path, "t.txt", plain_text())
+    code, out, err = run(capsys, "detect", "--key-file", key_file, "--key-file", other, *extra, text)
+    assert code == EXIT_USAGE and words in err and "several --key-file" in err
+    code, out, err = run(capsys, "detect", "--key-file", key_file, "--key-file", key_file, text)
+    assert code == EXIT_USAGE and "the same key is given twice" in err

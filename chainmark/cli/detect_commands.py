@@ -26,6 +26,7 @@ examples:
   chainmark detect --key-file acme.key --test exact forum_posts/*.txt
   chainmark detect --key-file acme.key --segments essay.txt
   python chat.py --stream | chainmark detect --key-file acme.key --anytime --json -
+  chainmark detect --key-file alice.key --key-file bob.key --key-file carol.key post.txt
 
 The tests (--test): exact (the default), a binomial test on the transitions
 that reach a token for the first time (a spanning forest of the text's
@@ -87,6 +88,17 @@ crossing), p0, prior ([a, b], the Beta weights over u = (q - p0)/(1 - p0)
 for a legal rate q), alpha, S, k, topology, tokenizer, key_fingerprint.
 --fail-on-detect: exit 1 when any input crossed.
 
+--key-file given more than once tests each input under a set of keys (keys
+per account or session, or rotated keys): each key at alpha / K, so that the
+chance that any of the K keys flags an unwatermarked text is at most alpha
+(the family-wise error; for every text over random keys with the exact test).
+A flagged input names the key whose watermark it carries, by fingerprint (a
+forgery made from one account's stolen outputs points at that account). The
+table gives the adjusted p-value, min(1, K x the smallest p-value); --json
+adds every key's p-value. It works with the exact (default), z or distinct
+test; --segments, --anytime, --certificate, --threshold and a regime that
+names one key are refused with it.
+
 Every input is read before anything is scored: if one cannot be read, is not
 text in the given encoding, is empty or larger than --max-bytes, nothing is
 scored and the exit code is 2. Values from --regime (checked field by field)
@@ -122,8 +134,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                               description="Score each input for the ChainMark watermark: tokens scored, phi, z, "
                                           "p-value and the decision.", formatter_class=fmt)
     d.add_argument("inputs", nargs="+", metavar="FILE", help="text files to audit; '-' reads standard input")
-    d.add_argument("--key-file", metavar="KEY", help="file holding the raw key bytes "
-                   "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex)")
+    d.add_argument("--key-file", metavar="KEY", action="append", help="file holding the raw key bytes "
+                   "(default: $CHAINMARK_KEY_FILE, then $CHAINMARK_KEY as hex); given more than once, each input "
+                   "is tested under the set of keys with family-wise error alpha (see below)")
     d.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder of the tokenizer "
                    "(default: the regime's, else $CHAINMARK_MODEL's, else the book's embedded SmolLM2-135M-Instruct)")
     d.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer "
@@ -235,7 +248,9 @@ def _cmd_detect(args: argparse.Namespace) -> int:
 
     published = load_regime(args.regime) if args.regime else None
     regime = detect_regime(args, published)
-    key = load_key(args.key_file)
+    if args.key_file and len(args.key_file) > 1:
+        return _detect_over_keys(args, regime)
+    key = load_key(args.key_file[0] if args.key_file else None)
     regime.check_key(key)  # when the regime names a key fingerprint, the key must have it
     topo = regime_topology(regime)
     if args.anytime or args.keep_reading:  # before any input is read: standard input is read as it arrives
@@ -269,6 +284,49 @@ def _cmd_detect(args: argparse.Namespace) -> int:
         if note:
             warn(f"{_printable(item.label)}: {note}")
     return _emit(args, rows, lambda: _detect_table(rows, regime))
+
+
+def _detect_over_keys(args: argparse.Namespace, regime: Regime) -> int:
+    """``detect`` with several --key-file: each input under every key at alpha / K
+    (:func:`chainmark.auditor.keysets.detect_over_keys`)."""
+    from ..auditor.keysets import detect_over_keys
+
+    refused = [flag for flag, given in (("--segments", args.segments), ("--anytime", args.anytime or args.keep_reading),
+                                        ("--certificate", args.certificate), ("--threshold", args.threshold is not None))
+               if given]
+    if refused or regime.key_fingerprint:
+        what = ", ".join(refused) if refused else "a regime that names one key"
+        raise UsageError(f"{what} cannot be used with several --key-file: a key set is tested whole, "
+                         "each key at alpha / K")
+    keys = [load_key(path) for path in args.key_file]
+    configs = [regime.config(key) for key in keys]
+    if len({c.fingerprint for c in configs}) < len(configs):
+        raise UsageError("the same key is given twice (equal fingerprints): give each key once")
+    texts = read_inputs(args.inputs, args.encoding, sys.stdin, args.max_bytes)
+    tokenizer = load_tokenizer(regime.tokenizer, regime.tokenizer_revision)
+    regime.check_tokenizer(tokenizer)
+    rows = []
+    for item in texts:
+        try:
+            text = "".join(item.chunks(args.max_bytes))
+        except UnicodeDecodeError as exc:  # the input changed since it was checked
+            raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
+        ids, _ = _ids_and_offsets(tokenizer, text)
+        v = detect_over_keys(ids, configs, regime.alpha, test=regime.effective_test)
+        rows.append({"file": item.label, **v.to_dict(), "tokenizer": tokenizer_label(regime.tokenizer)})
+    return _emit(args, rows, lambda: _key_set_table(rows))
+
+
+def _key_set_table(rows: list[dict[str, Any]]) -> str:
+    first = rows[0]
+    lines = [f"ChainMark audit over {first['n_keys']} keys: family-wise alpha={first['alpha']:g} "
+             f"(each key at {first['per_key_alpha']:.3g}), {first['test']} test", f"tokenizer {first['tokenizer']}"]
+    for r in rows:
+        whose = f"watermarked, key {r['key_fingerprint']}" if r["is_watermarked"] else "not detected"
+        lines.append(f"{_printable(r['file'])}: {r['n_tokens']} tokens, adjusted p = {r['adjusted_p_value']:.3g}, "
+                     f"{whose}")
+    lines.append(f"{sum(r['is_watermarked'] for r in rows)} of {len(rows)} input(s) detected as watermarked")
+    return "\n".join(lines)
 
 
 def _warn_of_regime(regime: Regime, key: bytes, tokenizer: Any) -> None:

@@ -5,13 +5,15 @@ S = 5, rho = 0.5, the published key, to the prompts it may see) and generates th
 unwatermarked replies to the same prompts as its baseline. Prompts from :data:`HELD_OUT_FROM` on (12 per domain)
 are kept apart: their unwatermarked replies are what the forgers edit, their watermarked replies what the
 scrubber edits, so no evaluated text was in the pool. For each number of watermarked tokens observed
-(the pool's first tokens, in one order drawn with the attack seed), :func:`stealing_point` steals a map and
+(the pool's first tokens, in the order :func:`attacker_pool` gives), :func:`stealing_point` steals a map and
 measures, with 95% Clopper-Pearson intervals over the held-out texts: the share of the most frequent tokens
 whose state came out right, the share of forged texts each test flags at each edit budget, the edits each
 needed, and what the scrubber achieves. :func:`true_key_map` is the same attacker holding the key.
 """
 from __future__ import annotations
 
+import gzip
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +34,15 @@ TOKENS_OBSERVED = (250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_00
 BUDGETS = (0.05, 0.1, 0.2)
 #: The tests the curves score: the exact test the book recommends, and the paper's z-test.
 TESTS = ("exact", "z")
+#: Where ``tools/measure_stealing.py`` writes what the page reads.
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "stealing"
+CURVE_FILE = DATA_DIR / "curve.json"
+KEYSET_FILE = DATA_DIR / "keyset.json"
+GENERATED_DIR = DATA_DIR / "generated"
+#: The generator forger's runs: (watermarked tokens the map was stolen from, forged replies).
+GENERATOR_TOKENS = ((5_000, 100), (20_000, 400))
+#: The generator's replies are sampled with the reference seed plus this (apart from every reference cell).
+GENERATOR_SEED_OFFSET = 50_000
 
 
 @dataclass
@@ -70,14 +81,20 @@ def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed:
     def ours(experiment: str, cell: str | None = None) -> list[dict[str, Any]]:
         return [r for r in load_texts(experiment, root) if (cell is None or r["cell"] == cell)]
 
-    marked = [r for r in ours("head_to_head") if r["method"] == "chainmark"]
-    marked += ours("calibration", f"chainmark_S{PROTOCOL.S}") + ours("kregular", "chainmark_k1")
-    marked += [r for r in ours("stealing")]
+    # the order the adversary collected them in: each block shuffled with the attack seed, the blocks in the order
+    # the run made them, so that a pool that grows (a new stealing seed) leaves its first tokens as they were
+    blocks = [[r for r in ours("head_to_head") if r["method"] == "chainmark"],
+              ours("calibration", f"chainmark_S{PROTOCOL.S}"), ours("kregular", "chainmark_k1")]
+    blocks += [ours("stealing", f"chainmark_pool_seed{s}") for s in PROTOCOL.stealing_seeds]
+    rng = np.random.default_rng(seed)
+    train: list[list[int]] = []
+    for block in blocks:
+        texts = [r["token_ids"] for r in block if r["prompt_index"] < HELD_OUT_FROM]
+        train += [list(texts[i]) for i in rng.permutation(len(texts))]
+    marked = [r for block in blocks for r in block]
     plain = [r for r in ours("head_to_head") if r["method"] == "none"] + ours("null")
-    train = [r["token_ids"] for r in marked if r["prompt_index"] < HELD_OUT_FROM]
-    order = np.random.default_rng(seed).permutation(len(train))
     return AttackerPool(
-        watermarked=[list(train[i]) for i in order],
+        watermarked=train,
         baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < HELD_OUT_FROM],
         held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= HELD_OUT_FROM],
         held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= HELD_OUT_FROM],
@@ -155,5 +172,36 @@ def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConf
     return row
 
 
-__all__ = ["BUDGETS", "HELD_OUT_FROM", "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens",
-           "reference_config", "stealing_point", "true_key_map"]
+def generator_batches(texts: int, batch_size: int = 25) -> list[Any]:
+    """The generator forger's prompts: the first ``texts / 4`` of each reference domain, in domain-pure batches
+    (:class:`cmlab.harness.reference.protocol.PromptBatch`), batch j sampled with its own seed."""
+    from cmlab.harness.reference.protocol import PROTOCOL, PromptBatch
+    from cmlab.harness.prompts import prompt_grid
+
+    items = prompt_grid(texts // len(PROTOCOL.domains), PROTOCOL.domains)
+    by_domain = [[it for it in items if it[0] == d] for d in PROTOCOL.domains]
+    chunks = [group[i:i + batch_size] for group in by_domain for i in range(0, len(group), batch_size)]
+    return [PromptBatch(j, PROTOCOL.seed + GENERATOR_SEED_OFFSET + j, list(c)) for j, c in enumerate(chunks)]
+
+
+def load_curve() -> dict[str, Any]:
+    """The measured curves (``tools/measure_stealing.py curve``): one point per number of tokens observed."""
+    return json.loads(CURVE_FILE.read_text("utf-8"))
+
+
+def load_keyset() -> dict[str, Any]:
+    """The key-set defence measured (``tools/measure_stealing.py keyset``)."""
+    return json.loads(KEYSET_FILE.read_text("utf-8"))
+
+
+def load_generated() -> list[dict[str, Any]]:
+    """The generator forger's replies (``tools/measure_stealing.py generate``), one record per reply."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(GENERATED_DIR.glob("t*_b*.jsonl.gz")):
+        out += [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines() if line]
+    return out
+
+
+__all__ = ["BUDGETS", "CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_FROM", "KEYSET_FILE", "TESTS",
+           "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens", "generator_batches", "load_curve",
+           "load_generated", "load_keyset", "reference_config", "stealing_point", "true_key_map"]

@@ -1,0 +1,147 @@
+"""Measure the stealing adversary on the committed reference run: its curves, the key-set defence, the generator.
+
+    python tools/measure_stealing.py curve      # the curves against tokens observed (no model; minutes)
+    python tools/measure_stealing.py keyset     # keys per account: attribution and the power it costs (no model)
+    python tools/measure_stealing.py generate   # the generator forger on the embedded model (about 20 min, 2 cores)
+
+Every part writes into ``book/cmlab/data/stealing/`` and resumes: ``curve`` rewrites ``curve.json`` after each
+point and skips the points it holds for the same pool; ``generate`` writes each batch of forged replies whole
+(``generated/t<tokens>_b<batch>.jsonl.gz``) and skips the batches on disk. What the page shows is read from these
+files by :mod:`cmlab.harness.stealing` (``load_curve``, ``load_keyset``, ``load_generated``).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from chainmark.jsonio import atomic_write
+from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, TOKENS_OBSERVED,
+                                    attacker_pool, first_tokens, generator_batches, reference_config,
+                                    stealing_point)
+
+
+def _write(path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def curve(args: argparse.Namespace) -> None:
+    pool = attacker_pool()
+    held = {"unwatermarked": len(pool.held_out_unwatermarked), "watermarked": len(pool.held_out_watermarked)}
+    data = json.loads(CURVE_FILE.read_text("utf-8")) if CURVE_FILE.exists() else {}
+    if data.get("pool_tokens") != pool.pool_tokens or data.get("held_out") != held:
+        data = {"pool_tokens": pool.pool_tokens, "pool_texts": len(pool.watermarked),
+                "baseline_texts": len(pool.baseline), "held_out": held, "points": {}}
+    sizes = [t for t in TOKENS_OBSERVED if t <= pool.pool_tokens] + [None]
+    for tokens in sizes:
+        name = "true_key" if tokens is None else str(tokens)
+        if name in data["points"]:
+            continue
+        t0 = time.perf_counter()
+        row = stealing_point(pool, tokens)
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        data["points"][name] = row
+        _write(CURVE_FILE, data)
+        print(f"{name}: known {row['known']}, top-500 right {row['states_right']['500']['rate']:.3f}, forged "
+              f"(exact, 10%) {row['forge']['exact']['0.1']['rate']:.3f}, ({row['seconds']} s)", flush=True)
+
+
+def keyset(args: argparse.Namespace) -> None:
+    """Keys per account: forgeries built from account A's outputs, detected over A and K - 1 other accounts'
+    keys; and the power detection over K keys keeps on the reference run's watermarked replies."""
+    from chainmark.auditor.keysets import detect_over_keys
+    from chainmark.config import ChainMarkConfig
+    from chainmark.detection import detect
+    from chainmark.keys import hkdf
+    from cmlab.comparison.stealing import apply_path, forge_path, steal
+    from cmlab.harness.reference.read import load_texts
+
+    config, pool = reference_config(), attacker_pool()
+    others = [ChainMarkConfig(hkdf(f"chainmark stealing account {i}".encode(), b"chainmark/v1/accounts"),
+                              S=config.S, rho=config.rho) for i in range(args.accounts - 1)]
+    accounts = [config] + others
+    stolen = steal(first_tokens(pool.watermarked, args.tokens), pool.baseline, config.S, config.rho, pool.vocab_size)
+    rows = []
+    for ids in pool.held_out_unwatermarked:
+        forged = apply_path(ids, forge_path(ids, stolen), budget=args.budget)
+        v = detect_over_keys(forged, accounts, vocab_size=pool.vocab_size)
+        rows.append({"flagged": v.is_watermarked, "attributed_to_stolen": 0 in v.flagged,
+                     "attributed_to_other": any(i != 0 for i in v.flagged)})
+    marked = [r["token_ids"] for r in load_texts("head_to_head") if r["method"] == "chainmark"]
+    p = np.array([detect(ids, config, test="exact", vocab_size=pool.vocab_size).p_value for ids in marked])
+    power = {str(K): {"hits": int((p < 0.01 / K).sum()), "trials": int(p.size)} for K in (1, 10, 100, 1000, 10_000)}
+    _write(KEYSET_FILE, {"accounts": args.accounts, "tokens_observed": args.tokens, "budget": args.budget,
+                         "forged": len(rows), "flagged": sum(r["flagged"] for r in rows),
+                         "attributed_to_stolen": sum(r["attributed_to_stolen"] for r in rows),
+                         "attributed_to_other": sum(r["attributed_to_other"] for r in rows),
+                         "power_at_alpha_over_K": power, "alpha": 0.01})
+    print(json.loads(KEYSET_FILE.read_text("utf-8")))
+
+
+def generate(args: argparse.Namespace) -> None:
+    """The generator forger: the open model generating with the stolen map at the published gate's threshold."""
+    import torch
+
+    from chainmark.detection import detect
+    from chainmark.embed import generate as cm_generate, logits_width
+    from cmlab.comparison.quality import self_perplexity
+    from cmlab.comparison.stealing import StolenMapProcessor, steal
+    from cmlab.harness.models import load_model
+    from cmlab.harness.reference.protocol import PROTOCOL
+    from cmlab.harness.reference.store import read_dir
+
+    config, pool = reference_config(), attacker_pool()
+    tau = float(json.loads((read_dir() / "gates.json").read_text("utf-8"))["tau"][f"{PROTOCOL.rho:g}"])
+    model, tokenizer = load_model()
+    vocab = logits_width(model)
+    for tokens, texts in GENERATOR_TOKENS:
+        stolen = steal(first_tokens(pool.watermarked, tokens), pool.baseline, config.S, config.rho, pool.vocab_size)
+        for batch in generator_batches(texts):
+            path = GENERATED_DIR / f"t{tokens}_b{batch.index:03d}.jsonl.gz"
+            if path.exists():
+                continue
+            t0 = time.perf_counter()
+            proc = StolenMapProcessor(stolen, tau, vocab)
+            with torch.no_grad():
+                gens = cm_generate(model, tokenizer, [q for _, _, q in batch.items], extra_processors=[proc],
+                                   max_new_tokens=PROTOCOL.max_new_tokens, min_new_tokens=PROTOCOL.max_new_tokens,
+                                   temperature=PROTOCOL.temperature, seed=batch.seed, batch_size=len(batch.items))
+                ppl = self_perplexity(model, gens)
+            lines = []
+            for (domain, index, _), g, q in zip(batch.items, gens, ppl):
+                verdicts = {t: detect(g.token_ids, config, vocab_size=vocab, test=t) for t in ("exact", "z")}
+                lines.append({"tokens_observed": tokens, "known": stolen.n_known(), "domain": domain,
+                              "prompt_index": index, "seed": batch.seed, "token_ids": g.token_ids,
+                              "self_ppl": float(q), **{f"{t}_p": v.p_value for t, v in verdicts.items()},
+                              **{f"{t}_flagged": bool(v.is_watermarked) for t, v in verdicts.items()}})
+            lines[0]["forced_steps"], lines[0]["steps"] = proc.forced, proc.steps
+            GENERATED_DIR.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode("utf-8"), mtime=0))
+            flagged = sum(x["exact_flagged"] for x in lines)
+            print(f"t{tokens} b{batch.index:03d}: {flagged}/{len(lines)} flagged (exact), "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="part", required=True)
+    sub.add_parser("curve", help="the curves against watermarked tokens observed").set_defaults(func=curve)
+    k = sub.add_parser("keyset", help="keys per account: attribution and power")
+    k.add_argument("--accounts", type=int, default=100)
+    k.add_argument("--tokens", type=int, default=20_000)
+    k.add_argument("--budget", type=float, default=0.2)
+    k.set_defaults(func=keyset)
+    sub.add_parser("generate", help="the generator forger on the embedded model").set_defaults(func=generate)
+    args = parser.parse_args(argv)
+    args.func(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
