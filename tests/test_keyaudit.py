@@ -9,7 +9,8 @@ import pytest
 from chainmark import cli
 from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, CertificationTarget,
+from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, SCOPE,
+                                       CertificationTarget,
                                        KeySelection, audit_key, certificate_problems, certify, _corpus_fingerprint,
                                        format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
@@ -175,8 +176,10 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
 
 
 def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp_path):
-    assert _CERTIFICATE_FORMAT == "chainmark-key-audit/3"
+    assert _CERTIFICATE_FORMAT == "chainmark-key-audit/4"
     cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), vocab_size=400))
+    older = certificate_problems(seal({**cert, "format": "chainmark-key-audit/3"}))
+    assert len(older) == 1 and "does not state what it certifies" in older[0] and "public-output budget" in older[0]
     old = seal({**cert, "format": "chainmark-key-audit/2"})
     problems = certificate_problems(old)
     assert len(problems) == 1 and problems[0].startswith("a chainmark-key-audit/2 certificate, an older format")
@@ -189,6 +192,27 @@ def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp
     # a certificate of this format without the new corpus fields is incomplete
     lacking = _sealed({**cert, "corpus": {k: v for k, v in cert["corpus"].items() if k != "grouping"}})
     assert "the certificate's corpus lacks grouping" in certificate_problems(lacking)
+
+
+def test_a_certificate_says_what_it_does_not_certify_and_the_public_output_budget():
+    """Every certificate states its scope (natural text, not an adversary who reads the outputs) and the budget
+    of public output the deployer declares; changing either is a problem even when resealed."""
+    cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), CertificationTarget(public_output_budget=2_000),
+                             vocab_size=400))
+    assert certificate_problems(cert) == []
+    assert cert["scope"] == SCOPE and "forgery" in cert["scope"]["does_not_certify"]
+    assert cert["public_output_budget"]["tokens"] == 2_000
+    assert "public-output budget: 2,000 tokens (declared, not verified)" in format_audit(cert)
+    assert "does not certify: that flagged text came from the deployment" in format_audit(cert)
+    unstated = _sealed(audit_key(CONFIG, repetitive_corpus(30), vocab_size=400))
+    assert unstated["public_output_budget"]["tokens"] is None and "not stated" in format_audit(unstated)
+    narrowed = _sealed({**cert, "scope": {"certifies": cert["scope"]["certifies"], "does_not_certify": ""}})
+    assert any("scope" in p for p in certificate_problems(narrowed))
+    for bad in (0, -5, 2.5, True, "many"):
+        changed = _sealed({**cert, "public_output_budget": {**cert["public_output_budget"], "tokens": bad}})
+        assert any("public_output_budget" in p for p in certificate_problems(changed)), bad
+    with pytest.raises(ValueError):
+        CertificationTarget(public_output_budget=0)
 
 
 def test_a_certificate_states_its_bound_at_95_percent_or_more():

@@ -22,24 +22,36 @@ import numpy as np
 from ..calibrate import recalibrate
 from ..config import ChainMarkConfig
 from .rates import clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, trials_to_bound
-from ..checks import check_alpha
+from ..checks import check_alpha, check_int
 from ..significance import TESTS, check_test
 from ..detection import detect
 from ..keys import key_fingerprint
 from ..partition import Key
 from ..topology import TopologyLike, resolve_topology
 
-#: Format 3: the corpus fingerprint covers which texts form which document (format 2's hashed the texts only).
-_CERTIFICATE_FORMAT = "chainmark-key-audit/3"
+#: Format 4: the certificate states its scope (what it certifies, what it does not) and the key's public-output
+#: budget; format 3's corpus fingerprint already covered which texts form which document (format 2's hashed the
+#: texts only).
+_CERTIFICATE_FORMAT = "chainmark-key-audit/4"
 #: The confidence of the bound a certificate states (one-sided): the least a certificate may use.
 CERTIFICATE_LEVEL = 0.95
 #: What a certificate says of ``keys_tried`` and ``selected_on``: nothing in it can check them.
 _KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
                     "among more keys than declared has a rate biased low")
+#: What every certificate says it certifies and what it does not: an audit on natural text measures mislabelling,
+#: not an adversary who reads the deployment's outputs (the book's chapter 9.5 measures that one).
+SCOPE = {"certifies": "this key's false-positive rate on natural text: unwatermarked documents like the corpus's "
+                      "are flagged at most alpha of the time (a one-sided bound at the stated level)",
+         "does_not_certify": "that flagged text came from the deployment: anyone who collects this key's outputs can "
+                             "learn the states of its frequent tokens, then make any text look watermarked "
+                             "(forgery) or edit watermarked text until it is not (scrubbing). Retire the key before "
+                             "its public output reaches the public_output_budget"}
+_BUDGET_NOTE = ("the tokens of output the deployer promises to publish under this key before retiring it, declared "
+                "by whoever ran the audit, not verified; null: no budget stated")
 #: The fields a certificate, its rows and its corpus must have.
 _CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
                       "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
-                      "verdict", "package_version", "digest")
+                      "verdict", "scope", "public_output_budget", "package_version", "digest")
 _ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
 _CORPUS_FIELDS = ("texts", "documents", "tokens", "fingerprint", "texts_fingerprint", "unit", "grouping")
 
@@ -144,11 +156,16 @@ class CertificationTarget:
     test: str = "exact"
     alpha: float = 0.01
     level: float = CERTIFICATE_LEVEL
+    #: the tokens of output the deployer will publish under the key before retiring it (None: not stated)
+    public_output_budget: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", check_alpha(self.alpha))
         object.__setattr__(self, "level", _check_level(self.level))
         object.__setattr__(self, "test", check_test(self.test))
+        if self.public_output_budget is not None:
+            object.__setattr__(self, "public_output_budget",
+                               check_int(self.public_output_budget, "public_output_budget", 1))
 
 
 @dataclass(frozen=True)
@@ -237,6 +254,8 @@ def audit_key(
         "tests": tests,
         "deploy_test": deploy_test,
         "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
+        "scope": dict(SCOPE),
+        "public_output_budget": {"tokens": target.public_output_budget, "note": _BUDGET_NOTE},
     }
 
 
@@ -303,13 +322,20 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
     return problems
 
 
+def _is_count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
+
+
 def _older_format(cert: Any) -> str | None:
     """The problem with a certificate of an older format of this package, else None."""
     fmt = cert.get("format") if isinstance(cert, Mapping) else None
     if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt == _CERTIFICATE_FORMAT:
         return None
-    return (f"a {fmt} certificate, an older format than {_CERTIFICATE_FORMAT}: its corpus fingerprint does not "
-            "cover how the texts are grouped into documents, which its counts depend on; re-run the audit "
+    lacks = ("it does not state what it certifies and what it does not, nor the key's public-output budget"
+             if fmt == "chainmark-key-audit/3" else
+             "its corpus fingerprint does not cover how the texts are grouped into documents, which its counts "
+             "depend on")
+    return (f"a {fmt} certificate, an older format than {_CERTIFICATE_FORMAT}: {lacks}; re-run the audit "
             "(chainmark key audit) to write a new certificate")
 
 
@@ -333,6 +359,16 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
     problems = [f"the certificate's corpus lacks {', '.join(missing)}"] if missing else []
     if cert["selection"].get("note") != _KEYS_TRIED_NOTE:
         problems.append("the certificate's selection lacks its note that keys_tried is declared, not verified")
+    if cert["scope"] != SCOPE:
+        problems.append("the certificate's scope is not the one every certificate states (what it certifies and "
+                        "what it does not)")
+    budget = cert["public_output_budget"]
+    if not isinstance(budget, Mapping):
+        budget = {}
+    tokens = budget.get("tokens", "missing")
+    if not (tokens is None or _is_count(tokens)) or budget.get("note") != _BUDGET_NOTE:
+        problems.append("the certificate's public_output_budget must hold tokens (an integer >= 1, or null) and "
+                        "its note")
     alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
     if cert["minimum_documents"] != minimum_documents(alpha, level):
         problems.append(f"minimum_documents is {cert['minimum_documents']}, but alpha {alpha:g} at level "
@@ -449,6 +485,11 @@ def format_audit(cert: Mapping[str, Any]) -> str:
                             if corpus["documents"] < cert["minimum_documents"] else "")),
     }[cert["verdict"]]
     lines.append(f"verdict for the {cert['deploy_test']} test: {cert['verdict'].upper()}: {meaning}")
+    lines.append(f"certifies: {cert['scope']['certifies']}")
+    lines.append(f"does not certify: {cert['scope']['does_not_certify']}")
+    tokens = cert["public_output_budget"]["tokens"]
+    lines.append(f"public-output budget: {tokens:,} tokens (declared, not verified)" if tokens is not None else
+                 "public-output budget: not stated (chainmark key audit --public-output-budget TOKENS)")
     selection = cert["selection"]
     lines.append(f"chosen among {selection['keys_tried']} keys on corpus {selection['selected_on']}"
                  if selection["keys_tried"] > 1 else "keys tried: 1")
@@ -456,5 +497,5 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_LEVEL", "CertificationTarget", "KeySelection", "audit_key", "certificate_problems", "certify",
+__all__ = ["CERTIFICATE_LEVEL", "SCOPE", "CertificationTarget", "KeySelection", "audit_key", "certificate_problems", "certify",
            "format_audit", "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]

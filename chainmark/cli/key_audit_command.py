@@ -40,7 +40,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                                      "certificate (JSON: key fingerprint, tokenizer fingerprint, S, topology, the "
                                      "corpus's size and fingerprint, which covers its texts and how they are "
                                      "grouped into documents, that grouping in words, rates, thresholds, how many "
-                                     "keys were tried as you declare it (not verified), package version, a digest; "
+                                     "keys were tried as you declare it (not verified), what it certifies and what "
+                                     "it does not, the public-output budget you declare, package version, a digest; "
                                      "never the key) goes into the regime with `chainmark regime --certificate`, "
                                      "where `chainmark detect --regime` checks it.",
                          epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
@@ -70,6 +71,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                          "records both as declared: nothing verifies them")
     ka.add_argument("--selected-on", metavar="FINGERPRINT", help="the corpus fingerprint (from that corpus's "
                     "audit) on which the key was chosen; it must differ from the certified corpus's")
+    ka.add_argument("--public-output-budget", type=int_in(1, 10**15), metavar="TOKENS",
+                    help="the public-output budget: how many tokens of output you will publish under this key "
+                         "before retiring it, recorded in the certificate (declared, not verified). The audit "
+                         "certifies the false-positive rate on natural text, not against forgery: anyone who "
+                         "collects the key's outputs can learn its states (the book's chapter 9.5 measured "
+                         "forgeries from a few thousand tokens of one key's replies), so state the budget the "
+                         "deployment's key rotation keeps")
     ka.add_argument("--check", metavar="CERT.json", help="instead of auditing, recompute this certificate's "
                     "counts and verdict with the key and the corpus (exit 0 when they agree, 1 when not)")
     ka.add_argument("--out", metavar="FILE", help="write the certificate here (it must not exist)")
@@ -161,7 +169,9 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
         return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
     try:
         cert = audit_key(ChainMarkConfig(key, S=args.S, topology=topo), texts,
-                         CertificationTarget(test=args.test, alpha=args.alpha), vocab_size=len(tokenizer),
+                         CertificationTarget(test=args.test, alpha=args.alpha,
+                                             public_output_budget=args.public_output_budget),
+                         vocab_size=len(tokenizer),
                          documents=documents, grouping=grouping,
                          selection=KeySelection(args.keys_tried, args.selected_on))
     except ValueError as exc:
