@@ -174,7 +174,8 @@ from chapter_lint import MAGIC, MAX_PROSE_SHARE, measure, prose_lines  # noqa: E
 BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology", "03_gates", "04_embedding",
                                                     "05_detection", "06_calibration", "06c_exact_test",
                                                     "07_robustness",
-                                                    "09b_corpus_audit", "09c_segments", "09d_anytime")]
+                                                    "09b_corpus_audit", "09c_segments", "09d_anytime",
+                                                    "09e_stealing")]
 _HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 
@@ -252,7 +253,8 @@ RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "05a_false_po
                                                    "06c_exact_test", "07_robustness", "07b_attacks",
                                                    "08_head_to_head", "08a_reference", "08b_kregular",
                                                    "09_audit", "09a_recalibration",
-                                                   "09b_corpus_audit", "09c_segments", "09d_anytime")]
+                                                   "09b_corpus_audit", "09c_segments", "09d_anytime",
+                                                   "09e_stealing")]
 _RATE_HEADER = re.compile(r"\b(TPR|FPR|power|flagged|detected|detection rate|false.positive)\b", re.I)
 #: Columns of rates that are computed from a formula, not measured on texts (no sampling error).
 _COMPUTED = re.compile(r"gaussian|exact|predicted|prediction|bound|hoeffding|analytic|theor|closed|formula|paper|"

@@ -23,7 +23,7 @@ import numpy as np
 from chainmark.jsonio import atomic_write
 from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, TOKENS_OBSERVED,
                                     attacker_pool, first_tokens, generator_batches, reference_config,
-                                    stealing_point)
+                                    reference_gate, stealing_point)
 
 
 def _write(path, data: dict[str, Any]) -> None:
@@ -94,10 +94,9 @@ def generate(args: argparse.Namespace) -> None:
     from cmlab.comparison.stealing import StolenMapProcessor, steal
     from cmlab.harness.models import load_model
     from cmlab.harness.reference.protocol import PROTOCOL
-    from cmlab.harness.reference.store import read_dir
 
     config, pool = reference_config(), attacker_pool()
-    tau = float(json.loads((read_dir() / "gates.json").read_text("utf-8"))["tau"][f"{PROTOCOL.rho:g}"])
+    tau = reference_gate().tau
     model, tokenizer = load_model()
     vocab = logits_width(model)
     for tokens, texts in GENERATOR_TOKENS:

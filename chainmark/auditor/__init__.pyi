@@ -8,6 +8,7 @@ from . import corpus as corpus
 from . import corpus_input as corpus_input
 from . import keyaudit as keyaudit
 from . import keyfiles as keyfiles
+from . import keysets as keysets
 from . import rates as rates
 from . import regime as regime
 from . import repetition as repetition
@@ -43,6 +44,7 @@ from .keyaudit import (
     CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
     CertificationTarget as CertificationTarget,
     KeySelection as KeySelection,
+    SCOPE as SCOPE,
     audit_key as audit_key,
     certificate_problems as certificate_problems,
     certify as certify,
@@ -64,6 +66,10 @@ from .keyfiles import (
     read_key_file as read_key_file,
     teaching_key as teaching_key,
     write_key_file as write_key_file,
+)
+from .keysets import (
+    KeySetVerdict as KeySetVerdict,
+    detect_over_keys as detect_over_keys,
 )
 from .rates import (
     RateEstimate as RateEstimate,
@@ -123,4 +129,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "default_prior", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "SCOPE", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "default_prior", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]

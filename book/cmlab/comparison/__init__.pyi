@@ -11,6 +11,7 @@ from . import lrdetect as lrdetect
 from . import quality as quality
 from . import rewrites as rewrites
 from . import segments_peer as segments_peer
+from . import stealing as stealing
 from .adversary import (
     blind_substitution as blind_substitution,
     keyed_forge as keyed_forge,
@@ -100,6 +101,17 @@ from .rewrites import (
 from .segments_peer import (
     cover_segments as cover_segments,
 )
+from .stealing import (
+    BigramEvidence as BigramEvidence,
+    StolenMap as StolenMap,
+    StolenMapProcessor as StolenMapProcessor,
+    apply_path as apply_path,
+    bigram_evidence as bigram_evidence,
+    edits_to_flip as edits_to_flip,
+    forge_path as forge_path,
+    scrub_path as scrub_path,
+    steal as steal,
+)
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "simulate_llr_null", "simulate_walks", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "edits_to_flip", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]

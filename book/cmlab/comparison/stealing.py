@@ -32,7 +32,7 @@ from chainmark.config import ChainMarkConfig
 from cmlab.comparison.attacks import ATTACK_SEED, SeedLike, check_vocab_size
 
 #: A stolen state counts as known when the mean-field posterior puts at least this much on it.
-MIN_CONFIDENCE = 0.9
+_MIN_CONFIDENCE = 0.9
 #: The evidence of one pair is clipped to this range before the states are fitted: the Poisson model is only
 #: roughly right (the watermark forces the likeliest legal token, it does not renormalise), and unclipped, the
 #: few very frequent pairs of the language dominate the fit (on the reference run the top-500 tokens' states
@@ -106,11 +106,11 @@ class StolenMap:
     tokens_observed: int
     token_counts: np.ndarray
 
-    def known(self, min_confidence: float = MIN_CONFIDENCE) -> np.ndarray:
+    def known(self, min_confidence: float = _MIN_CONFIDENCE) -> np.ndarray:
         """The believed state of every id, -1 where the posterior is below ``min_confidence``."""
         return np.where(self.confidence >= min_confidence, self.states, -1)
 
-    def n_known(self, min_confidence: float = MIN_CONFIDENCE) -> int:
+    def n_known(self, min_confidence: float = _MIN_CONFIDENCE) -> int:
         """How many vocabulary ids have a confident state."""
         return int((self.known(min_confidence) >= 0).sum())
 
@@ -314,7 +314,7 @@ def _edit_path(token_ids: Sequence[int], stolen: StolenMap, want_legal: bool, mi
     return path
 
 
-def forge_path(token_ids: Sequence[int], stolen: StolenMap, min_confidence: float = MIN_CONFIDENCE,
+def forge_path(token_ids: Sequence[int], stolen: StolenMap, min_confidence: float = _MIN_CONFIDENCE,
                per_state: int = 20, seed: SeedLike = ATTACK_SEED) -> list[tuple[int, int]]:
     """The editor forger's edits to ``token_ids`` (any text), best first: each makes believed-legal pairs.
 
@@ -327,7 +327,7 @@ def forge_path(token_ids: Sequence[int], stolen: StolenMap, min_confidence: floa
     return _edit_path(token_ids, stolen, True, min_confidence, per_state, seed)
 
 
-def scrub_path(token_ids: Sequence[int], stolen: StolenMap, min_confidence: float = MIN_CONFIDENCE,
+def scrub_path(token_ids: Sequence[int], stolen: StolenMap, min_confidence: float = _MIN_CONFIDENCE,
                per_state: int = 20, seed: SeedLike = ATTACK_SEED) -> list[tuple[int, int]]:
     """The scrubber's edits to a watermarked text, best first: each breaks believed-legal pairs."""
     return _edit_path(token_ids, stolen, False, min_confidence, per_state, seed)
@@ -364,7 +364,7 @@ def edits_to_flip(token_ids: Sequence[int], path: Sequence[tuple[int, int]], con
 # --------------------------------------------------------------------------- the generator forger
 
 
-def stolen_successors(stolen: StolenMap, vocab_size: int, min_confidence: float = MIN_CONFIDENCE) -> list[np.ndarray]:
+def _stolen_successors(stolen: StolenMap, vocab_size: int, min_confidence: float = _MIN_CONFIDENCE) -> list[np.ndarray]:
     """For every believed state s, the confident ids whose state follows s (the generator's allowed tokens)."""
     known = stolen.known(min_confidence)[:vocab_size]
     return [np.flatnonzero(known == (s + 1) % stolen.S) for s in range(stolen.S)]
@@ -374,7 +374,7 @@ def _processor_class() -> type:
     from transformers import LogitsProcessor
 
     class _StolenMapProcessor(LogitsProcessor):
-        def __init__(self, stolen: StolenMap, tau: float, vocab_size: int, min_confidence: float = MIN_CONFIDENCE):
+        def __init__(self, stolen: StolenMap, tau: float, vocab_size: int, min_confidence: float = _MIN_CONFIDENCE):
             import torch
 
             self.S, self.tau = stolen.S, float(tau)
@@ -382,7 +382,7 @@ def _processor_class() -> type:
             width = min(vocab_size, stolen.states.size)
             known[:width] = stolen.known(min_confidence)[:width]
             self._known = torch.from_numpy(known)
-            self._allowed = [torch.from_numpy(a) for a in stolen_successors(stolen, vocab_size, min_confidence)]
+            self._allowed = [torch.from_numpy(a) for a in _stolen_successors(stolen, vocab_size, min_confidence)]
             self.forced = 0
             self.steps = 0
 
@@ -411,7 +411,7 @@ def _processor_class() -> type:
 
 
 def StolenMapProcessor(stolen: StolenMap, tau: float, vocab_size: int,
-                       min_confidence: float = MIN_CONFIDENCE) -> Any:
+                       min_confidence: float = _MIN_CONFIDENCE) -> Any:
     """A ``transformers`` LogitsProcessor that forges with a stolen map: at a step whose entropy is at least
     ``tau`` (the published gate's threshold, or one the adversary calibrates on its own pilot) and whose last
     token has a confident state, it forces the likeliest confident token believed to follow it; elsewhere the
@@ -424,5 +424,5 @@ def StolenMapProcessor(stolen: StolenMap, tau: float, vocab_size: int,
     return _processor_class()(stolen, tau, vocab_size, min_confidence)
 
 
-__all__ = ["MIN_CONFIDENCE", "BigramEvidence", "StolenMap", "StolenMapProcessor", "apply_path", "bigram_evidence",
-           "edits_to_flip", "forge_path", "scrub_path", "steal", "stolen_successors"]
+__all__ = ["BigramEvidence", "StolenMap", "StolenMapProcessor", "apply_path", "bigram_evidence",
+           "edits_to_flip", "forge_path", "scrub_path", "steal"]

@@ -14,6 +14,7 @@ from . import reference as reference
 from . import runner as runner
 from . import runs as runs
 from . import settings as settings
+from . import stealing as stealing
 from .adapters import (
     ChainMarkMethod as ChainMarkMethod,
     KGWMethod as KGWMethod,
@@ -120,6 +121,25 @@ from .settings import (
     progress_bars_off as progress_bars_off,
     use_settings as use_settings,
 )
+from .stealing import (
+    AttackerPool as AttackerPool,
+    CURVE_FILE as CURVE_FILE,
+    GENERATED_DIR as GENERATED_DIR,
+    GENERATOR_TOKENS as GENERATOR_TOKENS,
+    KEYSET_FILE as KEYSET_FILE,
+    TESTS as TESTS,
+    TOKENS_OBSERVED as TOKENS_OBSERVED,
+    attacker_pool as attacker_pool,
+    first_tokens as first_tokens,
+    generator_batches as generator_batches,
+    load_curve as load_curve,
+    load_generated as load_generated,
+    load_keyset as load_keyset,
+    reference_config as reference_config,
+    reference_gate as reference_gate,
+    stealing_point as stealing_point,
+    true_key_map as true_key_map,
+)
 
 MODULES: tuple[str, ...]
-__all__ = ["AttackSweep", "AttackSweepArgs", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CORPUS_LICENSE", "ChainMarkMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GridArgs", "GridOptions", "GridRun", "KGWMethod", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "attack_curve", "available_ram", "boundary_summary", "build_mixed_documents", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "generate_example", "generate_once", "generate_resumable", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stored_gate", "token_windows", "tpr", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "boundary_summary", "build_mixed_documents", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]

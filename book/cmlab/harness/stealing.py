@@ -2,7 +2,7 @@
 
 The adversary collects the deployed model's replies (every reference reply of the reference configuration,
 S = 5, rho = 0.5, the published key, to the prompts it may see) and generates the open model's own
-unwatermarked replies to the same prompts as its baseline. Prompts from :data:`HELD_OUT_FROM` on (12 per domain)
+unwatermarked replies to the same prompts as its baseline. Prompts from :data:`_HELD_OUT_FROM` on (12 per domain)
 are kept apart: their unwatermarked replies are what the forgers edit, their watermarked replies what the
 scrubber edits, so no evaluated text was in the pool. For each number of watermarked tokens observed
 (the pool's first tokens, in the order :func:`attacker_pool` gives), :func:`stealing_point` steals a map and
@@ -27,11 +27,11 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from cmlab.comparison.stealing import StolenMap, edits_to_flip, forge_path, scrub_path, steal
 
 #: Prompts with this index or more (in each domain) are held out of the adversary's pool.
-HELD_OUT_FROM = 88
+_HELD_OUT_FROM = 88
 #: The numbers of watermarked tokens observed at which the curve is measured.
 TOKENS_OBSERVED = (250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
 #: Edit budgets (shares of a text's tokens) at which forgeries and scrubbed texts are scored.
-BUDGETS = (0.05, 0.1, 0.2)
+_BUDGETS = (0.05, 0.1, 0.2)
 #: The tests the curves score: the exact test the book recommends, and the paper's z-test.
 TESTS = ("exact", "z")
 #: Where ``tools/measure_stealing.py`` writes what the page reads.
@@ -68,6 +68,17 @@ def reference_config() -> ChainMarkConfig:
     return ChainMarkConfig(reference_key(), S=PROTOCOL.S, rho=PROTOCOL.rho, topology=topology_for(PROTOCOL.S))
 
 
+def reference_gate() -> Any:
+    """The reference run's gate at its rho (high entropy, the threshold in its ``gates.json``): what a published
+    regime states, and what the generator forger uses."""
+    from chainmark.gates import Gate
+    from cmlab.harness.reference.protocol import PROTOCOL
+    from cmlab.harness.reference.store import read_dir
+
+    stored = json.loads((read_dir() / "gates.json").read_text("utf-8"))
+    return Gate(stored["kind"], float(stored["tau"][f"{PROTOCOL.rho:g}"]))
+
+
 def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed: Any = ATTACK_SEED) -> AttackerPool:
     """The reference run's texts split into the adversary's pool and the held-out evaluation texts.
 
@@ -89,15 +100,15 @@ def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed:
     rng = np.random.default_rng(seed)
     train: list[list[int]] = []
     for block in blocks:
-        texts = [r["token_ids"] for r in block if r["prompt_index"] < HELD_OUT_FROM]
+        texts = [r["token_ids"] for r in block if r["prompt_index"] < _HELD_OUT_FROM]
         train += [list(texts[i]) for i in rng.permutation(len(texts))]
     marked = [r for block in blocks for r in block]
     plain = [r for r in ours("head_to_head") if r["method"] == "none"] + ours("null")
     return AttackerPool(
         watermarked=train,
-        baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < HELD_OUT_FROM],
-        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= HELD_OUT_FROM],
-        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= HELD_OUT_FROM],
+        baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < _HELD_OUT_FROM],
+        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= _HELD_OUT_FROM],
+        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= _HELD_OUT_FROM],
         vocab_size=int(vocab_size))
 
 
@@ -142,7 +153,7 @@ def _rates(needed: np.ndarray, budgets: Sequence[float]) -> dict[str, Any]:
 
 
 def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig | None = None,
-                   alpha: float = 0.01, budgets: Sequence[float] = BUDGETS, tests: Sequence[str] = TESTS,
+                   alpha: float = 0.01, budgets: Sequence[float] = _BUDGETS, tests: Sequence[str] = TESTS,
                    scrub_budgets: Sequence[float] = (0.1, 0.2, 0.3)) -> dict[str, Any]:
     """One point of the curves: steal from the pool's first ``tokens`` tokens (None: the true key) and measure.
 
@@ -202,6 +213,6 @@ def load_generated() -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["BUDGETS", "CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_FROM", "KEYSET_FILE", "TESTS",
+__all__ = ["CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "KEYSET_FILE", "TESTS",
            "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens", "generator_batches", "load_curve",
-           "load_generated", "load_keyset", "reference_config", "stealing_point", "true_key_map"]
+           "load_generated", "load_keyset", "reference_config", "reference_gate", "stealing_point", "true_key_map"]
