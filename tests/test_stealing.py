@@ -183,3 +183,35 @@ def test_a_key_set_refuses_what_it_cannot_test():
         detect_over_keys([1, 2, 3], [CONFIG, KEY])
     with pytest.raises(ValueError):
         detect_over_keys([1, 2, 3], [CONFIG], alpha=1.5)
+
+
+# --------------------------------------------------------------------------- the model-checked verification
+
+
+@pytest.mark.slow
+def test_the_model_check_verifies_real_replies_and_refuses_forgeries(model_and_tokenizer, world, stolen):
+    """Real watermarked replies of the reference run carry the model's likeliest legal token at every gated step;
+    unwatermarked replies, and the editor's forgeries that the model-free detector flags, do not."""
+    from cmlab.comparison.model_check import ModelCheck, model_check
+    from cmlab.harness.reference.read import load_texts
+    from cmlab.harness.stealing import HELD_OUT_PROMPTS, reference_gate
+
+    model, _ = model_and_tokenizer
+    gate = reference_gate()
+    h2h = load_texts("head_to_head")
+    real = [r for r in h2h if r["method"] == "chainmark"][:6]
+    plain = [r for r in h2h if r["method"] == "none" and r["prompt_index"] >= HELD_OUT_PROMPTS][:6]
+    assert all(model_check(model, r["prompt_ids"], r["token_ids"], CONFIG, gate).verified for r in real)
+    assert not any(model_check(model, r["prompt_ids"], r["token_ids"], CONFIG, gate).verified for r in plain)
+    forged = []
+    for r in plain:
+        ids = ST.apply_path(r["token_ids"], ST.forge_path(r["token_ids"], stolen), budget=0.2)
+        if detect(ids, CONFIG, test="exact").is_watermarked:
+            forged.append(model_check(model, r["prompt_ids"], ids, CONFIG, gate))
+    assert forged and not any(c.verified for c in forged)
+    # under another key the real replies' forced tokens are not the likeliest legal ones
+    other = ChainMarkConfig(b"not-the-deployment-key", S=S)
+    assert not model_check(model, real[0]["prompt_ids"], real[0]["token_ids"], other, gate).verified
+    assert ModelCheck(0, 0).share == 0.0 and not ModelCheck(0, 0).verified
+    with pytest.raises(ValueError, match="prompt_ids is empty"):
+        model_check(model, [], [1, 2], CONFIG, gate)

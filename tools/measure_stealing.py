@@ -3,11 +3,12 @@
     python tools/measure_stealing.py curve      # the curves against tokens observed (no model; minutes)
     python tools/measure_stealing.py keyset     # keys per account: attribution and the power it costs (no model)
     python tools/measure_stealing.py generate   # the generator forger on the embedded model (about 20 min, 2 cores)
+    python tools/measure_stealing.py modelcheck # the model-checked verification of real and forged replies (minutes)
 
 Every part writes into ``book/cmlab/data/stealing/`` and resumes: ``curve`` rewrites ``curve.json`` after each
 point and skips the points it holds for the same pool; ``generate`` writes each batch of forged replies whole
 (``generated/t<tokens>_b<batch>.jsonl.gz``) and skips the batches on disk. What the page shows is read from these
-files by :mod:`cmlab.harness.stealing` (``load_curve``, ``load_keyset``, ``load_generated``).
+files by :mod:`cmlab.harness.stealing` (``load_curve``, ``load_keyset``, ``load_generated``, ``load_modelcheck``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from chainmark.jsonio import atomic_write
-from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, TOKENS_OBSERVED,
+from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
+                                    TOKENS_OBSERVED,
                                     attacker_pool, first_tokens, generator_batches, reference_config,
                                     reference_gate, stealing_point)
 
@@ -70,7 +72,7 @@ def keyset(args: argparse.Namespace) -> None:
     rows = []
     for ids in pool.held_out_unwatermarked:
         forged = apply_path(ids, forge_path(ids, stolen), budget=args.budget)
-        v = detect_over_keys(forged, accounts, vocab_size=pool.vocab_size)
+        v = detect_over_keys(forged, accounts)   # no vocab_size: each key hashes only the text's own ids
         rows.append({"flagged": v.is_watermarked, "attributed_to_stolen": 0 in v.flagged,
                      "attributed_to_other": any(i != 0 for i in v.flagged)})
     marked = [r["token_ids"] for r in load_texts("head_to_head") if r["method"] == "chainmark"]
@@ -116,7 +118,8 @@ def generate(args: argparse.Namespace) -> None:
             for (domain, index, _), g, q in zip(batch.items, gens, ppl):
                 verdicts = {t: detect(g.token_ids, config, vocab_size=vocab, test=t) for t in ("exact", "z")}
                 lines.append({"tokens_observed": tokens, "known": stolen.n_known(), "domain": domain,
-                              "prompt_index": index, "seed": batch.seed, "token_ids": g.token_ids,
+                              "prompt_index": index, "seed": batch.seed, "prompt_ids": list(g.prompt_ids),
+                              "token_ids": g.token_ids,
                               "self_ppl": float(q), **{f"{t}_p": v.p_value for t, v in verdicts.items()},
                               **{f"{t}_flagged": bool(v.is_watermarked) for t, v in verdicts.items()}})
             lines[0]["forced_steps"], lines[0]["steps"] = proc.forced, proc.steps
@@ -125,6 +128,53 @@ def generate(args: argparse.Namespace) -> None:
             flagged = sum(x["exact_flagged"] for x in lines)
             print(f"t{tokens} b{batch.index:03d}: {flagged}/{len(lines)} flagged (exact), "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def modelcheck(args: argparse.Namespace) -> None:
+    """The model-checked verification (:func:`cmlab.comparison.model_check.model_check`) of the reference run's
+    real watermarked replies, the generator's forgeries, the editor's forgeries that the detector flags, and
+    unwatermarked replies: the share of each group verified."""
+    import torch
+
+    from chainmark.detection import detect
+    from cmlab.comparison.model_check import model_check
+    from cmlab.comparison.stealing import apply_path, forge_path, steal
+    from cmlab.harness.models import load_model
+    from cmlab.harness.reference.read import load_texts
+    from cmlab.harness.stealing import HELD_OUT_PROMPTS, load_generated
+
+    config, pool, gate = reference_config(), attacker_pool(), reference_gate()
+    model, _ = load_model()
+    h2h = load_texts("head_to_head")
+    plain = [r for r in h2h if r["method"] == "none"] + load_texts("null")
+    held = [r for r in plain if r["prompt_index"] >= HELD_OUT_PROMPTS]
+    stolen = steal(first_tokens(pool.watermarked, 5_000), pool.baseline, config.S, config.rho, pool.vocab_size)
+    edited = []
+    for r in held:
+        ids = apply_path(r["token_ids"], forge_path(r["token_ids"], stolen), budget=0.1)
+        if detect(ids, config, test="exact", vocab_size=pool.vocab_size).is_watermarked:
+            edited.append((r["prompt_ids"], ids))
+    groups = {"real watermark": [(r["prompt_ids"], r["token_ids"]) for r in h2h if r["method"] == "chainmark"],
+              "editor's forgeries flagged by the detector (map from 5,000 tokens, 10% edited)": edited,
+              "unwatermarked replies": [(r["prompt_ids"], r["token_ids"]) for r in held]}
+    for record in load_generated():
+        if record["exact_flagged"]:
+            name = (f"generator's forgeries flagged by the detector (map from {record['tokens_observed']:,} "
+                    "tokens)")
+            groups.setdefault(name, []).append((record["prompt_ids"], record["token_ids"]))
+    out = {"verified_share": None, "groups": {}}
+    with torch.no_grad():
+        for name, items in groups.items():
+            checks = [model_check(model, p, t, config, gate) for p, t in items]
+            shares = [c.share for c in checks if c.gated]
+            out["groups"][name] = {"texts": len(checks), "verified": sum(c.verified for c in checks),
+                                   "median_share": float(np.median(shares)) if shares else None,
+                                   "gated_steps": sum(c.gated for c in checks)}
+            print(name, out["groups"][name], flush=True)
+    from cmlab.comparison.model_check import VERIFIED_SHARE
+
+    out["verified_share"] = VERIFIED_SHARE
+    _write(MODELCHECK_FILE, out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--budget", type=float, default=0.2)
     k.set_defaults(func=keyset)
     sub.add_parser("generate", help="the generator forger on the embedded model").set_defaults(func=generate)
+    sub.add_parser("modelcheck", help="the model-checked verification of real and forged replies").set_defaults(
+        func=modelcheck)
     args = parser.parse_args(argv)
     args.func(args)
     return 0

@@ -2,7 +2,7 @@
 
 The adversary collects the deployed model's replies (every reference reply of the reference configuration,
 S = 5, rho = 0.5, the published key, to the prompts it may see) and generates the open model's own
-unwatermarked replies to the same prompts as its baseline. Prompts from :data:`_HELD_OUT_FROM` on (12 per domain)
+unwatermarked replies to the same prompts as its baseline. Prompts from :data:`HELD_OUT_PROMPTS` on (12 per domain)
 are kept apart: their unwatermarked replies are what the forgers edit, their watermarked replies what the
 scrubber edits, so no evaluated text was in the pool. For each number of watermarked tokens observed
 (the pool's first tokens, in the order :func:`attacker_pool` gives), :func:`stealing_point` steals a map and
@@ -27,7 +27,7 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from cmlab.comparison.stealing import StolenMap, edits_to_flip, forge_path, scrub_path, steal
 
 #: Prompts with this index or more (in each domain) are held out of the adversary's pool.
-_HELD_OUT_FROM = 88
+HELD_OUT_PROMPTS = 88
 #: The numbers of watermarked tokens observed at which the curve is measured.
 TOKENS_OBSERVED = (250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)
 #: Edit budgets (shares of a text's tokens) at which forgeries and scrubbed texts are scored.
@@ -38,6 +38,7 @@ TESTS = ("exact", "z")
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "stealing"
 CURVE_FILE = DATA_DIR / "curve.json"
 KEYSET_FILE = DATA_DIR / "keyset.json"
+MODELCHECK_FILE = DATA_DIR / "modelcheck.json"
 GENERATED_DIR = DATA_DIR / "generated"
 #: The generator forger's runs: (watermarked tokens the map was stolen from, forged replies).
 GENERATOR_TOKENS = ((5_000, 100), (20_000, 400))
@@ -100,15 +101,15 @@ def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed:
     rng = np.random.default_rng(seed)
     train: list[list[int]] = []
     for block in blocks:
-        texts = [r["token_ids"] for r in block if r["prompt_index"] < _HELD_OUT_FROM]
+        texts = [r["token_ids"] for r in block if r["prompt_index"] < HELD_OUT_PROMPTS]
         train += [list(texts[i]) for i in rng.permutation(len(texts))]
     marked = [r for block in blocks for r in block]
     plain = [r for r in ours("head_to_head") if r["method"] == "none"] + ours("null")
     return AttackerPool(
         watermarked=train,
-        baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < _HELD_OUT_FROM],
-        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= _HELD_OUT_FROM],
-        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= _HELD_OUT_FROM],
+        baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < HELD_OUT_PROMPTS],
+        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= HELD_OUT_PROMPTS],
+        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= HELD_OUT_PROMPTS],
         vocab_size=int(vocab_size))
 
 
@@ -205,6 +206,11 @@ def load_keyset() -> dict[str, Any]:
     return json.loads(KEYSET_FILE.read_text("utf-8"))
 
 
+def load_modelcheck() -> dict[str, Any]:
+    """The model-checked verification measured (``tools/measure_stealing.py modelcheck``)."""
+    return json.loads(MODELCHECK_FILE.read_text("utf-8"))
+
+
 def load_generated() -> list[dict[str, Any]]:
     """The generator forger's replies (``tools/measure_stealing.py generate``), one record per reply."""
     out: list[dict[str, Any]] = []
@@ -213,6 +219,7 @@ def load_generated() -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "KEYSET_FILE", "TESTS",
+__all__ = ["CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_PROMPTS", "KEYSET_FILE", "MODELCHECK_FILE",
+           "TESTS",
            "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens", "generator_batches", "load_curve",
-           "load_generated", "load_keyset", "reference_config", "reference_gate", "stealing_point", "true_key_map"]
+           "load_generated", "load_keyset", "load_modelcheck", "reference_config", "reference_gate", "stealing_point", "true_key_map"]
