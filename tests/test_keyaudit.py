@@ -384,6 +384,11 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     cert = json.loads(capsys.readouterr().out)
     assert cert["corpus"]["texts"] == cert["corpus"]["documents"] == 120
     assert cert["corpus"]["name"].startswith("120 text(s)") and cert["verdict"] != "pass"  # 120 < 299
+    assert cert["public_output_budget"]["tokens"] is None and cert["scope"]["does_not_certify"]
+    assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--public-output-budget", "5000"]) in (0, 1)
+    assert json.loads(capsys.readouterr().out)["public_output_budget"]["tokens"] == 5000
+    assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--public-output-budget", "0"]) == 2
+    assert "--public-output-budget" in capsys.readouterr().err
     assert cert["corpus"]["grouping"] == ("each non-blank line of a .jsonl file is one document (its 'body' "
                                           "field); no two texts share a document")
     (tmp_path / "a.txt").write_text("One whole file of text, one document. " * 5, "utf-8")

@@ -44,6 +44,10 @@ def test_protocol_sizes_are_the_issue_s():
     assert len(explorer) == 1 + 5 * 5 and all(c.n_texts >= 16 for c in explorer)
     assert PROTOCOL.max_new_tokens == 200 and (PROTOCOL.S, PROTOCOL.rho) == (5, 0.5)
     assert (PROTOCOL.kgw_gamma, PROTOCOL.kgw_delta, PROTOCOL.seed, PROTOCOL.attack_seed) == (0.5, 2.0, 42, 43)
+    # the stealing adversary's pool: the head-to-head's prompts under two more seeds, none shared with another cell
+    assert count["stealing"] == 2 * 400
+    others = {b.seed for e in ("head_to_head", "null") for c in cells(PROTOCOL, (e,)) for b in c.batches}
+    assert not others & {b.seed for c in cells(PROTOCOL, ("stealing",)) for b in c.batches}
 
 
 def test_batches_are_domain_pure_round_robin_and_seeded_in_order():

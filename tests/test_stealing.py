@@ -215,3 +215,31 @@ def test_the_model_check_verifies_real_replies_and_refuses_forgeries(model_and_t
     assert ModelCheck(0, 0).share == 0.0 and not ModelCheck(0, 0).verified
     with pytest.raises(ValueError, match="prompt_ids is empty"):
         model_check(model, [], [1, 2], CONFIG, gate)
+
+
+# --------------------------------------------------------------------------- the committed measurement
+
+
+def test_the_committed_measurement_covers_the_pool_the_code_builds():
+    """book/cmlab/data/stealing was measured (tools/measure_stealing.py) on the pool attacker_pool() builds now:
+    the same size, every point up to at least 200,000 tokens and the true key, the generator's 400 replies."""
+    from cmlab.harness.stealing import GENERATOR_TOKENS, TOKENS_OBSERVED, load_curve, load_generated, load_keyset
+    from cmlab.harness.stealing import load_modelcheck
+
+    pool = attacker_pool()
+    curve = load_curve()
+    assert curve["pool_tokens"] == pool.pool_tokens >= 200_000
+    assert curve["held_out"] == {"unwatermarked": len(pool.held_out_unwatermarked),
+                                 "watermarked": len(pool.held_out_watermarked)}
+    assert set(curve["points"]) == {str(t) for t in TOKENS_OBSERVED if t <= pool.pool_tokens} | {"true_key"}
+    assert max(p["tokens"] or 0 for p in curve["points"].values()) >= 200_000
+    for point in curve["points"].values():
+        for test in ("exact", "z"):
+            for budget in ("0.05", "0.1", "0.2"):
+                r = point["forge"][test][budget]
+                assert r["trials"] == len(pool.held_out_unwatermarked) and r["low"] <= r["rate"] <= r["high"]
+    generated = load_generated()
+    for tokens, texts in GENERATOR_TOKENS:
+        assert sum(g["tokens_observed"] == tokens for g in generated) == texts
+    assert load_keyset()["forged"] == len(pool.held_out_unwatermarked)
+    assert load_modelcheck()["groups"]["real watermark"]["texts"] == 400
