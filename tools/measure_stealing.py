@@ -24,7 +24,7 @@ import numpy as np
 from chainmark.jsonio import atomic_write
 from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
                                     TOKENS_OBSERVED,
-                                    attacker_pool, first_tokens, generator_batches, reference_config,
+                                    attacker_pool, blind_scrub, first_tokens, generator_batches, reference_config,
                                     reference_gate, stealing_point)
 
 
@@ -40,6 +40,9 @@ def curve(args: argparse.Namespace) -> None:
     if data.get("pool_tokens") != pool.pool_tokens or data.get("held_out") != held:
         data = {"pool_tokens": pool.pool_tokens, "pool_texts": len(pool.watermarked),
                 "baseline_texts": len(pool.baseline), "held_out": held, "points": {}}
+    if "blind_scrub" not in data:
+        data["blind_scrub"] = blind_scrub(pool)
+        _write(CURVE_FILE, data)
     sizes = [t for t in TOKENS_OBSERVED if t <= pool.pool_tokens] + [None]
     for tokens in sizes:
         name = "true_key" if tokens is None else str(tokens)
@@ -50,7 +53,8 @@ def curve(args: argparse.Namespace) -> None:
         row["seconds"] = round(time.perf_counter() - t0, 1)
         data["points"][name] = row
         _write(CURVE_FILE, data)
-        print(f"{name}: known {row['known']}, top-500 right {row['states_right']['500']['rate']:.3f}, forged "
+        right = row["states_right"]["500"]
+        print(f"{name}: known {row['known']}, top-500 right {right['right']}/{right['total']}, forged "
               f"(exact, 10%) {row['forge']['exact']['0.1']['rate']:.3f}, ({row['seconds']} s)", flush=True)
 
 
@@ -74,7 +78,8 @@ def keyset(args: argparse.Namespace) -> None:
         forged = apply_path(ids, forge_path(ids, stolen), budget=args.budget)
         v = detect_over_keys(forged, accounts)   # no vocab_size: each key hashes only the text's own ids
         rows.append({"flagged": v.is_watermarked, "attributed_to_stolen": 0 in v.flagged,
-                     "attributed_to_other": any(i != 0 for i in v.flagged)})
+                     "attributed_to_other": any(i != 0 for i in v.flagged),
+                     "best_is_other": v.is_watermarked and v.best != 0})
     marked = [r["token_ids"] for r in load_texts("head_to_head") if r["method"] == "chainmark"]
     p = np.array([detect(ids, config, test="exact", vocab_size=pool.vocab_size).p_value for ids in marked])
     power = {str(K): {"hits": int((p < 0.01 / K).sum()), "trials": int(p.size)} for K in (1, 10, 100, 1000, 10_000)}
@@ -82,6 +87,7 @@ def keyset(args: argparse.Namespace) -> None:
                          "forged": len(rows), "flagged": sum(r["flagged"] for r in rows),
                          "attributed_to_stolen": sum(r["attributed_to_stolen"] for r in rows),
                          "attributed_to_other": sum(r["attributed_to_other"] for r in rows),
+                         "best_is_other": sum(r["best_is_other"] for r in rows),
                          "power_at_alpha_over_K": power, "alpha": 0.01})
     print(json.loads(KEYSET_FILE.read_text("utf-8")))
 

@@ -25,7 +25,8 @@ class KeySetVerdict:
 
     ``flagged`` lists the indices (into the configurations given) whose p-value is below alpha / K;
     ``best`` is the index of the smallest p-value; ``adjusted_p_value`` = min(1, K x that p-value), so the text
-    is flagged when it is below alpha (the rule of :func:`chainmark.verdict.decide`). ``fingerprints`` name the keys (never the keys themselves).
+    is flagged when it is below alpha (the rule of :func:`chainmark.verdict.decide`). ``fingerprints`` name the
+    keys (never the keys themselves).
     """
 
     n_keys: int

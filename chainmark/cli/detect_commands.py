@@ -291,9 +291,9 @@ def _detect_over_keys(args: argparse.Namespace, regime: Regime) -> int:
     (:func:`chainmark.auditor.keysets.detect_over_keys`)."""
     from ..auditor.keysets import detect_over_keys
 
-    refused = [flag for flag, given in (("--segments", args.segments), ("--anytime", args.anytime or args.keep_reading),
-                                        ("--certificate", args.certificate), ("--threshold", args.threshold is not None))
-               if given]
+    options = (("--segments", args.segments), ("--anytime", args.anytime or args.keep_reading),
+               ("--certificate", args.certificate), ("--threshold", args.threshold is not None))
+    refused = [flag for flag, given in options if given]
     if refused or regime.key_fingerprint:
         what = ", ".join(refused) if refused else "a regime that names one key"
         raise UsageError(f"{what} cannot be used with several --key-file: a key set is tested whole, "

@@ -7,5 +7,6 @@ from __future__ import annotations
 from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer", "segments_peer", "stealing", "model_check")
+MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer",
+           "segments_peer", "stealing", "model_check")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)

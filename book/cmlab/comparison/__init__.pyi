@@ -80,6 +80,11 @@ from .lrdetect import (
     simulate_llr_null as simulate_llr_null,
     teacher_forced_signal as teacher_forced_signal,
 )
+from .model_check import (
+    ModelCheck as ModelCheck,
+    VERIFIED_SHARE as VERIFIED_SHARE,
+    model_check as model_check,
+)
 from .quality import (
     KLCost as KLCost,
     TokenScores as TokenScores,
@@ -114,4 +119,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "edits_to_flip", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "cover_segments", "edit_fraction", "edits_to_flip", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "llr_weights", "lr_detect", "make_attack", "model_check", "n_edits", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]

@@ -65,7 +65,7 @@ def model_check(model: Any, prompt_ids: Sequence[int], token_ids: Sequence[int],
         logits = model(ids).logits[0, len(prompt) - 1:-1].float()
     width = logits.shape[-1]
     table = torch.from_numpy(np.array(state_table(config.key, width, config.S), dtype=np.int64)).to(device)
-    successors = torch.from_numpy(np.asarray(config.topo.matrix, dtype=bool)).to(device)
+    successors = torch.from_numpy(np.array(config.topo.matrix, dtype=bool)).to(device)
     entropy = entropy_signals(logits).entropy
     gated = torch.as_tensor(gate.flags_from_signal(entropy.cpu().numpy()), device=device)
     previous = torch.tensor([prompt[-1]] + reply[:-1], device=device)

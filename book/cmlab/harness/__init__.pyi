@@ -126,15 +126,19 @@ from .stealing import (
     CURVE_FILE as CURVE_FILE,
     GENERATED_DIR as GENERATED_DIR,
     GENERATOR_TOKENS as GENERATOR_TOKENS,
+    HELD_OUT_PROMPTS as HELD_OUT_PROMPTS,
     KEYSET_FILE as KEYSET_FILE,
+    MODELCHECK_FILE as MODELCHECK_FILE,
     TESTS as TESTS,
     TOKENS_OBSERVED as TOKENS_OBSERVED,
     attacker_pool as attacker_pool,
+    blind_scrub as blind_scrub,
     first_tokens as first_tokens,
     generator_batches as generator_batches,
     load_curve as load_curve,
     load_generated as load_generated,
     load_keyset as load_keyset,
+    load_modelcheck as load_modelcheck,
     reference_config as reference_config,
     reference_gate as reference_gate,
     stealing_point as stealing_point,
@@ -142,4 +146,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "boundary_summary", "build_mixed_documents", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_prompts", "lock_run_folder", "match_segments", "memory_needed", "mixed_config", "model_size", "named_sampling", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]

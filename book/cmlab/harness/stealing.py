@@ -6,12 +6,13 @@ unwatermarked replies to the same prompts as its baseline. Prompts from :data:`H
 are kept apart: their unwatermarked replies are what the forgers edit, their watermarked replies what the
 scrubber edits, so no evaluated text was in the pool. For each number of watermarked tokens observed
 (the pool's first tokens, in the order :func:`attacker_pool` gives), :func:`stealing_point` steals a map and
-measures, with 95% Clopper-Pearson intervals over the held-out texts: the share of the most frequent tokens
+measures, with 95% intervals over the held-out texts (resampling whole prompts): the share of the most frequent tokens
 whose state came out right, the share of forged texts each test flags at each edit budget, the edits each
 needed, and what the scrubber achieves. :func:`true_key_map` is the same attacker holding the key.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from chainmark.auditor.rates import rate_estimate
 from chainmark.config import ChainMarkConfig
 from chainmark.partition import state_table
 from cmlab.comparison.attacks import ATTACK_SEED
-from cmlab.comparison.stealing import StolenMap, edits_to_flip, forge_path, scrub_path, steal
+from cmlab.comparison.stealing import StolenMap, apply_path, edits_to_flip, forge_path, scrub_path, steal
 
 #: Prompts with this index or more (in each domain) are held out of the adversary's pool.
 HELD_OUT_PROMPTS = 88
@@ -56,6 +57,9 @@ class AttackerPool:
     held_out_unwatermarked: list[list[int]]
     held_out_watermarked: list[list[int]]
     vocab_size: int
+    #: each held-out text's prompt ("domain/index"): replies to one prompt are not independent trials
+    held_out_unwatermarked_prompts: list[str] = dataclasses.field(default_factory=list)
+    held_out_watermarked_prompts: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def pool_tokens(self) -> int:
@@ -103,14 +107,17 @@ def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed:
     for block in blocks:
         texts = [r["token_ids"] for r in block if r["prompt_index"] < HELD_OUT_PROMPTS]
         train += [list(texts[i]) for i in rng.permutation(len(texts))]
-    marked = [r for block in blocks for r in block]
+    marked = [r for block in blocks for r in block if r["prompt_index"] >= HELD_OUT_PROMPTS]
     plain = [r for r in ours("head_to_head") if r["method"] == "none"] + ours("null")
+    held = [r for r in plain if r["prompt_index"] >= HELD_OUT_PROMPTS]
     return AttackerPool(
         watermarked=train,
         baseline=[list(r["token_ids"]) for r in plain if r["prompt_index"] < HELD_OUT_PROMPTS],
-        held_out_unwatermarked=[list(r["token_ids"]) for r in plain if r["prompt_index"] >= HELD_OUT_PROMPTS],
-        held_out_watermarked=[list(r["token_ids"]) for r in marked if r["prompt_index"] >= HELD_OUT_PROMPTS],
-        vocab_size=int(vocab_size))
+        held_out_unwatermarked=[list(r["token_ids"]) for r in held],
+        held_out_watermarked=[list(r["token_ids"]) for r in marked],
+        vocab_size=int(vocab_size),
+        held_out_unwatermarked_prompts=[f"{r['domain']}/{r['prompt_index']}" for r in held],
+        held_out_watermarked_prompts=[f"{r['domain']}/{r['prompt_index']}" for r in marked])
 
 
 def first_tokens(texts: Sequence[Sequence[int]], tokens: int) -> list[list[int]]:
@@ -131,25 +138,35 @@ def true_key_map(config: ChainMarkConfig, vocab_size: int, token_counts: Any = N
                      np.ones(vocab_size), -1, counts)
 
 
-def _edits_needed(texts: Sequence[Sequence[int]], stolen: StolenMap, config: ChainMarkConfig, test: str,
-                  forge: bool, alpha: float, vocab_size: int) -> np.ndarray:
-    """Per text, the share of its tokens edited when the detector first flags it (forge) or lets it go
-    (scrub); inf where the editor's whole path does not get there."""
-    out = []
-    for ids in texts:
-        path = (forge_path if forge else scrub_path)(ids, stolen)
-        m = edits_to_flip(ids, path, config, alpha, test, want_flagged=forge, vocab_size=vocab_size)
-        out.append(np.inf if m is None else m / max(len(ids), 1))
-    return np.asarray(out)
+def _paths(texts: Sequence[Sequence[int]], stolen: StolenMap, forge: bool) -> list[list[tuple[int, int]]]:
+    return [(forge_path if forge else scrub_path)(ids, stolen) for ids in texts]
 
 
-def _rates(needed: np.ndarray, budgets: Sequence[float]) -> dict[str, Any]:
+def _random_paths(texts: Sequence[Sequence[int]], vocab_size: int,
+                  seed: Any = ATTACK_SEED) -> list[list[tuple[int, int]]]:
+    """The blind scrubber's edits: every position once, in a random order, each to a random token (no map)."""
+    rng = np.random.default_rng(seed)
+    return [[(int(j), int(rng.integers(0, vocab_size))) for j in rng.permutation(len(ids))] for ids in texts]
+
+
+def _measure(texts: Sequence[Sequence[int]], paths: Sequence[Sequence[tuple[int, int]]], prompts: Sequence[str],
+             config: ChainMarkConfig, test: str, forge: bool, budgets: Sequence[float], alpha: float,
+             vocab_size: int) -> dict[str, Any]:
+    """Per budget, the share of texts flagged (forge) or no longer flagged (scrub) after exactly that budget of
+    the path's edits, its interval resampling whole prompts; and the median share of tokens edited when the
+    detector's verdict first flips (None when it does not flip for most texts along the whole path)."""
+    from chainmark.detection import detect
+    from cmlab.stats import cluster_bootstrap_rate
+
     row: dict[str, Any] = {}
     for b in budgets:
-        est = rate_estimate(needed <= b + 1e-12)
-        row[f"{b:g}"] = est.to_dict()
-    finite = needed[np.isfinite(needed)]
-    row["median_edits"] = float(np.median(needed)) if needed.size and finite.size * 2 > needed.size else None
+        flags = [bool(detect(apply_path(ids, path, budget=b), config, alpha, vocab_size=vocab_size,
+                             test=test).is_watermarked) == forge for ids, path in zip(texts, paths)]
+        row[f"{b:g}"] = cluster_bootstrap_rate(flags, list(prompts)).to_dict()
+    needed = np.array([np.inf if (m := edits_to_flip(ids, path, config, alpha, test, want_flagged=forge,
+                                                      vocab_size=vocab_size)) is None else m / max(len(ids), 1)
+                       for ids, path in zip(texts, paths)])
+    row["median_edits"] = float(np.median(needed)) if np.isfinite(needed).sum() * 2 > needed.size else None
     return row
 
 
@@ -158,8 +175,11 @@ def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConf
                    scrub_budgets: Sequence[float] = (0.1, 0.2, 0.3)) -> dict[str, Any]:
     """One point of the curves: steal from the pool's first ``tokens`` tokens (None: the true key) and measure.
 
-    Rates are over the held-out texts with their Clopper-Pearson intervals. ``states_right`` counts the
-    most frequent tokens of the pool whose stolen state is right after the best rotation.
+    Forgery and scrubbing rates are over the held-out texts after exactly each budget of edits, with 95%
+    intervals that resample whole prompts (three unwatermarked replies share each held-out prompt).
+    ``states_right`` counts the frequent tokens of the pool whose stolen state is right after the best
+    rotation: all of the ``top`` most frequent (an unknown state counts as wrong) and the confident ones among
+    them; a fixed set of tokens, not a sample, so it carries no interval.
     """
     config = config or reference_config()
     V = pool.vocab_size
@@ -173,15 +193,31 @@ def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConf
         observed = stolen.tokens_observed
     truth = state_table(config.key, V, config.S)
     row: dict[str, Any] = {"tokens": observed, "known": stolen.n_known(), "states_right": {}}
+    known = stolen.known()
     for top in (500, 2000):
-        right, total = stolen.agreement(truth, stolen.frequent_tokens(top))
-        est = rate_estimate(np.arange(total) < right) if total else None
-        row["states_right"][str(top)] = est.to_dict() if est else None
-    row["forge"] = {test: _rates(_edits_needed(pool.held_out_unwatermarked, stolen, config, test, True, alpha, V),
-                                 budgets) for test in tests}
-    row["scrub"] = {test: _rates(_edits_needed(pool.held_out_watermarked, stolen, config, test, False, alpha, V),
-                                 scrub_budgets) for test in tests}
+        frequent = stolen.frequent_tokens(top)
+        right, total = stolen.agreement(truth, frequent)
+        confident = frequent[known[frequent] >= 0]
+        c_right, c_total = stolen.agreement(truth, confident) if confident.size else (0, 0)
+        row["states_right"][str(top)] = {"right": right, "total": total, "confident_right": c_right,
+                                         "confident_total": c_total}
+    forge_paths = _paths(pool.held_out_unwatermarked, stolen, True)
+    scrub_paths = _paths(pool.held_out_watermarked, stolen, False)
+    row["forge"] = {test: _measure(pool.held_out_unwatermarked, forge_paths, pool.held_out_unwatermarked_prompts,
+                                   config, test, True, budgets, alpha, V) for test in tests}
+    row["scrub"] = {test: _measure(pool.held_out_watermarked, scrub_paths, pool.held_out_watermarked_prompts,
+                                   config, test, False, scrub_budgets, alpha, V) for test in tests}
     return row
+
+
+def blind_scrub(pool: AttackerPool, config: ChainMarkConfig | None = None, alpha: float = 0.01,
+                budgets: Sequence[float] = (0.1, 0.2, 0.3)) -> dict[str, Any]:
+    """The scrubber without any map (random positions, random tokens) on the held-out watermarked texts, scored
+    as :func:`stealing_point` scores the stolen map's scrubber."""
+    config = config or reference_config()
+    paths = _random_paths(pool.held_out_watermarked, pool.vocab_size)
+    return {test: _measure(pool.held_out_watermarked, paths, pool.held_out_watermarked_prompts, config, test,
+                           False, budgets, alpha, pool.vocab_size) for test in TESTS}
 
 
 def generator_batches(texts: int, batch_size: int = 25) -> list[Any]:
@@ -220,6 +256,6 @@ def load_generated() -> list[dict[str, Any]]:
 
 
 __all__ = ["CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_PROMPTS", "KEYSET_FILE", "MODELCHECK_FILE",
-           "TESTS",
-           "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "first_tokens", "generator_batches", "load_curve",
-           "load_generated", "load_keyset", "load_modelcheck", "reference_config", "reference_gate", "stealing_point", "true_key_map"]
+           "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "blind_scrub", "first_tokens",
+           "generator_batches", "load_curve", "load_generated", "load_keyset", "load_modelcheck", "reference_config",
+           "reference_gate", "stealing_point", "true_key_map"]
