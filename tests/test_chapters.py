@@ -362,7 +362,7 @@ def test_no_chapter_keeps_a_local_copy_of_a_package_helper(chapter):
 # ---------------------------------------------------------------------------
 # pages a reader can finish
 # ---------------------------------------------------------------------------
-#: The most prose words a page may hold (DESIGN.md: "at most about 3,500"); a longer chapter is split into sections.
+#: The most prose words a page may hold (the README's layout: "each page under 3,500 words of prose"); a longer chapter is split into sections.
 MAX_PAGE_WORDS = 3500
 _FENCE = re.compile(r"^(`{3,}|~{3,})(?!\{(exercise|solution))[^\n]*\n.*?^\1\s*$", re.M | re.S)
 

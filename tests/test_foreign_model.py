@@ -1,4 +1,4 @@
-"""Every chapter runs to its end on a model that is not the embedded one (DESIGN.md: any causal LM).
+"""Every chapter runs to its end on a model that is not the embedded one (the README's "The same book on every machine": any causal LM).
 
 The model is built here (tests/foreign_model.py): a random-weight two-layer
 Llama with its own byte-level BPE tokenizer of about 2,200 ids, no chat

@@ -8,8 +8,8 @@ in the published file (each entry says when it was measured; the others keep
 theirs): what to run after changing the claims of a few chapters.
 
 A sentence about a chapter's live run must hold whatever key a reader has
-(DESIGN.md: "A claim about a live run holds under any key, or it belongs to
-the reference tier"). This tool makes ``--keys`` fresh keys from the
+(the house rule: a claim about a live run holds under any key, or it belongs
+to the reference tier, which reads the committed reference run). This tool makes ``--keys`` fresh keys from the
 operating system's CSPRNG, executes every chapter once per key in soft claim
 mode (``CHAINMARK_CLAIMS=soft``, so a failed claim is recorded and the chapter
 goes on), and writes, per chapter and key, whether the chapter ran to its

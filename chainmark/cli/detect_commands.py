@@ -307,11 +307,7 @@ def _detect_over_keys(args: argparse.Namespace, regime: Regime) -> int:
     regime.check_tokenizer(tokenizer)
     rows = []
     for item in texts:
-        try:
-            text = "".join(item.chunks(args.max_bytes))
-        except UnicodeDecodeError as exc:  # the input changed since it was checked
-            raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
-        ids, _ = _ids_and_offsets(tokenizer, text)
+        ids, _ = _ids_and_offsets(tokenizer, _whole_text(item, args.max_bytes))
         v = detect_over_keys(ids, configs, regime.alpha, test=regime.effective_test)
         rows.append({"file": item.label, **v.to_dict(), "tokenizer": tokenizer_label(regime.tokenizer)})
     return _emit(args, rows, lambda: _key_set_table(rows))
@@ -359,11 +355,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
     config = regime.config(key)
     reports = []
     for item in texts:
-        try:
-            text = "".join(item.chunks(args.max_bytes))
-        except UnicodeDecodeError as exc:  # the input changed since it was checked
-            raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
-        ids, offsets = _ids_and_offsets(tokenizer, text)
+        ids, offsets = _ids_and_offsets(tokenizer, _whole_text(item, args.max_bytes))
         res = detect_segments(ids, config, alpha=regime.alpha, draws=args.draws, seed=args.seed, offsets=offsets)
         reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
@@ -379,6 +371,14 @@ def _emit(args: argparse.Namespace, rows: list[dict[str, Any]], table: Any) -> i
     else:
         print(table())
     return EXIT_DETECTED if args.fail_on_detect and any(row["is_watermarked"] for row in rows) else EXIT_OK
+
+
+def _whole_text(item: TextInput, max_bytes: int) -> str:
+    """An input read whole (the key-set and segment reports tokenize it at once)."""
+    try:
+        return "".join(item.chunks(max_bytes))
+    except UnicodeDecodeError as exc:  # the input changed since it was checked
+        raise UsageError(f"{item.label} is not {item.encoding} text (byte offset {exc.start})") from None
 
 
 def _ids_and_offsets(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
