@@ -25,7 +25,7 @@ from chainmark.detection import detect
 from chainmark.config import ChainMarkConfig
 from chainmark.embed import Generation, generate, logits_width
 
-__all__ = ["ChainMarkMethod", "KGWMethod", "Method", "NoWatermark", "SweetMethod"]
+__all__ = ["ChainMarkMethod", "ContextKeyedMethod", "KGWMethod", "Method", "NoWatermark", "SweetMethod"]
 
 
 class Method(ABC):
@@ -112,6 +112,34 @@ class ChainMarkMethod(Method):
 
     def secrets(self):
         return [self.config.key]
+
+
+class ContextKeyedMethod(ChainMarkMethod):
+    """The context-keyed variant (:mod:`cmlab.comparison.context_keyed`): ChainMark's walk on pair states, scored
+    by the exact test on pair codes."""
+
+    def __init__(self, config: Any, gate: Any = None, name: str = "context_keyed"):
+        super().__init__(config, gate, name)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "method": "context_keyed"}
+
+    def generate(self, model, tokenizer, prompts, **kwargs):
+        from cmlab.comparison.context_keyed import ContextKeyedLogitsProcessor
+
+        proc = ContextKeyedLogitsProcessor(self.config, self.gate)
+        gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
+        return _acted(gens, proc.acted_matrix())
+
+    def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
+        from cmlab.comparison.context_keyed import context_detect
+
+        return [context_detect(list(ids), self.config, alpha).to_dict("record") for ids in token_ids]
+
+    def secrets(self):
+        from cmlab.comparison.context_keyed import context_config
+
+        return [self.config.key, context_config(self.config).key]
 
 
 class KGWMethod(Method):

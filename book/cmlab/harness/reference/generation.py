@@ -54,7 +54,7 @@ class RunContext:
     def method(self, cell: Cell) -> Any:
         from cmlab.comparison.baselines import KGWConfig, SweetConfig
         from chainmark.config import ChainMarkConfig
-        from cmlab.harness.adapters import ChainMarkMethod, KGWMethod, NoWatermark, SweetMethod
+        from cmlab.harness.adapters import ChainMarkMethod, ContextKeyedMethod, KGWMethod, NoWatermark, SweetMethod
 
         p, spec, name = self.protocol, cell.spec, cell.name
         kind = spec["method"]
@@ -68,6 +68,8 @@ class RunContext:
         rho = float(spec["rho"])
         config = ChainMarkConfig(self.key, S=int(spec["S"]), rho=rho, gate="high_entropy",
                                  topology=topology_for(int(spec["S"]), int(spec.get("k", 1))))
+        if kind == "context_keyed":
+            return ContextKeyedMethod(config, self.gates[rho], name)
         return ChainMarkMethod(config, self.gates[rho], name)
 
     def detectors(self, cell: Cell) -> list[Any]:

@@ -18,7 +18,7 @@ from cmlab.harness.prompts import load_prompts
 
 #: The published label the reference key is derived from (HKDF-SHA-256).
 REFERENCE_LABEL = "chainmark-book/reference-run/v1"
-EXPERIMENTS = ("head_to_head", "null", "calibration", "kregular", "explorer", "stealing")
+EXPERIMENTS = ("head_to_head", "null", "calibration", "kregular", "explorer", "stealing", "context_keyed")
 #: A rewrite with fewer tokens than this did not really rewrite the text
 #: (an empty reply, a refusal fragment): it is counted and left out of rates.
 MIN_REWRITE_TOKENS = 16
@@ -63,6 +63,7 @@ class Protocol:
     explorer_per_domain: int = 4
     explorer_tokens: int = 128
     stealing_seeds: tuple[int, ...] = (3, 4)
+    context_keyed_seeds: tuple[int, ...] = (3,)
 
     def describe(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
@@ -170,6 +171,14 @@ def cells(protocol: Protocol = PROTOCOL, experiments: Sequence[str] = EXPERIMENT
             seed = p.seed + s * p.null_seed_stride
             out.append(Cell("stealing", f"chainmark_pool_seed{s}",
                             {"method": "chainmark", "S": p.S, "rho": p.rho, "seed_base": seed},
+                            _batches(h2h, p.batch_size, seed), p.max_new_tokens))
+    if "context_keyed" in experiments:
+        # the context-keyed variant (a defence against stealing) on the stealing pool's prompts and seeds: paired
+        # with ChainMark's replies there, and the same adversary's pool against it
+        for s in p.context_keyed_seeds:
+            seed = p.seed + s * p.null_seed_stride
+            out.append(Cell("context_keyed", f"context_pool_seed{s}",
+                            {"method": "context_keyed", "S": p.S, "rho": p.rho, "seed_base": seed},
                             _batches(h2h, p.batch_size, seed), p.max_new_tokens))
     return out
 
