@@ -4,6 +4,10 @@
     python tools/measure_stealing.py keyset     # keys per account: attribution and the power it costs (no model)
     python tools/measure_stealing.py generate   # the generator forger on the embedded model (about 20 min, 2 cores)
     python tools/measure_stealing.py modelcheck # the model-checked verification of real and forged replies (minutes)
+    python tools/measure_stealing.py orders     # the curve's spread over five collection orders (no model; a minute)
+    python tools/measure_stealing.py adaptive   # the generator with a map from the whole pool, model-checked (10 min)
+    python tools/measure_stealing.py context    # the context-keyed variant: null, power, robustness, quality, stealing
+    python tools/measure_stealing.py context-generate  # the generator forger against the variant (about 15 min)
 
 Every part writes into ``book/cmlab/data/stealing/`` and resumes: ``curve`` rewrites ``curve.json`` after each
 point and skips the points it holds for the same pool; ``generate`` writes each batch of forged replies whole
@@ -22,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from chainmark.jsonio import atomic_write
-from cmlab.harness.stealing import (CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
+from cmlab.harness.stealing import (CURVE_FILE, DATA_DIR, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
                                     TOKENS_OBSERVED,
                                     attacker_pool, blind_scrub, first_tokens, generator_batches, reference_config,
                                     reference_gate, stealing_point)
@@ -183,6 +187,114 @@ def modelcheck(args: argparse.Namespace) -> None:
     _write(MODELCHECK_FILE, out)
 
 
+def orders(args: argparse.Namespace) -> None:
+    """The curve's points re-measured under other collection orders (the pool shuffled with other seeds): how far
+    a point moves when the adversary happens to collect other replies first. Forgery at 10% edits only."""
+    config = reference_config()
+    out: dict[str, Any] = {"orders": args.orders, "budget": 0.1, "points": {}}
+    pools = [attacker_pool(seed=np.random.SeedSequence([1234, k])) for k in range(args.orders)]
+    for tokens in (1_000, 2_000, 5_000, 20_000):
+        rates = {"exact": [], "z": []}
+        for pool in pools:
+            row = stealing_point(pool, tokens, config, budgets=(0.1,), scrub_budgets=(0.2,))
+            for test in rates:
+                rates[test].append(row["forge"][test]["0.1"]["rate"])
+        out["points"][str(tokens)] = {t: {"min": min(v), "max": max(v), "rates": v} for t, v in rates.items()}
+        print(tokens, out["points"][str(tokens)]["exact"], flush=True)
+    _write(DATA_DIR / "orders.json", out)
+
+
+def _generate_forgeries(model, tokenizer, proc, batch) -> list[Any]:
+    import torch
+
+    from chainmark.embed import generate as cm_generate
+    from cmlab.comparison.quality import self_perplexity
+    from cmlab.harness.reference.protocol import PROTOCOL
+
+    with torch.no_grad():
+        gens = cm_generate(model, tokenizer, [q for _, _, q in batch.items], extra_processors=[proc],
+                           max_new_tokens=PROTOCOL.max_new_tokens, min_new_tokens=PROTOCOL.max_new_tokens,
+                           temperature=PROTOCOL.temperature, seed=batch.seed, batch_size=len(batch.items))
+        return list(zip(gens, self_perplexity(model, gens)))
+
+
+def adaptive(args: argparse.Namespace) -> None:
+    """The model check against a stronger forger: the generator with a map stolen from the whole pool that also
+    forces where its belief is unsure (every seen token's likeliest state), checked by the model."""
+    import torch
+
+    from chainmark.detection import detect
+    from chainmark.embed import logits_width
+    from cmlab.comparison.model_check import model_check
+    from cmlab.comparison.stealing import StolenMapProcessor, steal
+    from cmlab.harness.models import load_model
+
+    config, pool, gate = reference_config(), attacker_pool(), reference_gate()
+    model, tokenizer = load_model()
+    vocab = logits_width(model)
+    stolen = steal(pool.watermarked, pool.baseline, config.S, config.rho, pool.vocab_size)
+    rows = []
+    for batch in generator_batches(args.texts):
+        proc = StolenMapProcessor(stolen, gate.tau, vocab, min_confidence=0.0)
+        for g, q in _generate_forgeries(model, tokenizer, proc, batch):
+            with torch.no_grad():
+                check = model_check(model, g.prompt_ids, g.token_ids, config, gate)
+            rows.append({"exact_flagged": bool(detect(g.token_ids, config, vocab_size=vocab, test="exact")
+                                               .is_watermarked), "verified": check.verified, "share": check.share,
+                         "self_ppl": float(q)})
+        print(f"b{batch.index:03d}: {sum(r['exact_flagged'] for r in rows)}/{len(rows)} flagged, "
+              f"{sum(r['verified'] for r in rows)} verified", flush=True)
+    flagged = [r for r in rows if r["exact_flagged"]]
+    _write(DATA_DIR / "adaptive.json", {
+        "tokens_observed": pool.pool_tokens, "texts": len(rows), "flagged": len(flagged),
+        "verified": sum(r["verified"] for r in rows), "verified_among_flagged": sum(r["verified"] for r in flagged),
+        "median_share_flagged": float(np.median([r["share"] for r in flagged])) if flagged else None,
+        "median_self_ppl": float(np.median([r["self_ppl"] for r in rows]))})
+
+
+def context(args: argparse.Namespace) -> None:
+    """The context-keyed variant on the reference run (no model): see :func:`cmlab.harness.context_keyed.measure_context_keyed`."""
+    from cmlab.harness.context_keyed import CONTEXT_FILE, measure_context_keyed
+
+    data = measure_context_keyed()
+    _write(CONTEXT_FILE, data)
+    print(json.dumps({k: data[k] for k in ("power", "stealing")}, indent=1))
+
+
+def context_generate(args: argparse.Namespace) -> None:
+    """The generator forger against the variant: a map of pairs stolen from the variant's replies, forcing at the
+    published gate's threshold; scored by the variant's exact test. Resumable per batch."""
+    from cmlab.comparison.context_keyed import StolenPairProcessor, context_detect, steal_pairs
+    from cmlab.harness.context_keyed import CONTEXT_GENERATED_DIR, CONTEXT_GENERATOR_TOKENS, context_pool
+    from cmlab.harness.models import load_model
+
+    config, pool, tau = reference_config(), context_pool(), reference_gate().tau
+    model, tokenizer = load_model()
+    for tokens, texts in CONTEXT_GENERATOR_TOKENS:
+        seen = pool.watermarked if tokens is None else first_tokens(pool.watermarked, tokens)
+        stolen = steal_pairs(seen, pool.baseline, config.S, config.rho)
+        for batch in generator_batches(texts):
+            path = CONTEXT_GENERATED_DIR / f"t{stolen.tokens_observed}_b{batch.index:03d}.jsonl.gz"
+            if path.exists():
+                continue
+            t0 = time.perf_counter()
+            proc = StolenPairProcessor(stolen, tau)
+            lines = []
+            for (domain, index, _), (g, q) in zip(batch.items, _generate_forgeries(model, tokenizer, proc, batch)):
+                verdicts = {t: context_detect(g.token_ids, config, test=t) for t in ("exact", "z")}
+                lines.append({"tokens_observed": stolen.tokens_observed, "known": stolen.n_known(),
+                              "domain": domain, "prompt_index": index, "seed": batch.seed,
+                              "prompt_ids": list(g.prompt_ids), "token_ids": g.token_ids, "self_ppl": float(q),
+                              **{f"{t}_p": v.p_value for t, v in verdicts.items()},
+                              **{f"{t}_flagged": bool(v.is_watermarked) for t, v in verdicts.items()}})
+            lines[0]["forced_steps"], lines[0]["steps"] = proc.forced, proc.steps
+            CONTEXT_GENERATED_DIR.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode("utf-8"), mtime=0))
+            print(f"t{stolen.tokens_observed} b{batch.index:03d}: {sum(x['exact_flagged'] for x in lines)}/"
+                  f"{len(lines)} flagged (exact), {proc.forced} forced of {proc.steps} steps, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="part", required=True)
@@ -195,6 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("generate", help="the generator forger on the embedded model").set_defaults(func=generate)
     sub.add_parser("modelcheck", help="the model-checked verification of real and forged replies").set_defaults(
         func=modelcheck)
+    o = sub.add_parser("orders", help="the curve's spread over collection orders")
+    o.add_argument("--orders", type=int, default=5)
+    o.set_defaults(func=orders)
+    a = sub.add_parser("adaptive", help="the generator with the whole pool's map, model-checked")
+    a.add_argument("--texts", type=int, default=100)
+    a.set_defaults(func=adaptive)
+    sub.add_parser("context", help="the context-keyed variant measured (no model)").set_defaults(func=context)
+    sub.add_parser("context-generate", help="the generator forger against the context-keyed variant").set_defaults(
+        func=context_generate)
     args = parser.parse_args(argv)
     args.func(args)
     return 0

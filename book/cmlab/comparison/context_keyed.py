@@ -25,7 +25,9 @@ What carries over, and what it costs:
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -39,6 +41,8 @@ from chainmark.partition import as_token_array, key_bytes, states_of
 CONTEXT_INFO = b"chainmark/v1/context-keyed"
 #: Token ids must fit 4 bytes: a pair is coded a * 2**32 + b.
 _ID_BITS = 32
+#: A stolen pair's state counts as known at this posterior (as for ChainMark's stolen map).
+_MIN_CONFIDENCE = 0.9
 
 
 def context_config(config: ChainMarkConfig) -> ChainMarkConfig:
@@ -191,5 +195,132 @@ def legal_share(texts: Sequence[Sequence[int]], config: ChainMarkConfig, forced:
     return good / total if total else float("nan")
 
 
-__all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "context_config", "context_detect", "context_states",
-           "legal_share", "pair_codes", "survival"]
+# --------------------------------------------------------------------------- the stealing adversary against it
+
+
+@dataclass(frozen=True)
+class StolenPairMap:
+    """What the stealing adversary learned about the variant: a believed state per pair code it saw (sorted
+    ``codes``), up to a rotation, with its confidence and how often the pair occurred in the watermarked pool."""
+
+    S: int
+    codes: np.ndarray
+    states: np.ndarray
+    confidence: np.ndarray
+    counts: np.ndarray
+    tokens_observed: int
+
+    def known(self, min_confidence: float = _MIN_CONFIDENCE) -> np.ndarray:
+        """The believed state of every seen pair, -1 where the posterior is below ``min_confidence``."""
+        return np.where(self.confidence >= min_confidence, self.states, -1)
+
+    def n_known(self, min_confidence: float = _MIN_CONFIDENCE) -> int:
+        """How many pairs have a confident state."""
+        return int((self.known(min_confidence) >= 0).sum())
+
+    def frequent(self, top: int) -> np.ndarray:
+        """Indices (into ``codes``) of the ``top`` pairs most often seen in the watermarked pool."""
+        order = np.argsort(-self.counts, kind="stable")
+        return order[:min(top, int((self.counts > 0).sum()))]
+
+    def agreement(self, config: ChainMarkConfig, index: np.ndarray) -> tuple[int, int]:
+        """(right, total) over the pairs at ``index`` after the best rotation (needs the key: evaluation only)."""
+        pairs = context_config(config)
+        truth = states_of(self.codes[index], pairs.key, pairs.S).astype(np.int64)
+        guess = self.states[index]
+        best = max(int(((guess + r) % self.S == truth).sum()) for r in range(self.S)) if index.size else 0
+        return best, int(index.size)
+
+
+def steal_pairs(watermarked: Sequence[Sequence[int]], baseline: Sequence[Sequence[int]], S: int, rho: float,
+                **options: Any) -> StolenPairMap:
+    """The stealing attack of :func:`cmlab.comparison.stealing.steal` aimed at the variant: an adversary who
+    knows the scheme (the regime says it is context-keyed) treats every pair as a token and learns the pairs'
+    states from consecutive pairs (triples of tokens) in the watermarked replies against the baseline's.
+    ``options`` go to :func:`~cmlab.comparison.stealing.steal`. Example::
+
+        stolen = steal_pairs(replies_ids, baseline_ids, S=5, rho=0.5)
+        stolen.n_known()
+    """
+    from cmlab.comparison.stealing import steal
+
+    w = [pair_codes(t) for t in watermarked]
+    b = [pair_codes(t) for t in baseline]
+    every = [c for c in w + b if c.size]
+    vocab = np.unique(np.concatenate(every)) if every else np.zeros(0, dtype=np.int64)
+    if vocab.size < 3:
+        raise ValueError("steal_pairs needs watermarked and baseline replies of at least two tokens")
+    stolen = steal([np.searchsorted(vocab, c) for c in w], [np.searchsorted(vocab, c) for c in b], S, rho,
+                   int(vocab.size), **options)
+    return StolenPairMap(int(S), vocab, stolen.states, stolen.confidence, stolen.token_counts,
+                         int(sum(len(t) for t in watermarked)))
+
+
+def _pair_forger_class() -> type:
+    import torch
+    from transformers import LogitsProcessor
+
+    from chainmark.gate_signals import entropy_signals
+
+    class _StolenPairProcessor(LogitsProcessor):
+        def __init__(self, stolen: StolenPairMap, tau: float, min_confidence: float = _MIN_CONFIDENCE):
+            self.S, self.tau, self.forced, self.steps = stolen.S, float(tau), 0, 0
+            known = stolen.known(min_confidence)
+            self._codes, self._known = stolen.codes, known
+            sure = known >= 0
+            first, second, state = stolen.codes[sure] >> _ID_BITS, stolen.codes[sure] & ((1 << _ID_BITS) - 1), \
+                known[sure]
+            order = np.argsort(first, kind="stable")
+            first, second, state = first[order], second[order], state[order]
+            starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]]) if first.size else np.zeros(0, int)
+            ends = np.r_[starts[1:], first.size]
+            #: predecessor a -> (the b of its confident pairs, their believed states)
+            self._after = {int(first[i]): (second[i:j], state[i:j]) for i, j in zip(starts, ends)}
+
+        def _believed(self, x: int, a: int) -> int:
+            code = (x << _ID_BITS) | a
+            at = int(np.searchsorted(self._codes, code))
+            return int(self._known[at]) if at < self._codes.size and int(self._codes[at]) == code else -1
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            entropy = entropy_signals(scores.float()).entropy.tolist()
+            ids = input_ids[:, -2:].tolist()
+            self.steps += scores.shape[0]
+            for r, h in enumerate(entropy):
+                if h < self.tau or len(ids[r]) < 2:
+                    continue
+                x, a = ids[r]
+                s, after = self._believed(x, a), self._after.get(a)
+                if s < 0 or after is None:
+                    continue
+                legal = after[0][after[1] == (s + 1) % self.S]
+                legal = legal[legal < scores.shape[1]]
+                if not legal.size:
+                    continue
+                idx = torch.from_numpy(legal.astype(np.int64)).to(scores.device)
+                best = int(torch.argmax(scores[r, idx]))
+                token = int(legal[best])
+                if not torch.isfinite(scores[r, token]):
+                    continue
+                scores[r] = -math.inf
+                scores[r, token] = 0.0
+                self.forced += 1
+            return scores
+
+    return _StolenPairProcessor
+
+
+def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float = _MIN_CONFIDENCE) -> Any:
+    """The generator forger against the variant: at a step whose entropy is at least ``tau``, when the pair of the
+    last two tokens has a confident believed state s, force the likeliest token b whose pair (last token, b) is
+    believed to have state s + 1; elsewhere the open model samples. No key. ``forced`` counts forced steps.
+    Example::
+
+        proc = StolenPairProcessor(steal_pairs(replies, baseline, 5, 0.5), tau=gate.tau)
+        chainmark.embed.generate(model, tok, prompts, extra_processors=[proc])
+    """
+    return _pair_forger_class()(stolen, tau, min_confidence)
+
+
+__all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "StolenPairMap", "StolenPairProcessor", "context_config",
+           "context_detect", "context_states", "legal_share", "pair_codes", "steal_pairs", "survival"]

@@ -7,5 +7,6 @@ from __future__ import annotations
 from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("settings", "models", "prompts", "corpora", "adapters", "options", "runner", "runs", "grids", "mixed", "stealing")
+MODULES = ("settings", "models", "prompts", "corpora", "adapters", "options", "runner", "runs", "grids", "mixed", "stealing",
+           "context_keyed")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES, ("reference",))
