@@ -144,6 +144,29 @@ def test_stealing_pairs_learns_a_small_vocabulary_and_its_forger_forces_believed
     assert proc.forced == 1
 
 
+def test_the_editor_forges_with_a_map_of_pairs_and_not_with_random_states():
+    """With the true states of every pair of a 40-id vocabulary, the editor walks random text into a forgery at a
+    third of its tokens; with the same pairs' states drawn at random it does not; a budget of 0 edits nothing."""
+    import dataclasses
+
+    rng = np.random.default_rng(4)
+    vocab = 40
+    codes = np.array(sorted((a << 32) | b for a in range(vocab) for b in range(vocab)), dtype=np.int64)
+    pairs = CK.context_config(CONFIG)
+    truth = np.array([state_of(int(c), pairs.key, S) for c in codes])
+    perfect = CK.StolenPairMap(S, codes, truth, np.ones(codes.size), np.ones(codes.size, dtype=np.int64), 0)
+    shuffled = dataclasses.replace(perfect, states=rng.integers(0, S, size=codes.size))
+    texts = [[int(t) for t in rng.integers(vocab, size=150)] for _ in range(20)]
+    assert CK.forge_pairs(texts[0], perfect, 0.0) == texts[0]
+    forged = [CK.forge_pairs(t, perfect, 1 / 3) for t in texts]
+    assert all(sum(x != y for x, y in zip(f, t)) <= 50 for f, t in zip(forged, texts))
+    assert np.mean([CK.context_detect(f, CONFIG).is_watermarked for f in forged]) >= 0.9
+    assert np.mean([CK.context_detect(CK.forge_pairs(t, shuffled, 1 / 3), CONFIG).is_watermarked
+                    for t in texts]) <= 0.2
+    with pytest.raises(ValueError, match="budget"):
+        CK.forge_pairs(texts[0], perfect, 1.5)
+
+
 def test_the_committed_measurement_covers_the_reference_runs_variant():
     """book/cmlab/data/stealing/context_keyed.json was measured (tools/measure_stealing.py context) on the
     replies the reference run holds now; the generator forger's replies are on disk for each map."""

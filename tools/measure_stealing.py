@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from chainmark.jsonio import atomic_write
-from cmlab.harness.stealing import (CURVE_FILE, DATA_DIR, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
+from cmlab.harness.stealing import (ADAPTIVE_FILE, CURVE_FILE, ORDERS_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
                                     TOKENS_OBSERVED,
                                     attacker_pool, blind_scrub, first_tokens, generator_batches, reference_config,
                                     reference_gate, stealing_point)
@@ -92,7 +92,9 @@ def keyset(args: argparse.Namespace) -> None:
                          "attributed_to_stolen": sum(r["attributed_to_stolen"] for r in rows),
                          "attributed_to_other": sum(r["attributed_to_other"] for r in rows),
                          "best_is_other": sum(r["best_is_other"] for r in rows),
-                         "power_at_alpha_over_K": power, "alpha": 0.01})
+                         "power_at_alpha_over_K": power, "alpha": 0.01,
+                         # scrubbing gets cheaper when each key is tested at alpha / K: the blind scrubber's price
+                         "blind_scrub_over_keys": blind_scrub(pool, alpha=0.01 / args.accounts)["exact"]})
     print(json.loads(KEYSET_FILE.read_text("utf-8")))
 
 
@@ -201,7 +203,7 @@ def orders(args: argparse.Namespace) -> None:
                 rates[test].append(row["forge"][test]["0.1"]["rate"])
         out["points"][str(tokens)] = {t: {"min": min(v), "max": max(v), "rates": v} for t, v in rates.items()}
         print(tokens, out["points"][str(tokens)]["exact"], flush=True)
-    _write(DATA_DIR / "orders.json", out)
+    _write(ORDERS_FILE, out)
 
 
 def _generate_forgeries(model, tokenizer, proc, batch) -> list[Any]:
@@ -245,7 +247,7 @@ def adaptive(args: argparse.Namespace) -> None:
         print(f"b{batch.index:03d}: {sum(r['exact_flagged'] for r in rows)}/{len(rows)} flagged, "
               f"{sum(r['verified'] for r in rows)} verified", flush=True)
     flagged = [r for r in rows if r["exact_flagged"]]
-    _write(DATA_DIR / "adaptive.json", {
+    _write(ADAPTIVE_FILE, {
         "tokens_observed": pool.pool_tokens, "texts": len(rows), "flagged": len(flagged),
         "verified": sum(r["verified"] for r in rows), "verified_among_flagged": sum(r["verified"] for r in flagged),
         "median_share_flagged": float(np.median([r["share"] for r in flagged])) if flagged else None,

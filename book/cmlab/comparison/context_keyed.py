@@ -256,6 +256,45 @@ def steal_pairs(watermarked: Sequence[Sequence[int]], baseline: Sequence[Sequenc
                          int(sum(len(t) for t in watermarked)))
 
 
+def forge_pairs(token_ids: Sequence[int], stolen: StolenPairMap, budget: float,
+                min_confidence: float = _MIN_CONFIDENCE) -> list[int]:
+    """The editor forger against the variant: left to right, wherever the pair before position j has a believed
+    state s and the pair ending at j is not believed to follow it, replace token j by the most frequent token b
+    whose pair (token j - 1, b) is believed to have state s + 1; at most ``budget`` (a share of the text's tokens)
+    replacements. Edits chain: a replaced token's pair is known, so the next position can be walked on. Example::
+
+        forged = forge_pairs(ids, steal_pairs(replies, baseline, 5, 0.5), budget=0.1)
+    """
+    if not 0.0 <= float(budget) <= 1.0:
+        raise ValueError(f"budget must lie in [0, 1], got {budget!r}")
+    ids = [int(t) for t in as_token_array(token_ids).tolist()]
+    edits = int(math.floor(float(budget) * len(ids)))
+    known, codes = stolen.known(min_confidence), stolen.codes
+    sure = np.flatnonzero(known >= 0)
+    # predecessor -> {believed state: the most frequent token b with a confident pair (a, b) of that state}
+    best: dict[int, dict[int, int]] = {}
+    for i in sure[np.argsort(-stolen.counts[sure], kind="stable")]:
+        a, b = int(codes[i]) >> _ID_BITS, int(codes[i]) & ((1 << _ID_BITS) - 1)
+        best.setdefault(a, {}).setdefault(int(known[i]), b)
+
+    def believed(x: int, a: int) -> int:
+        code = (x << _ID_BITS) | a
+        at = int(np.searchsorted(codes, code))
+        return int(known[at]) if at < codes.size and int(codes[at]) == code else -1
+
+    for j in range(2, len(ids)):
+        if edits <= 0:
+            break
+        s = believed(ids[j - 2], ids[j - 1])
+        if s < 0 or believed(ids[j - 1], ids[j]) == (s + 1) % stolen.S:
+            continue
+        b = best.get(ids[j - 1], {}).get((s + 1) % stolen.S)
+        if b is not None and b != ids[j]:
+            ids[j] = b
+            edits -= 1
+    return ids
+
+
 def _pair_forger_class() -> type:
     import torch
     from transformers import LogitsProcessor
@@ -323,4 +362,4 @@ def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float
 
 
 __all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "StolenPairMap", "StolenPairProcessor", "context_config",
-           "context_detect", "context_states", "legal_share", "pair_codes", "steal_pairs", "survival"]
+           "context_detect", "context_states", "forge_pairs", "legal_share", "pair_codes", "steal_pairs", "survival"]

@@ -138,6 +138,7 @@ from .settings import (
     use_settings as use_settings,
 )
 from .stealing import (
+    ADAPTIVE_FILE as ADAPTIVE_FILE,
     AttackerPool as AttackerPool,
     CURVE_FILE as CURVE_FILE,
     GENERATED_DIR as GENERATED_DIR,
@@ -145,16 +146,19 @@ from .stealing import (
     HELD_OUT_PROMPTS as HELD_OUT_PROMPTS,
     KEYSET_FILE as KEYSET_FILE,
     MODELCHECK_FILE as MODELCHECK_FILE,
+    ORDERS_FILE as ORDERS_FILE,
     TESTS as TESTS,
     TOKENS_OBSERVED as TOKENS_OBSERVED,
     attacker_pool as attacker_pool,
     blind_scrub as blind_scrub,
     first_tokens as first_tokens,
     generator_batches as generator_batches,
+    load_adaptive as load_adaptive,
     load_curve as load_curve,
     load_generated as load_generated,
     load_keyset as load_keyset,
     load_modelcheck as load_modelcheck,
+    load_orders as load_orders,
     reference_config as reference_config,
     reference_gate as reference_gate,
     stealing_point as stealing_point,
@@ -162,4 +166,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_DELTAS", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATOR_TOKENS", "CONTEXT_TOKENS_OBSERVED", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "steal_point", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_DELTAS", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATOR_TOKENS", "CONTEXT_TOKENS_OBSERVED", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "steal_point", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]

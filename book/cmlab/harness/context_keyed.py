@@ -1,8 +1,8 @@
 """The context-keyed defence measured on the reference run: its null, power, robustness, quality, cost, and the
 stealing adversary aimed at it.
 
-The reference experiment ``context_keyed`` asks the stealing pool's 400 prompts again under the same seed as
-ChainMark's pool cell ``chainmark_pool_seed3``, with the variant of :mod:`cmlab.comparison.context_keyed` (same
+The reference experiment ``context_keyed`` asks the stealing pool's 400 prompts again under the same seeds as
+ChainMark's pool cells (``chainmark_pool_seed3``, ``..._seed4``), with the variant of :mod:`cmlab.comparison.context_keyed` (same
 key, S, rho and gate): each variant reply has a ChainMark reply to the same prompt, sampled from the same seed,
 beside it (:func:`paired_replies`). The adversary of :mod:`cmlab.harness.stealing` collects the variant's replies
 to the prompts it may see (:func:`context_pool`; the held-out prompts stay out) and runs
@@ -23,7 +23,7 @@ from chainmark.auditor.rates import rate_estimate
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from cmlab.comparison.attacks import ATTACK_SEED, Substitution
-from cmlab.comparison.context_keyed import context_detect, pair_codes, steal_pairs, survival
+from cmlab.comparison.context_keyed import context_detect, forge_pairs, pair_codes, steal_pairs, survival
 from cmlab.harness.stealing import (DATA_DIR, HELD_OUT_PROMPTS, AttackerPool, attacker_pool, first_tokens,
                                     reference_config)
 
@@ -33,20 +33,21 @@ CONTEXT_GENERATED_DIR = DATA_DIR / "generated_context"
 CONTEXT_TOKENS_OBSERVED = (1_000, 5_000, 20_000, 50_000)
 #: The generator forger against the variant: (tokens the map is stolen from, None: the whole pool; replies).
 CONTEXT_GENERATOR_TOKENS = ((20_000, 100), (None, 200))
+#: Edit budgets of the editor forger against the variant (ChainMark's curve has the same).
+EDITOR_BUDGETS = (0.1, 0.2)
 #: Substitution rates of the robustness comparison.
 CONTEXT_DELTAS = (0.1, 0.2, 0.3)
-#: Ground truth of the comparison's pairing: ChainMark's replies under the variant's seed.
-_CHAINMARK_CELL = "chainmark_pool_seed3"
-_CONTEXT_CELL = "context_pool_seed3"
 
 
 def paired_replies(root: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(variant records, ChainMark records) of the reference run, matched one to one by prompt, same seed."""
+    """(variant records, ChainMark records) of the reference run, matched one to one by prompt and seed."""
     from cmlab.harness.reference.read import load_texts
 
-    variant = {(r["domain"], r["prompt_index"]): r for r in load_texts("context_keyed", root)
-               if r["cell"] == _CONTEXT_CELL}
-    chain = {(r["domain"], r["prompt_index"]): r for r in load_texts("stealing", root) if r["cell"] == _CHAINMARK_CELL}
+    def by_prompt(experiment: str, prefix: str) -> dict[tuple[str, str, int], dict[str, Any]]:
+        return {(r["cell"][len(prefix):], r["domain"], r["prompt_index"]): r for r in load_texts(experiment, root)
+                if r["cell"].startswith(prefix)}
+
+    variant, chain = by_prompt("context_keyed", "context_pool_"), by_prompt("stealing", "chainmark_pool_")
     both = sorted(set(variant) & set(chain))
     if not both:
         raise ValueError("the reference run holds no context-keyed replies: run `cmlab reference run "
@@ -152,7 +153,19 @@ def steal_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig)
     for top in (500, 2000):
         right, total = stolen.agreement(config, stolen.frequent(top))
         row["states_right"][str(top)] = {"right": right, "total": total}
+    row["forge_editor"] = _forged_share(pool, stolen, config)
     return row
+
+
+def _forged_share(pool: AttackerPool, stolen: Any, config: ChainMarkConfig) -> dict[str, Any]:
+    """The editor forger's flagged share on the held-out unwatermarked replies at each budget (the variant's exact
+    test), with 95% intervals resampling whole prompts."""
+    from cmlab.stats import cluster_bootstrap_rate
+
+    return {f"{b:g}": cluster_bootstrap_rate([bool(context_detect(forge_pairs(ids, stolen, b), config).is_watermarked)
+                                              for ids in pool.held_out_unwatermarked],
+                                             list(pool.held_out_unwatermarked_prompts)).to_dict()
+            for b in EDITOR_BUDGETS}
 
 
 def measure_context_keyed(root: Any = None, alpha: float = 0.01) -> dict[str, Any]:

@@ -40,6 +40,8 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "stealing"
 CURVE_FILE = DATA_DIR / "curve.json"
 KEYSET_FILE = DATA_DIR / "keyset.json"
 MODELCHECK_FILE = DATA_DIR / "modelcheck.json"
+ORDERS_FILE = DATA_DIR / "orders.json"
+ADAPTIVE_FILE = DATA_DIR / "adaptive.json"
 GENERATED_DIR = DATA_DIR / "generated"
 #: The generator forger's runs: (watermarked tokens the map was stolen from, forged replies).
 GENERATOR_TOKENS = ((5_000, 100), (20_000, 400))
@@ -247,6 +249,16 @@ def load_modelcheck() -> dict[str, Any]:
     return json.loads(MODELCHECK_FILE.read_text("utf-8"))
 
 
+def load_orders() -> dict[str, Any]:
+    """The curve's forgery rates under other collection orders (``tools/measure_stealing.py orders``)."""
+    return json.loads(ORDERS_FILE.read_text("utf-8"))
+
+
+def load_adaptive() -> dict[str, Any]:
+    """The generator with the whole pool's map, model-checked (``tools/measure_stealing.py adaptive``)."""
+    return json.loads(ADAPTIVE_FILE.read_text("utf-8"))
+
+
 def load_generated() -> list[dict[str, Any]]:
     """The generator forger's replies (``tools/measure_stealing.py generate``), one record per reply."""
     out: list[dict[str, Any]] = []
@@ -255,7 +267,7 @@ def load_generated() -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_PROMPTS", "KEYSET_FILE", "MODELCHECK_FILE",
-           "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "blind_scrub", "first_tokens",
-           "generator_batches", "load_curve", "load_generated", "load_keyset", "load_modelcheck", "reference_config",
-           "reference_gate", "stealing_point", "true_key_map"]
+__all__ = ["ADAPTIVE_FILE", "CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_PROMPTS", "KEYSET_FILE",
+           "MODELCHECK_FILE", "ORDERS_FILE", "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "blind_scrub",
+           "first_tokens", "generator_batches", "load_adaptive", "load_curve", "load_generated", "load_keyset",
+           "load_modelcheck", "load_orders", "reference_config", "reference_gate", "stealing_point", "true_key_map"]

@@ -1,7 +1,7 @@
 """The reference run: the paper's protocol at full size, generated once, committed, verifiable.
 
 The chapters' live runs are small (they must build in minutes on a CPU); the
-conclusions the book draws rest on this run instead. It has six experiments,
+conclusions the book draws rest on this run instead. It has seven experiments,
 each a set of *cells* (one method on one list of prompts), each cell a list of
 batches:
 
@@ -19,7 +19,11 @@ batches:
 * ``stealing``: the head-to-head's 400 prompts asked again of ChainMark under
   two new seeds, the replies a stealing adversary collects from the deployed model
   (with the head-to-head's and the calibration's replies of the same
-  configuration, over 200,000 tokens; :mod:`cmlab.comparison.stealing`).
+  configuration, over 200,000 tokens; :mod:`cmlab.comparison.stealing`);
+* ``context_keyed``: the same prompts under the stealing pool's seeds with the
+  context-keyed variant (a state per pair of tokens), paired reply for reply
+  with ChainMark's and attacked by the same adversary
+  (:mod:`cmlab.comparison.context_keyed`, :mod:`cmlab.harness.context_keyed`).
 
 Storage. A batch is written once it is complete, as one gzip-compressed JSON
 lines file ``<experiment>/<cell>/b<batch>.jsonl.gz`` (temporary file, fsync,

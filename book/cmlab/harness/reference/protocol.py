@@ -63,7 +63,7 @@ class Protocol:
     explorer_per_domain: int = 4
     explorer_tokens: int = 128
     stealing_seeds: tuple[int, ...] = (3, 4)
-    context_keyed_seeds: tuple[int, ...] = (3,)
+    context_keyed_seeds: tuple[int, ...] = (3, 4)
 
     def describe(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self)))
