@@ -167,10 +167,34 @@ def test_the_editor_forges_with_a_map_of_pairs_and_not_with_random_states():
         CK.forge_pairs(texts[0], perfect, 1.5)
 
 
+def test_replaying_watermarked_triples_forges_and_replaying_plain_ones_does_not():
+    """The replaying adversary needs no states: triples over-represented in watermarked text are mostly legal, so
+    editing text toward them forges the variant; a table built from unwatermarked text does not."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    vocab = 30
+    marked = [walk(CONFIG, 200, vocab, rng, forced=0.5) for _ in range(200)]
+    plain = [[int(t) for t in rng.integers(vocab, size=200)] for _ in range(400)]
+    texts = [[int(t) for t in rng.integers(vocab, size=150)] for _ in range(20)]
+    table = CK.replay_table(marked, plain[:200], S, 0.5)
+    decoy = CK.replay_table(plain[200:], plain[:200], S, 0.5)
+    assert all(len(set(v.tolist())) == v.size for v in table.values())   # each successor once, best first
+    forged = np.mean([CK.context_detect(CK.replay_edit(t, table, 1 / 3), CONFIG).is_watermarked for t in texts])
+    fooled = np.mean([CK.context_detect(CK.replay_edit(t, decoy, 1 / 3), CONFIG).is_watermarked for t in texts])
+    assert forged >= 0.8 and fooled <= 0.2, (forged, fooled)
+    assert CK.replay_edit(texts[0], table, 0.0) == texts[0]
+    with pytest.raises(ValueError, match="budget"):
+        CK.replay_edit(texts[0], table, -0.1)
+    code = next(iter(table))
+    proc = CK.ReplayProcessor(table, tau=0.0)
+    out = proc(torch.tensor([[code >> 32, code & 0xFFFFFFFF]]), torch.randn(1, vocab))
+    assert int(torch.isfinite(out[0]).sum()) == 1 and int(out[0].argmax()) in table[code].tolist()
+
+
 def test_the_committed_measurement_covers_the_reference_runs_variant():
     """book/cmlab/data/stealing/context_keyed.json was measured (tools/measure_stealing.py context) on the
     replies the reference run holds now; the generator forger's replies are on disk for each map."""
-    from cmlab.harness.context_keyed import (CONTEXT_GENERATOR_TOKENS, context_pool, load_context,
+    from cmlab.harness.context_keyed import (CONTEXT_GENERATORS, context_pool, load_context,
                                              load_context_generated, paired_replies)
 
     data = load_context()
@@ -181,7 +205,7 @@ def test_the_committed_measurement_covers_the_reference_runs_variant():
     for name in ("context", "chainmark"):
         assert data["power"][name]["exact"]["trials"] == len(variant)
     generated = load_context_generated()
-    assert len(generated) == sum(n for _, n in CONTEXT_GENERATOR_TOKENS)
+    assert len(generated) == sum(n for _, _, n in CONTEXT_GENERATORS)
     reference = reference_config()
     assert [bool(CK.context_detect(g["token_ids"], reference).is_watermarked) for g in generated[:20]] == \
         [g["exact_flagged"] for g in generated[:20]]

@@ -264,37 +264,45 @@ def context(args: argparse.Namespace) -> None:
 
 
 def context_generate(args: argparse.Namespace) -> None:
-    """The generator forger against the variant: a map of pairs stolen from the variant's replies, forcing at the
-    published gate's threshold; scored by the variant's exact test. Resumable per batch."""
-    from cmlab.comparison.context_keyed import StolenPairProcessor, context_detect, steal_pairs
-    from cmlab.harness.context_keyed import CONTEXT_GENERATED_DIR, CONTEXT_GENERATOR_TOKENS, context_pool
+    """The generator forgers against the variant, forcing at the published gate's threshold: one with the pairs'
+    fitted states, one replaying the triples the replies over-represent; scored by the variant's exact test.
+    Resumable per batch."""
+    from cmlab.comparison.context_keyed import ReplayProcessor, StolenPairProcessor, context_detect, replay_table
+    from cmlab.comparison.context_keyed import steal_pairs
+    from cmlab.harness.context_keyed import CONTEXT_GENERATED_DIR, CONTEXT_GENERATORS, context_pool
     from cmlab.harness.models import load_model
 
     config, pool, tau = reference_config(), context_pool(), reference_gate().tau
     model, tokenizer = load_model()
-    for tokens, texts in CONTEXT_GENERATOR_TOKENS:
+    for how, tokens, texts in CONTEXT_GENERATORS:
         seen = pool.watermarked if tokens is None else first_tokens(pool.watermarked, tokens)
-        stolen = steal_pairs(seen, pool.baseline, config.S, config.rho)
+        observed = sum(map(len, seen))
+        if how == "states":
+            stolen = steal_pairs(seen, pool.baseline, config.S, config.rho)
+            make, known = (lambda: StolenPairProcessor(stolen, tau)), stolen.n_known()
+        else:
+            table = replay_table(seen, pool.baseline, config.S, config.rho)
+            make, known = (lambda: ReplayProcessor(table, tau)), len(table)
         for batch in generator_batches(texts):
-            path = CONTEXT_GENERATED_DIR / f"t{stolen.tokens_observed}_b{batch.index:03d}.jsonl.gz"
+            path = CONTEXT_GENERATED_DIR / f"{how}_t{observed}_b{batch.index:03d}.jsonl.gz"
             if path.exists():
                 continue
             t0 = time.perf_counter()
-            proc = StolenPairProcessor(stolen, tau)
+            proc = make()
             lines = []
             for (domain, index, _), (g, q) in zip(batch.items, _generate_forgeries(model, tokenizer, proc, batch)):
                 verdicts = {t: context_detect(g.token_ids, config, test=t) for t in ("exact", "z")}
-                lines.append({"tokens_observed": stolen.tokens_observed, "known": stolen.n_known(),
-                              "domain": domain, "prompt_index": index, "seed": batch.seed,
-                              "prompt_ids": list(g.prompt_ids), "token_ids": g.token_ids, "self_ppl": float(q),
+                lines.append({"attack": how, "tokens_observed": observed, "known": known, "domain": domain,
+                              "prompt_index": index, "seed": batch.seed, "prompt_ids": list(g.prompt_ids),
+                              "token_ids": g.token_ids, "self_ppl": float(q),
                               **{f"{t}_p": v.p_value for t, v in verdicts.items()},
                               **{f"{t}_flagged": bool(v.is_watermarked) for t, v in verdicts.items()}})
             lines[0]["forced_steps"], lines[0]["steps"] = proc.forced, proc.steps
             CONTEXT_GENERATED_DIR.mkdir(parents=True, exist_ok=True)
             atomic_write(path, gzip.compress("".join(json.dumps(x) + "\n" for x in lines).encode("utf-8"), mtime=0))
-            print(f"t{stolen.tokens_observed} b{batch.index:03d}: {sum(x['exact_flagged'] for x in lines)}/"
-                  f"{len(lines)} flagged (exact), {proc.forced} forced of {proc.steps} steps, "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+            print(f"{how} t{observed} b{batch.index:03d}: {sum(x['exact_flagged'] for x in lines)}/{len(lines)} "
+                  f"flagged (exact), {proc.forced} forced of {proc.steps} steps, {time.perf_counter() - t0:.0f} s",
+                  flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

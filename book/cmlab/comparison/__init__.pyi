@@ -61,6 +61,7 @@ from .baselines import (
 from .context_keyed import (
     CONTEXT_INFO as CONTEXT_INFO,
     ContextKeyedLogitsProcessor as ContextKeyedLogitsProcessor,
+    ReplayProcessor as ReplayProcessor,
     StolenPairMap as StolenPairMap,
     StolenPairProcessor as StolenPairProcessor,
     context_config as context_config,
@@ -69,6 +70,8 @@ from .context_keyed import (
     forge_pairs as forge_pairs,
     legal_share as legal_share,
     pair_codes as pair_codes,
+    replay_edit as replay_edit,
+    replay_table as replay_table,
     steal_pairs as steal_pairs,
     survival as survival,
 )
@@ -134,4 +137,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "CONTEXT_INFO", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "context_states", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "legal_share", "llr_weights", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "CONTEXT_INFO", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "context_states", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "legal_share", "llr_weights", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]

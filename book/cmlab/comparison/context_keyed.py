@@ -244,16 +244,63 @@ def steal_pairs(watermarked: Sequence[Sequence[int]], baseline: Sequence[Sequenc
     """
     from cmlab.comparison.stealing import steal
 
+    vocab, w, b = _compact(watermarked, baseline)
+    stolen = steal(w, b, S, rho, int(vocab.size), **options)
+    return StolenPairMap(int(S), vocab, stolen.states, stolen.confidence, stolen.token_counts,
+                         int(sum(len(t) for t in watermarked)))
+
+
+def _compact(watermarked: Sequence[Sequence[int]],
+             baseline: Sequence[Sequence[int]]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Every text as its pair codes renumbered 0..n-1 over the pairs of both piles (sorted ``vocab``)."""
     w = [pair_codes(t) for t in watermarked]
     b = [pair_codes(t) for t in baseline]
     every = [c for c in w + b if c.size]
     vocab = np.unique(np.concatenate(every)) if every else np.zeros(0, dtype=np.int64)
     if vocab.size < 3:
         raise ValueError("steal_pairs needs watermarked and baseline replies of at least two tokens")
-    stolen = steal([np.searchsorted(vocab, c) for c in w], [np.searchsorted(vocab, c) for c in b], S, rho,
-                   int(vocab.size), **options)
-    return StolenPairMap(int(S), vocab, stolen.states, stolen.confidence, stolen.token_counts,
-                         int(sum(len(t) for t in watermarked)))
+    return vocab, [np.searchsorted(vocab, c) for c in w], [np.searchsorted(vocab, c) for c in b]
+
+
+def replay_table(watermarked: Sequence[Sequence[int]], baseline: Sequence[Sequence[int]], S: int, rho: float,
+                 min_evidence: float = 0.0) -> dict[int, np.ndarray]:
+    """The replaying adversary's table: for every pair code (x, a) of the watermarked replies, the tokens b of the
+    triples (x, a, b) that the replies hold more often than the baseline predicts (evidence above
+    ``min_evidence``, :func:`~cmlab.comparison.stealing.bigram_evidence` on pair codes), best first. It fits no
+    states: a triple the watermark wrote at a forced step is legal, so a triple over-represented in its replies
+    probably is, whatever the states of the pairs elsewhere. Example::
+
+        table = replay_table(replies_ids, baseline_ids, S=5, rho=0.5)
+        table.get((x << 32) | a)     # the tokens to put after x, a
+    """
+    from cmlab.comparison.stealing import bigram_evidence
+
+    vocab, w, b = _compact(watermarked, baseline)
+    ev = bigram_evidence(w, b, S, rho, int(vocab.size))
+    keep = ev.weight > float(min_evidence)
+    first, nxt, weight = vocab[ev.first[keep]], vocab[ev.second[keep]] & ((1 << _ID_BITS) - 1), ev.weight[keep]
+    order = np.lexsort((-weight, first))
+    first, nxt = first[order], nxt[order]
+    starts = np.flatnonzero(np.r_[True, first[1:] != first[:-1]]) if first.size else np.zeros(0, dtype=int)
+    ends = np.r_[starts[1:], first.size]
+    return {int(first[i]): nxt[i:j] for i, j in zip(starts, ends)}
+
+
+def replay_edit(token_ids: Sequence[int], table: dict[int, np.ndarray], budget: float) -> list[int]:
+    """The replaying editor: left to right, wherever the pair before position j is in ``table`` and token j is not
+    among its replayed successors, put the best one there; at most ``budget`` (a share of the tokens) edits."""
+    if not 0.0 <= float(budget) <= 1.0:
+        raise ValueError(f"budget must lie in [0, 1], got {budget!r}")
+    ids = [int(t) for t in as_token_array(token_ids).tolist()]
+    edits = int(math.floor(float(budget) * len(ids)))
+    for j in range(2, len(ids)):
+        if edits <= 0:
+            break
+        after = table.get((ids[j - 2] << _ID_BITS) | ids[j - 1])
+        if after is not None and ids[j] not in after:
+            ids[j] = int(after[0])
+            edits -= 1
+    return ids
 
 
 def forge_pairs(token_ids: Sequence[int], stolen: StolenPairMap, budget: float,
@@ -349,6 +396,49 @@ def _pair_forger_class() -> type:
     return _StolenPairProcessor
 
 
+def _replay_class() -> type:
+    import torch
+    from transformers import LogitsProcessor
+
+    from chainmark.gate_signals import entropy_signals
+
+    class _ReplayProcessor(LogitsProcessor):
+        def __init__(self, table: dict[int, np.ndarray], tau: float):
+            self.table, self.tau, self.forced, self.steps = table, float(tau), 0, 0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            entropy = entropy_signals(scores.float()).entropy.tolist()
+            ids = input_ids[:, -2:].tolist()
+            self.steps += scores.shape[0]
+            for r, h in enumerate(entropy):
+                if h < self.tau or len(ids[r]) < 2:
+                    continue
+                after = self.table.get((ids[r][0] << _ID_BITS) | ids[r][1])
+                if after is None:
+                    continue
+                after = after[after < scores.shape[1]]
+                idx = torch.from_numpy(after.astype(np.int64)).to(scores.device)
+                token = int(after[int(torch.argmax(scores[r, idx]))]) if after.size else -1
+                if token < 0 or not torch.isfinite(scores[r, token]):
+                    continue
+                scores[r] = -math.inf
+                scores[r, token] = 0.0
+                self.forced += 1
+            return scores
+
+    return _ReplayProcessor
+
+
+def ReplayProcessor(table: dict[int, np.ndarray], tau: float) -> Any:
+    """The replaying generator against the variant: at a step whose entropy is at least ``tau``, when the last two
+    tokens' pair is in :func:`replay_table`'s ``table``, force the likeliest of the tokens replayed after it;
+    elsewhere the open model samples. No key, no fitted states. ``forced`` counts forced steps. Example::
+
+        proc = ReplayProcessor(replay_table(replies, baseline, 5, 0.5), tau=gate.tau)
+    """
+    return _replay_class()(table, tau)
+
+
 def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float = _MIN_CONFIDENCE) -> Any:
     """The generator forger against the variant: at a step whose entropy is at least ``tau``, when the pair of the
     last two tokens has a confident believed state s, force the likeliest token b whose pair (last token, b) is
@@ -361,5 +451,6 @@ def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float
     return _pair_forger_class()(stolen, tau, min_confidence)
 
 
-__all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "StolenPairMap", "StolenPairProcessor", "context_config",
-           "context_detect", "context_states", "forge_pairs", "legal_share", "pair_codes", "steal_pairs", "survival"]
+__all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "ReplayProcessor", "StolenPairMap", "StolenPairProcessor",
+           "context_config", "context_detect", "context_states", "forge_pairs", "legal_share", "pair_codes",
+           "replay_edit", "replay_table", "steal_pairs", "survival"]

@@ -23,7 +23,8 @@ from chainmark.auditor.rates import rate_estimate
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from cmlab.comparison.attacks import ATTACK_SEED, Substitution
-from cmlab.comparison.context_keyed import context_detect, forge_pairs, pair_codes, steal_pairs, survival
+from cmlab.comparison.context_keyed import (context_detect, forge_pairs, pair_codes, replay_edit, replay_table,
+                                           steal_pairs, survival)
 from cmlab.harness.stealing import (DATA_DIR, HELD_OUT_PROMPTS, AttackerPool, attacker_pool, first_tokens,
                                     reference_config)
 
@@ -31,8 +32,10 @@ CONTEXT_FILE = DATA_DIR / "context_keyed.json"
 CONTEXT_GENERATED_DIR = DATA_DIR / "generated_context"
 #: Watermarked tokens observed at which the map of pairs is stolen and scored (the last: the whole pool).
 CONTEXT_TOKENS_OBSERVED = (1_000, 5_000, 20_000, 50_000)
-#: The generator forger against the variant: (tokens the map is stolen from, None: the whole pool; replies).
-CONTEXT_GENERATOR_TOKENS = ((20_000, 100), (None, 200))
+#: The generator forgers against the variant: (how: ``states`` fits the pairs' states and forces believed-legal
+#: tokens, ``replay`` forces tokens of triples the replies over-represent; tokens observed, None: the whole pool;
+#: replies).
+CONTEXT_GENERATORS = (("states", None, 100), ("replay", 5_000, 100), ("replay", None, 100))
 #: Edit budgets of the editor forger against the variant (ChainMark's curve has the same).
 EDITOR_BUDGETS = (0.1, 0.2)
 #: Substitution rates of the robustness comparison.
@@ -153,16 +156,19 @@ def steal_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig)
     for top in (500, 2000):
         right, total = stolen.agreement(config, stolen.frequent(top))
         row["states_right"][str(top)] = {"right": right, "total": total}
-    row["forge_editor"] = _forged_share(pool, stolen, config)
+    row["forge_editor"] = _forged_share(pool, lambda ids, b: forge_pairs(ids, stolen, b), config)
+    table = replay_table(seen, pool.baseline, config.S, config.rho)
+    row["replay_contexts"] = len(table)
+    row["forge_replay"] = _forged_share(pool, lambda ids, b: replay_edit(ids, table, b), config)
     return row
 
 
-def _forged_share(pool: AttackerPool, stolen: Any, config: ChainMarkConfig) -> dict[str, Any]:
-    """The editor forger's flagged share on the held-out unwatermarked replies at each budget (the variant's exact
-    test), with 95% intervals resampling whole prompts."""
+def _forged_share(pool: AttackerPool, edit: Any, config: ChainMarkConfig) -> dict[str, Any]:
+    """An editor's flagged share on the held-out unwatermarked replies at each budget (the variant's exact test),
+    with 95% intervals resampling whole prompts; ``edit(ids, budget)`` returns the edited text."""
     from cmlab.stats import cluster_bootstrap_rate
 
-    return {f"{b:g}": cluster_bootstrap_rate([bool(context_detect(forge_pairs(ids, stolen, b), config).is_watermarked)
+    return {f"{b:g}": cluster_bootstrap_rate([bool(context_detect(edit(ids, b), config).is_watermarked)
                                               for ids in pool.held_out_unwatermarked],
                                              list(pool.held_out_unwatermarked_prompts)).to_dict()
             for b in EDITOR_BUDGETS}
@@ -205,11 +211,11 @@ def load_context() -> dict[str, Any]:
 def load_context_generated() -> list[dict[str, Any]]:
     """The generator forger's replies against the variant (``tools/measure_stealing.py context-generate``)."""
     out: list[dict[str, Any]] = []
-    for path in sorted(CONTEXT_GENERATED_DIR.glob("t*_b*.jsonl.gz")):
+    for path in sorted(CONTEXT_GENERATED_DIR.glob("*_t*_b*.jsonl.gz")):
         out += [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines() if line]
     return out
 
 
-__all__ = ["CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATOR_TOKENS", "CONTEXT_TOKENS_OBSERVED", "CONTEXT_DELTAS",
+__all__ = ["CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CONTEXT_TOKENS_OBSERVED", "CONTEXT_DELTAS",
            "context_pool", "distinct_pair_share", "load_context", "load_context_generated", "measure_context_keyed",
            "paired_replies", "steal_point"]
