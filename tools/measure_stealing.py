@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from chainmark.jsonio import atomic_write
-from cmlab.harness.stealing import (ADAPTIVE_FILE, CURVE_FILE, ORDERS_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE, MODELCHECK_FILE,
+from cmlab.harness.stealing import (ADAPTIVE_FILE, CURVE_FILE, GENERATED_DIR, GENERATOR_TOKENS, KEYSET_FILE,
+                                    MODELCHECK_FILE, ORDERS_FILE,
                                     TOKENS_OBSERVED,
                                     attacker_pool, blind_scrub, first_tokens, generator_batches, reference_config,
                                     reference_gate, stealing_point)
@@ -255,7 +256,7 @@ def adaptive(args: argparse.Namespace) -> None:
 
 
 def context(args: argparse.Namespace) -> None:
-    """The context-keyed variant on the reference run (no model): see :func:`cmlab.harness.context_keyed.measure_context_keyed`."""
+    """The context-keyed variant on the reference run (no model): :func:`cmlab.harness.context_keyed.measure_context_keyed`."""
     from cmlab.harness.context_keyed import CONTEXT_FILE, measure_context_keyed
 
     data = measure_context_keyed()

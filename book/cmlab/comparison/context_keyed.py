@@ -187,7 +187,8 @@ def legal_share(texts: Sequence[Sequence[int]], config: ChainMarkConfig, forced:
     good = total = 0
     for ids, flags, prompt in zip(texts, forced, prompt_ids):
         full = list(prompt[-2:]) + list(ids)
-        states = states_of(pair_codes(full), pairs.key, pairs.S).astype(np.int64)  # states[j]: pair (full[j], full[j+1])
+        # states[j]: the state of the pair (full[j], full[j + 1])
+        states = states_of(pair_codes(full), pairs.key, pairs.S).astype(np.int64)
         for i, f in enumerate(flags):
             if f and i < len(ids):
                 good += bool(pairs.topo.matrix[states[i]][states[i + 1]])   # pair ending at ids[i-1] -> at ids[i]

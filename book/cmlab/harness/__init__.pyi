@@ -25,18 +25,15 @@ from .adapters import (
     SweetMethod as SweetMethod,
 )
 from .context_keyed import (
-    CONTEXT_DELTAS as CONTEXT_DELTAS,
     CONTEXT_FILE as CONTEXT_FILE,
     CONTEXT_GENERATED_DIR as CONTEXT_GENERATED_DIR,
     CONTEXT_GENERATORS as CONTEXT_GENERATORS,
-    CONTEXT_TOKENS_OBSERVED as CONTEXT_TOKENS_OBSERVED,
     context_pool as context_pool,
     distinct_pair_share as distinct_pair_share,
     load_context as load_context,
     load_context_generated as load_context_generated,
     measure_context_keyed as measure_context_keyed,
     paired_replies as paired_replies,
-    steal_point as steal_point,
 )
 from .corpora import (
     CORPUS_LICENSE as CORPUS_LICENSE,
@@ -166,4 +163,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_DELTAS", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CONTEXT_TOKENS_OBSERVED", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "steal_point", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]

@@ -2,13 +2,14 @@
 stealing adversary aimed at it.
 
 The reference experiment ``context_keyed`` asks the stealing pool's 400 prompts again under the same seeds as
-ChainMark's pool cells (``chainmark_pool_seed3``, ``..._seed4``), with the variant of :mod:`cmlab.comparison.context_keyed` (same
-key, S, rho and gate): each variant reply has a ChainMark reply to the same prompt, sampled from the same seed,
-beside it (:func:`paired_replies`). The adversary of :mod:`cmlab.harness.stealing` collects the variant's replies
-to the prompts it may see (:func:`context_pool`; the held-out prompts stay out) and runs
-:func:`~cmlab.comparison.context_keyed.steal_pairs`; ``tools/measure_stealing.py context`` writes what
-:func:`measure_context_keyed` returns into ``book/cmlab/data/stealing/context_keyed.json``, and ``context-generate`` the
-generator forger's replies against it into ``generated_context/``.
+ChainMark's pool cells (``chainmark_pool_seed3``, ``..._seed4``), with the variant of
+:mod:`cmlab.comparison.context_keyed` (same key, S, rho and gate): each variant reply has a ChainMark reply to the
+same prompt, sampled from the same seed, beside it (:func:`paired_replies`). The adversary of
+:mod:`cmlab.harness.stealing` collects the variant's replies to the prompts it may see (:func:`context_pool`; the
+held-out prompts stay out) and runs the fitted attack (:func:`~cmlab.comparison.context_keyed.steal_pairs`) and
+the replaying one (:func:`~cmlab.comparison.context_keyed.replay_table`); ``tools/measure_stealing.py context``
+writes what :func:`measure_context_keyed` returns into ``book/cmlab/data/stealing/context_keyed.json``, and
+``context-generate`` the generator forgers' replies against it into ``generated_context/``.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from cmlab.harness.stealing import (DATA_DIR, HELD_OUT_PROMPTS, AttackerPool, at
 CONTEXT_FILE = DATA_DIR / "context_keyed.json"
 CONTEXT_GENERATED_DIR = DATA_DIR / "generated_context"
 #: Watermarked tokens observed at which the map of pairs is stolen and scored (the last: the whole pool).
-CONTEXT_TOKENS_OBSERVED = (1_000, 5_000, 20_000, 50_000)
+_TOKENS_OBSERVED = (1_000, 5_000, 20_000, 50_000)
 #: The generator forgers against the variant: (how: ``states`` fits the pairs' states and forces believed-legal
 #: tokens, ``replay`` forces tokens of triples the replies over-represent; tokens observed, None: the whole pool;
 #: replies).
@@ -39,7 +40,7 @@ CONTEXT_GENERATORS = (("states", None, 100), ("replay", 5_000, 100), ("replay", 
 #: Edit budgets of the editor forger against the variant (ChainMark's curve has the same).
 EDITOR_BUDGETS = (0.1, 0.2)
 #: Substitution rates of the robustness comparison.
-CONTEXT_DELTAS = (0.1, 0.2, 0.3)
+_DELTAS = (0.1, 0.2, 0.3)
 
 
 def paired_replies(root: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -112,11 +113,12 @@ def _null(config: ChainMarkConfig, plain: Sequence[Sequence[int]], alpha: float)
 
 def _robustness(texts: Sequence[Sequence[int]], config: ChainMarkConfig, context: bool, vocab_size: int,
                 alpha: float) -> dict[str, Any]:
-    """TPR of the exact test and the mean share of valid transitions (all of them) after substitution at each delta, beside
+    """TPR of the exact test and the mean share of valid transitions (all of them) after substitution at each delta,
+    beside
     the law's prediction ``survival * phi0 + (1 - survival) / S`` from the unattacked texts' phi0."""
     phi0 = float(np.mean([_detect(t, config, context, "z", alpha).phi for t in texts]))
     rows: dict[str, Any] = {"phi0": phi0}
-    for d in CONTEXT_DELTAS:
+    for d in _DELTAS:
         attack = Substitution(d, vocab_size)
         edited = [attack.edit(t, seed=np.random.SeedSequence([ATTACK_SEED, i])) for i, t in enumerate(texts)]
         verdicts = [_detect(t, config, context, "exact", alpha) for t in edited]
@@ -144,7 +146,7 @@ def _cost(texts: Sequence[Sequence[int]], config: ChainMarkConfig, repeats: int 
     return {"chainmark_s": chain, "context_s": ctx, "ratio": ctx / chain}
 
 
-def steal_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig) -> dict[str, Any]:
+def _steal_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConfig) -> dict[str, Any]:
     """Steal the pairs' map from the pool's first ``tokens`` tokens (None: all) and score it with the key: pairs
     with a confident state, and the right share among the 500 and 2,000 most frequent pairs."""
     seen = pool.watermarked if tokens is None else first_tokens(pool.watermarked, tokens)
@@ -198,8 +200,8 @@ def measure_context_keyed(root: Any = None, alpha: float = 0.01) -> dict[str, An
     out["cost"] = _cost(v_ids[:100], config)
     pool = context_pool(root)
     out["pool_tokens"], out["pool_texts"] = pool.pool_tokens, len(pool.watermarked)
-    sizes = [t for t in CONTEXT_TOKENS_OBSERVED if t < pool.pool_tokens] + [None]
-    out["stealing"] = {("all" if t is None else str(t)): steal_point(pool, t, config) for t in sizes}
+    sizes = [t for t in _TOKENS_OBSERVED if t < pool.pool_tokens] + [None]
+    out["stealing"] = {("all" if t is None else str(t)): _steal_point(pool, t, config) for t in sizes}
     return out
 
 
@@ -216,6 +218,5 @@ def load_context_generated() -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CONTEXT_TOKENS_OBSERVED", "CONTEXT_DELTAS",
-           "context_pool", "distinct_pair_share", "load_context", "load_context_generated", "measure_context_keyed",
-           "paired_replies", "steal_point"]
+__all__ = ["CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "context_pool", "distinct_pair_share",
+           "load_context", "load_context_generated", "measure_context_keyed", "paired_replies"]
