@@ -256,7 +256,7 @@ def adaptive(args: argparse.Namespace) -> None:
 
 
 def context(args: argparse.Namespace) -> None:
-    """The context-keyed variant on the reference run (no model): :func:`cmlab.harness.context_keyed.measure_context_keyed`."""
+    """The context-keyed variant on the reference run (no model): see ``measure_context_keyed``."""
     from cmlab.harness.context_keyed import CONTEXT_FILE, measure_context_keyed
 
     data = measure_context_keyed()

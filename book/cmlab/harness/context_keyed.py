@@ -114,8 +114,7 @@ def _null(config: ChainMarkConfig, plain: Sequence[Sequence[int]], alpha: float)
 def _robustness(texts: Sequence[Sequence[int]], config: ChainMarkConfig, context: bool, vocab_size: int,
                 alpha: float) -> dict[str, Any]:
     """TPR of the exact test and the mean share of valid transitions (all of them) after substitution at each delta,
-    beside
-    the law's prediction ``survival * phi0 + (1 - survival) / S`` from the unattacked texts' phi0."""
+    beside the law's prediction ``survival * phi0 + (1 - survival) / S`` from the unattacked texts' phi0."""
     phi0 = float(np.mean([_detect(t, config, context, "z", alpha).phi for t in texts]))
     rows: dict[str, Any] = {"phi0": phi0}
     for d in _DELTAS:
