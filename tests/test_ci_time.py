@@ -29,6 +29,10 @@ def test_the_phases_of_make_test_come_from_its_clock(tmp_path):
     clock = _clock(tmp_path, start=1000.0, install=1090.5, book=2200.0, browser=2201.0)
     phases = make_test_phases(clock, session_start=2203.0, now=3400.0)
     assert phases == {"install": 90.5, "book": 1109.5, "browser": 1.0, "tests": 1197.0, "total": 2400.0}
+    clock = _clock(tmp_path, start=1000.0, install=1090.5, book=2200.0, browser=2201.0, vllm=2331.0)
+    phases = make_test_phases(clock, session_start=2333.0, now=3400.0)
+    assert phases == {"install": 90.5, "book": 1109.5, "browser": 1.0, "vllm": 130.0, "tests": 1067.0,
+                      "total": 2400.0}
 
 
 @pytest.mark.parametrize("case", ["missing", "stale", "incomplete", "garbled"])
