@@ -10,7 +10,8 @@ top (:data:`TOP_LEVEL`: keys, the partition, topologies and gates, the
 configuration, generation, detection, calibration and rates), and every
 method module beside them for the rest (``cm.calibrate.s_star_exact``). Beside
 the method: ``chainmark.auditor`` (checking text without a model) and
-``chainmark.cli`` (the command line). The book's lab (experiments, baselines,
+``chainmark.cli`` (the command line) and ``chainmark.serving`` (the watermark in an inference engine, a key per
+account). The book's lab (experiments, baselines,
 the reference run, the book's machinery) is a separate package, ``cmlab``,
 kept with the book and never imported from here. Editors and type checkers
 see every name through ``__init__.pyi`` (``tools/write_stubs.py``).
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 #: so ``import chainmark`` and the auditor's command line pay for torch only when a model-based name is touched.
 METHOD_MODULES = ("keys", "partition", "topology", "gates", "gate_signals", "config", "embed", "detection",
                   "significance", "verdict", "calibrate", "randomisation")
-SUBPACKAGES = ("auditor", "cli")
+SUBPACKAGES = ("auditor", "cli", "serving")
 #: The auditor's modules that a few top-level names come from (key files, measured rates, spans in a document).
 AUDITOR_EXPORTS = ("auditor.keyfiles", "auditor.rates", "auditor.segments")
 

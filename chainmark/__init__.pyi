@@ -14,6 +14,7 @@ from . import gates as gates
 from . import keys as keys
 from . import partition as partition
 from . import randomisation as randomisation
+from . import serving as serving
 from . import significance as significance
 from . import topology as topology
 from . import verdict as verdict

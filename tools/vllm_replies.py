@@ -3,7 +3,7 @@
     CHAINMARK_SERVING=serving.json .venv-vllm/bin/python tools/vllm_replies.py JOB.json OUT.json
 
 ``JOB.json`` names the model folder and the requests: ``{"model": "...", "max_tokens": 200, "temperature": 0.7,
-"requests": [{"prompt_ids": [...], "key_id": "acct-17" or null, "seed": 42}, ...], "repeats": 0}``. Every request
+"seed": 0, "ignore_eos": false, "requests": [{"prompt_ids": [...], "key_id": "acct-17" or null}, ...], "repeats": 0}``. Every request
 goes to one ``LLM.generate`` call, so requests under different keys share the engine's batches. ``OUT.json``
 gets each reply's token ids and text, the seconds the engine took to start and to generate, and vLLM's version.
 With ``"repeats": R`` the requests are then generated R more times, alternately with and without their key ids
@@ -23,8 +23,10 @@ from pathlib import Path
 def _params(job: dict, keyed: bool) -> list:
     from vllm import SamplingParams
 
+    # no per-request seed: vLLM 0.32's CPU runner fails on a seeded request whose prompt is prefilled in chunks
+    # ("CPU Generator does not use offset"); the engine's own seed (LLM(seed=...)) makes the run repeatable
     return [SamplingParams(max_tokens=job.get("max_tokens", 200), temperature=job.get("temperature", 0.7),
-                           seed=r.get("seed"), extra_args={"chainmark_key_id": r["key_id"]}
+                           ignore_eos=job.get("ignore_eos", False), extra_args={"chainmark_key_id": r["key_id"]}
                            if keyed and r.get("key_id") else None)
             for r in job["requests"]]
 

@@ -24,6 +24,7 @@ ONLY = {"chainmark": "TOP_LEVEL"}
 LAZY_PACKAGES = (
     ("chainmark", "METHOD_MODULES", "SUBPACKAGES"),
     ("chainmark.auditor", "MODULES", None),
+    ("chainmark.serving", "MODULES", None),
     ("cmlab", None, "SUBPACKAGES"),
     ("cmlab.harness", "MODULES", ("reference",)),
     ("cmlab.harness.reference", "MODULES", None),

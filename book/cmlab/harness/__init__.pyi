@@ -14,6 +14,7 @@ from . import prompts as prompts
 from . import reference as reference
 from . import runner as runner
 from . import runs as runs
+from . import serving as serving
 from . import settings as settings
 from . import stealing as stealing
 from .adapters import (
@@ -85,6 +86,7 @@ from .models import (
     load_model as load_model,
     memory_needed as memory_needed,
     model_size as model_size,
+    vllm_checkpoint as vllm_checkpoint,
 )
 from .options import (
     BatchContext as BatchContext,
@@ -123,6 +125,12 @@ from .runs import (
     repair as repair,
     stored_gate as stored_gate,
     write_meta as write_meta,
+)
+from .serving import (
+    VLLM_PYTHON as VLLM_PYTHON,
+    reference_requests as reference_requests,
+    run_vllm as run_vllm,
+    serving_folder as serving_folder,
 )
 from .settings import (
     RUNS_ENV as RUNS_ENV,
@@ -163,4 +171,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "repair", "robustness_grid", "run_batch", "run_grid", "score_null_texts", "segment_summary", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "write_meta", "write_mixed_documents"]
+__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "VLLM_PYTHON", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "reference_requests", "repair", "robustness_grid", "run_batch", "run_grid", "run_vllm", "score_null_texts", "segment_summary", "serving_folder", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "vllm_checkpoint", "write_meta", "write_mixed_documents"]

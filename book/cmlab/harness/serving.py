@@ -18,12 +18,11 @@ from typing import Any, Mapping
 from chainmark.auditor.keyfiles import write_key_file
 from chainmark.gates import Gate
 from chainmark.serving.batch import SERVING_ENV
-from cmlab.harness.models import _converted_dir, _convert_gguf, embedded_gguf_path
-from cmlab.harness.reference.protocol import PROTOCOL, reference_key
+from cmlab.harness.reference.protocol import PROTOCOL
 from cmlab.harness.reference.read import load_texts
 from cmlab.harness.reference.store import read_dir
 
-__all__ = ["VLLM_PYTHON", "reference_requests", "run_vllm", "serving_folder", "vllm_checkpoint"]
+__all__ = ["VLLM_PYTHON", "reference_requests", "run_vllm", "serving_folder"]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The Python of vLLM's environment, made by ``make vllm``.
@@ -31,25 +30,6 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 _DRIVER = ROOT / "tools" / "vllm_replies.py"
 #: The reference cell the serving run mirrors.
 _CELL = f"chainmark_S{PROTOCOL.S}"
-
-
-def vllm_checkpoint(dest: str | os.PathLike) -> Path:
-    """The embedded model as a folder vLLM loads: the converted checkpoint, its weights linked, its config without
-    the GGUF origin transformers records (vLLM refuses ``quantization_config`` "gguf" on plain weights)."""
-    source = _converted_dir(embedded_gguf_path())
-    if not (source / "model.safetensors").exists():
-        _convert_gguf(embedded_gguf_path(), source)
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    for file in source.iterdir():
-        target = dest / file.name
-        if file.name == "config.json":
-            config = json.loads(file.read_text("utf-8"))
-            config.pop("quantization_config", None)
-            target.write_text(json.dumps(config, indent=1) + "\n", "utf-8")
-        elif not target.exists():
-            target.symlink_to(file)
-    return dest
 
 
 def serving_folder(folder: str | os.PathLike, keys: Mapping[str, bytes], gate: Gate | None = None,
@@ -60,8 +40,8 @@ def serving_folder(folder: str | os.PathLike, keys: Mapping[str, bytes], gate: G
     for key_id, key in keys.items():
         write_key_file(folder / "keys" / f"{key_id}.key", key, overwrite=True)
     if gate is None:
-        tau = json.loads((read_dir() / "gates.json").read_text("utf-8"))["tau"][str(rho)]
-        gate = Gate(PROTOCOL.gate, tau)
+        stored = json.loads((read_dir() / "gates.json").read_text("utf-8"))
+        gate = Gate(stored["kind"], stored["tau"][str(rho)])
     config = {"keys_dir": "keys", "S": S, "rho": rho, "gate": gate.kind, "tau": gate.tau, "unkeyed": unkeyed}
     path = folder / "serving.json"
     path.write_text(json.dumps(config, indent=1) + "\n", "utf-8")
@@ -69,11 +49,12 @@ def serving_folder(folder: str | os.PathLike, keys: Mapping[str, bytes], gate: G
 
 
 def reference_requests(n: int | None = None, key_id: str = "reference") -> list[dict[str, Any]]:
-    """The reference run's ChainMark texts at the operating point as requests (prompt tokens, seed, key id),
-    each with the stored reply's token ids beside it (``"reference_ids"``)."""
+    """The reference run's ChainMark texts at the operating point as requests (prompt tokens and key id), each
+    with its user message (``"prompt"``) and the stored reply's token ids (``"reference_ids"``) beside it."""
     records = [r for r in load_texts("calibration") if r["cell"] == _CELL][:n]
-    return [{"prompt_ids": list(r["prompt_ids"]), "seed": PROTOCOL.seed + i, "key_id": key_id,
-             "reference_ids": list(r["token_ids"])} for i, r in enumerate(records)]
+    return [{"prompt_ids": list(r["prompt_ids"]), "key_id": key_id, "prompt": r["prompt"],
+             "reference_ids": list(r["token_ids"])}
+            for r in records]
 
 
 def run_vllm(job: Mapping[str, Any], serving: str | os.PathLike, workdir: str | os.PathLike,
@@ -87,7 +68,7 @@ def run_vllm(job: Mapping[str, Any], serving: str | os.PathLike, workdir: str | 
     workdir.mkdir(parents=True, exist_ok=True)
     job_path, out_path = workdir / "job.json", workdir / "replies.json"
     job = {k: v for k, v in job.items()}
-    job["requests"] = [{k: v for k, v in r.items() if k != "reference_ids"} for r in job["requests"]]
+    job["requests"] = [{k: r[k] for k in ("prompt_ids", "key_id")} for r in job["requests"]]
     job_path.write_text(json.dumps(job) + "\n", "utf-8")
     env = {**os.environ, SERVING_ENV: str(Path(serving).resolve()), "PYTHONPATH": str(ROOT),
            "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -1,0 +1,16 @@
+"""Static names of ``chainmark.serving`` for editors and type checkers; the runtime loads them lazily.
+
+Written by ``tools/write_stubs.py`` from the modules' ``__all__``: do not edit."""
+from __future__ import annotations
+
+from . import batch as batch
+from .batch import (
+    KEY_ID_ARG as KEY_ID_ARG,
+    RequestWatermarks as RequestWatermarks,
+    SERVING_ENV as SERVING_ENV,
+    ServingConfig as ServingConfig,
+    request_key_id as request_key_id,
+)
+
+MODULES: tuple[str, ...]
+__all__ = ["KEY_ID_ARG", "RequestWatermarks", "SERVING_ENV", "ServingConfig", "request_key_id"]

