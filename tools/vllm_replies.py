@@ -3,7 +3,8 @@
     CHAINMARK_SERVING=serving.json .venv-vllm/bin/python tools/vllm_replies.py JOB.json OUT.json
 
 ``JOB.json`` names the model folder and the requests: ``{"model": "...", "max_tokens": 200, "temperature": 0.7,
-"seed": 0, "ignore_eos": false, "requests": [{"prompt_ids": [...], "key_id": "acct-17" or null}, ...], "repeats": 0}``. Every request
+"seed": 0, "ignore_eos": false, "requests": [{"prompt_ids": [...], "key_id": "acct-17" or null}, ...],
+"repeats": 0}``. Every request
 goes to one ``LLM.generate`` call, so requests under different keys share the engine's batches. ``OUT.json``
 gets each reply's token ids and text, the seconds the engine took to start and to generate, and vLLM's version.
 With ``"repeats": R`` the requests are then generated R more times, alternately with and without their key ids
