@@ -400,3 +400,28 @@ def test_every_solution_start_has_its_solution_end():
                          if c["cell_type"] == "markdown")
         order = re.findall(r"\{solution-(start|end)\}", text)
         assert order == ["start", "end"] * (len(order) // 2), (nb.name, order)
+
+
+def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, capsys):
+    """A cell that outlives the limit (the build's stalled client: a reply never read) ends that kernel, and the
+    chapter runs again from the top on a fresh one; a chapter that stalls twice fails the build."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import execute_parallel as ep
+
+    marker = tmp_path / "stalled-once"
+    once = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, pathlib, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n    marker.write_text(str(os.getpid()))\n    time.sleep(60)\n"
+        "print('ran', marker.read_text() != str(os.getpid()))")])
+    always = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    for name, nb in (("01_once", once), ("02_always", always)):
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    results = ep._execute_queue([str(tmp_path / "01_once.ipynb"), str(tmp_path / "02_always.ipynb")], 4, None, 1,
+                                warm=False)
+    assert [r["ok"] for r in results] == [True, False]
+    printed = nbformat.reads(results[0]["notebook"], as_version=4).cells[0].outputs[0]["text"]
+    assert printed.split() == ["ran", "True"]  # the second run, in another kernel process
+    assert "CellTimeoutError" in results[1]["error"]
+    assert capsys.readouterr().out.count("once more on a fresh kernel") == 2
+    assert ep._stalled(None) is False
