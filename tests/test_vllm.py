@@ -126,8 +126,11 @@ def test_vllms_replies_are_detected_as_transformers_replies_to_the_same_prompts_
     lo, hi = clopper_pearson(v, n)
     print(f"TPR at alpha = {ALPHA}, exact test: vLLM {v}/{n} [{lo:.3f}, {hi:.3f}], "
           f"transformers {h}/{n} {clopper_pearson(h, n)}")
-    assert v / n >= 0.9
-    assert fisher_exact([[v, n - v], [h, n - h]]).pvalue > 0.01
+    # sampling on CPU is not bit-repeatable across machines, so these are statistical checks, set where a
+    # correct processor fails them about once in a thousand runs (95-96 of 100 were detected here): the rate at
+    # least 0.85, and Fisher's exact test not rejecting equal rates at 0.001
+    assert v / n >= 0.85
+    assert fisher_exact([[v, n - v], [h, n - h]]).pvalue > 0.001
 
 
 def test_each_accounts_replies_are_forced_and_detected_under_its_own_key_only(served, tmp_path,
@@ -152,7 +155,7 @@ def test_each_accounts_replies_are_forced_and_detected_under_its_own_key_only(se
     same_prompts = sum(_detect_cli(twins, keys / "reference.key", tmp_path / "twins"))
     print(f"detected at alpha = {ALPHA}: acct-b's replies under its key {own}/{OTHER}, the reference account's "
           f"replies to the same prompts under its key {same_prompts}/{OTHER}")
-    assert fisher_exact([[own, OTHER - own], [same_prompts, OTHER - same_prompts]]).pvalue > 0.01
+    assert fisher_exact([[own, OTHER - own], [same_prompts, OTHER - same_prompts]]).pvalue > 0.001
     # under a key that did not write them, each reply is a false positive with probability at most alpha
     # (the exact test is valid for every text over a random key): P(3 or more of 16) < 6e-4, of 6 or more of 100
     # < 6e-4
