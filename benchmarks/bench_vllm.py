@@ -32,6 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cmlab.harness.reference.protocol import reference_key  # noqa: E402
 from cmlab.harness.models import vllm_checkpoint  # noqa: E402
+from chainmark.serving.batch import ServingConfig  # noqa: E402
 from cmlab.harness.serving import reference_requests, run_vllm, serving_folder  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_vllm.json"
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         serving = serving_folder(work / "server", {"reference": reference_key()})
+        gate = ServingConfig.from_file(serving).gate  # the same gate for transformers' run below
         model = vllm_checkpoint(work / "model")
         out = run_vllm({"model": str(model), "max_tokens": args.new_tokens, "temperature": 0.7, "ignore_eos": True,
                         "requests": requests, "repeats": args.repeats}, serving, work / "run")
@@ -72,12 +74,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from chainmark import ChainMarkConfig
     from chainmark.embed import generate
-    from chainmark.serving.batch import ServingConfig
     from cmlab.harness.models import load_model
 
     model_hf, tokenizer = load_model()
-    with tempfile.TemporaryDirectory() as work:
-        gate = ServingConfig.from_file(serving_folder(Path(work), {"reference": reference_key()})).gate
     config = ChainMarkConfig(reference_key(), S=5, rho=0.5, gate=gate.kind)
     started = time.perf_counter()  # every reply its full length, as vLLM's with the end of sequence ignored
     replies = generate(model_hf, tokenizer, [r["prompt"] for r in requests], config, gate,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -47,7 +46,7 @@ def test_the_configuration_file_is_read_with_its_key_folder_beside_it(server, tm
 @pytest.mark.parametrize("content, words", [
     ({"S": 5}, "no keys_dir"),
     ({"keys_dir": "k", "tau": 1.0, "secret": 1}, "unknown field(s) secret"),
-    ({"keys_dir": "k", "rho": 0.5, "gate": "high_entropy"}, "needs its threshold 'tau'"),
+    ({"keys_dir": "k", "rho": 0.5, "gate": "high_entropy"}, "needs a threshold tau"),
     ({"keys_dir": "k", "tau": 1.0, "unkeyed": "maybe"}, "unkeyed must be one of"),
     ({"keys_dir": "k", "S": 1, "tau": 1.0}, "S"),
     ([1, 2], "must hold a JSON object"),
@@ -150,7 +149,28 @@ def test_a_whole_batch_under_one_key_is_one_call_and_walks_the_cycle(server):
         assert len(finite) == 1
         assert config.topo.matrix[table[last[0]], table[finite[0]]]
     assert marks.counts() == {"acct-a": (4, 4)}
-    assert np.asarray(table).shape == (V,)
+
+
+def test_a_request_whose_key_vanished_after_admission_fails_closed(server, caplog):
+    """The key file is removed between the request's admission and its first step: with the end-of-sequence id
+    known, that row may emit only it (no text leaves unwatermarked) and the rest of the batch is served; the log
+    names the id, not the key or the path. Without an end-of-sequence id the error is raised."""
+    serving, _ = server
+    assert serving.check_request({KEY_ID_ARG: "acct-b"}) == "acct-b"
+    (serving.keys_dir / "acct-b.key").unlink()
+    marks = RequestWatermarks(serving, eos_token_id=2)
+    marks.add(0, "acct-a", [1], [])
+    marks.add(1, "acct-b", [2], [])
+    logits = _logits(2, 3)
+    got = marks.apply(logits.clone())
+    assert torch.isfinite(got[1]).nonzero().ravel().tolist() == [2]
+    a = ChainMarkLogitsProcessor(serving.config_for("acct-a"), serving.gate)
+    assert torch.equal(got[0], a(torch.tensor([[1]]), logits[0:1].clone())[0])
+    assert "'acct-b'" in caplog.text and str(serving.keys_dir) not in caplog.text
+    marks.move(1, 0)                     # the closed row follows the batch like any other
+    assert torch.isfinite(marks.apply(_logits(1, 4))[0]).nonzero().ravel().tolist() == [2]
+    with pytest.raises(LookupError, match="unknown chainmark key id 'acct-b'"):
+        RequestWatermarks(serving).add(0, "acct-b", [2], [])
 
 
 def test_serving_refuses_what_is_not_a_configuration(tmp_path):

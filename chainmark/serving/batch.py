@@ -24,6 +24,7 @@ and :meth:`~RequestWatermarks.move`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ SERVING_ENV = "CHAINMARK_SERVING"
 #: arguments are flat strings and numbers, so the name is flat too).
 KEY_ID_ARG = "chainmark_key_id"
 
+_LOG = logging.getLogger(__name__)
 _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _UNKEYED = ("plain", "refuse")
 
@@ -115,15 +117,15 @@ class ServingConfig:
             raise ValueError(f"serving configuration {path}: "
                              + (f"unknown field(s) {', '.join(unknown)}; " if unknown else "no keys_dir; ")
                              + f"the fields are {', '.join(sorted(known))}")
-        kind = raw.get("gate", "high_entropy")
-        rho = raw.get("rho", 0.5)
+        kind, rho = raw.get("gate", "high_entropy"), raw.get("rho", 0.5)
         if "tau" in raw:
             gate = Gate(kind, raw["tau"])
-        elif kind == "all" or rho in (0, 1):
-            gate = Gate.calibrate(kind, rho, [])
-        else:
-            raise ValueError(f"serving configuration {path}: gate {kind!r} at rho = {rho} needs its threshold "
-                             "'tau' (calibrate it on a pilot: chainmark.calibrate_gate)")
+        else:  # parameters out of range fail here with their own message
+            probe = ChainMarkConfig(b"\x00" * 32, raw.get("S", 5), rho, kind, raw.get("topology", "clockwork"))
+            try:
+                gate = probe.default_gate()
+            except ValueError as exc:
+                raise ValueError(f"serving configuration {path}: {exc} (the file's field is 'tau')") from None
         keys_dir = Path(raw["keys_dir"])
         return cls(keys_dir if keys_dir.is_absolute() else path.parent / keys_dir, raw.get("S", 5), rho, gate,
                    raw.get("topology", "clockwork"), raw.get("unkeyed", "plain"))
@@ -136,17 +138,22 @@ class ServingConfig:
             raise LookupError(f"no serving configuration: set {SERVING_ENV} to the path of its JSON file")
         return cls.from_file(path)
 
-    def key_file(self, key_id: str) -> Path:
-        """The file that holds ``key_id``'s key."""
-        return self.keys_dir / f"{key_id}.key"
+    def _key_path(self, key_id: str) -> Path:
+        """The file of a well-formed key id that names an existing key; otherwise a LookupError that names the
+        id and none of the server's paths."""
+        path = self.keys_dir / f"{key_id}.key"
+        if not path.is_file():
+            raise LookupError(f"unknown chainmark key id {key_id!r}")
+        return path
 
     def config_for(self, key_id: str) -> ChainMarkConfig:
-        """The watermark configuration of one account; an id without a key file is a LookupError."""
+        """The watermark configuration of one account; an id without a key file is a LookupError.
+
+        The key is read now; an engine keeps the configuration while it serves (a rotated or removed key file
+        takes effect when the server restarts)."""
         request_key_id({KEY_ID_ARG: key_id})
-        path = self.key_file(key_id)
-        if not path.is_file():
-            raise LookupError(f"unknown chainmark key id {key_id!r}")  # the server's paths stay on the server
-        return ChainMarkConfig(read_key_file(path), self.S, self.rho, self.gate.kind, self.topology)
+        return ChainMarkConfig(read_key_file(self._key_path(key_id)), self.S, self.rho, self.gate.kind,
+                               self.topology)
 
     def check_request(self, extra_args: Mapping[str, Any] | None) -> str | None:
         """The request's key id after checking it can be served (its key exists; or no key and unkeyed requests
@@ -156,14 +163,13 @@ class ServingConfig:
             if self.unkeyed == "refuse":
                 raise ValueError(f"this server watermarks every reply: name your key with {KEY_ID_ARG}")
             return None
-        if not self.key_file(key_id).is_file():
-            raise LookupError(f"unknown chainmark key id {key_id!r}")
+        self._key_path(key_id)
         return key_id
 
 
 @dataclass
 class _Row:
-    key_id: str
+    key_id: str | None  # None: the key could not be loaded after the request was admitted (the row is closed)
     prompt_ids: Sequence[int] | None
     output_ids: Sequence[int]  # the engine's live list: it grows as the request decodes
 
@@ -180,17 +186,24 @@ class RequestWatermarks:
     previous token is the last of its output so far, or of its prompt at the first step, as in
     :func:`chainmark.generate`. Rows without a key pass unchanged. Each key's processor is built on first use
     and kept; :meth:`counts` says, per key id, how many row-steps were served and how many of them forced (never
-    the key). Example::
+    the key).
 
-        marks = RequestWatermarks(serving)
+    A request is admitted only if its key file exists (:meth:`ServingConfig.check_request`), but the file can
+    vanish before the engine first schedules it (a key revoked in between). Such a row fails closed: with
+    ``eos_token_id`` given it may emit only that token, so the reply ends at once and no unwatermarked text
+    leaves under an account that asked for a watermark, while the rest of the batch goes on; without it,
+    :meth:`add` raises the LookupError. Example::
+
+        marks = RequestWatermarks(serving, eos_token_id=2)
         marks.add(0, "acct-17", prompt_ids, output_ids)   # output_ids: the list the engine appends to
         logits = marks.apply(logits)                      # one decoding step of the whole batch
     """
 
-    def __init__(self, serving: ServingConfig) -> None:
+    def __init__(self, serving: ServingConfig, eos_token_id: int | None = None) -> None:
         if not isinstance(serving, ServingConfig):
             raise TypeError(f"serving must be a ServingConfig, got {type(serving).__name__}")
         self.serving = serving
+        self.eos_token_id = eos_token_id
         self._rows: dict[int, _Row] = {}
         self._processors: dict[str, ChainMarkLogitsProcessor] = {}
         self._steps: dict[str, int] = {}
@@ -206,7 +219,16 @@ class RequestWatermarks:
         if key_id is None:
             return
         if key_id not in self._processors:
-            self._processors[key_id] = ChainMarkLogitsProcessor(self.serving.config_for(key_id), self.serving.gate)
+            try:
+                config = self.serving.config_for(key_id)
+            except (LookupError, OSError, ValueError) as exc:
+                if self.eos_token_id is None:
+                    raise
+                _LOG.error("chainmark: the key of id %r could not be loaded (%s); its reply ends at once "
+                           "(end of sequence only)", key_id, type(exc).__name__)
+                self._rows[index] = _Row(None, prompt_ids, output_ids)
+                return
+            self._processors[key_id] = ChainMarkLogitsProcessor(config, self.serving.gate)
             self._steps[key_id], self._forced[key_id] = 0, 0
         self._rows[index] = _Row(key_id, prompt_ids, output_ids)
 
@@ -230,6 +252,10 @@ class RequestWatermarks:
         """Watermark one decoding step: each key's rows through its processor, in one call per key."""
         groups: dict[str, tuple[list[int], list[int]]] = {}
         for index, row in self._rows.items():
+            if row.key_id is None and index < logits.shape[0]:  # closed: only the end of sequence
+                logits[index] = float("-inf")
+                logits[index, self.eos_token_id] = 0.0
+                continue
             last = row.last_token()
             if last is not None and index < logits.shape[0]:
                 rows, lasts = groups.setdefault(row.key_id, ([], []))

@@ -17,18 +17,38 @@ choice: on the step's float32 logits, before penalties and temperature, as Chain
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import os
+from typing import TYPE_CHECKING
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from .batch import RequestWatermarks, ServingConfig
+from .batch import SERVING_ENV, RequestWatermarks, ServingConfig
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
 
 __all__ = ["ChainMarkProcessor"]
+
+
+@functools.lru_cache(maxsize=4)
+def _read_serving(path: str, stamp: tuple[int, int]) -> ServingConfig:
+    return ServingConfig.from_file(path)
+
+
+def _serving() -> ServingConfig:
+    """``$CHAINMARK_SERVING``'s configuration, read again only when the file changes (``validate_params`` runs for
+    every request in the server's front end)."""
+    path = os.environ.get(SERVING_ENV)
+    try:
+        stat = os.stat(path) if path else None
+    except OSError:
+        stat = None
+    if stat is None:
+        return ServingConfig.from_env()  # its clear error: no variable, or no file
+    return _read_serving(path, (stat.st_mtime_ns, stat.st_size))
 
 
 class ChainMarkProcessor(LogitsProcessor):
@@ -43,7 +63,7 @@ class ChainMarkProcessor(LogitsProcessor):
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse a request whose key id is malformed or unknown (or absent, where the server refuses those)."""
         try:
-            ServingConfig.from_env().check_request(sampling_params.extra_args)
+            _serving().check_request(sampling_params.extra_args)
         except LookupError as exc:
             raise ValueError(str(exc)) from None
 
@@ -51,7 +71,9 @@ class ChainMarkProcessor(LogitsProcessor):
         if vllm_config.speculative_config is not None:
             raise ValueError("chainmark's vLLM processor does not support speculative decoding")
         self.serving = ServingConfig.from_env()
-        self.marks = RequestWatermarks(self.serving)
+        eos = getattr(vllm_config.model_config.hf_config, "eos_token_id", None)
+        eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+        self.marks = RequestWatermarks(self.serving, eos_token_id=eos if isinstance(eos, int) else None)
 
     def is_argmax_invariant(self) -> bool:
         """False: forcing a legal token changes the greedy choice."""
@@ -71,7 +93,3 @@ class ChainMarkProcessor(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """The step's logits with every keyed request's row watermarked."""
         return self.marks.apply(logits) if len(self.marks) else logits
-
-    def counts(self) -> dict[str, Any]:
-        """Per key id, the row-steps served and forced (see :meth:`RequestWatermarks.counts`)."""
-        return self.marks.counts()
