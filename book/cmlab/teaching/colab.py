@@ -156,6 +156,8 @@ CHAPTER_WORK: Mapping[str, Mapping[str, Work]] = {
     "book/09d_anytime": {"smoke": _w(1), "full": _w(1)},
     "book/09e_stealing": {"smoke": _w(1), "full": _w(1)},
     "book/09f_context_keyed": {"smoke": _w(1), "full": _w(1)},
+    "book/09g_serving": {"smoke": _w(6, ("one batch, two accounts", 6, 64)),
+                         "full": _w(6, ("one batch, two accounts", 6, 160))},
     "book/10_explorers": {"smoke": _w(8, ("S x rho grid", 80, 48)), "full": _w(8, ("S x rho grid", 832, 200))},
     "book/appendix_paper": {"smoke": _w(1), "full": _w(1)},
 }
