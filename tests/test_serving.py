@@ -180,3 +180,29 @@ def test_serving_refuses_what_is_not_a_configuration(tmp_path):
         ServingConfig(tmp_path, gate="high_entropy")  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ServingConfig.from_file(tmp_path / "nope.json")
+
+
+def test_a_vllm_environment_is_made_once_beside_the_notebooks_packages(tmp_path, monkeypatch):
+    """The Colab GPU cell's environment: a virtual environment of its own (vLLM pins its torch, which must not
+    replace the notebook's), vLLM and this chainmark installed into it by its own pip, and made only once."""
+    import subprocess
+    import sys
+
+    from cmlab.harness.serving import vllm_environment
+
+    calls = []
+
+    def run(command, check):
+        calls.append([str(c) for c in command])
+        if "venv" in calls[-1]:
+            (tmp_path / "env" / "bin").mkdir(parents=True)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    python = vllm_environment(tmp_path / "env")
+    assert python == tmp_path / "env" / "bin" / "python"
+    assert calls[0] == [sys.executable, "-m", "venv", str(tmp_path / "env")]
+    install = calls[1]
+    assert install[:4] == [str(python), "-m", "pip", "install"] and "vllm" in install
+    assert any(c.startswith("chainmark") for c in install) and not any(c.startswith("torch") for c in install)
+    vllm_environment(tmp_path / "env")
+    assert len(calls) == 2  # the second call reuses it

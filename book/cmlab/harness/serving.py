@@ -29,8 +29,8 @@ from cmlab.harness.reference.protocol import PROTOCOL, reference_key
 from cmlab.harness.reference.read import load_texts
 from cmlab.harness.stealing import reference_gate
 
-__all__ = ["SERVING_RECORD", "VLLM_PYTHON", "account_key", "chainmark_requirement", "complete", "load_serving",
-           "mixed_requests", "reference_requests", "run_vllm", "serving_folder", "vllm_environment", "vllm_server"]
+__all__ = ["SERVING_RECORD", "VLLM_PYTHON", "account_key", "complete", "load_serving", "mixed_requests",
+           "reference_requests", "run_vllm", "serving_folder", "vllm_environment", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed vLLM run the serving page reads (``tools/serving_record.py`` writes it).
@@ -116,7 +116,7 @@ def run_vllm(job: Mapping[str, Any], serving: str | os.PathLike, workdir: str | 
 
 
 
-def chainmark_requirement(extra: str = "vllm") -> str:
+def _chainmark_requirement(extra: str = "vllm") -> str:
     """The pip requirement that installs this chainmark elsewhere (with ``extra``): from the repository and
     revision it came from when pip installed it from Git (as the Colab cell does), from its folder when it is a
     local checkout, else the release of its version on PyPI."""
@@ -144,7 +144,7 @@ def vllm_environment(folder: str | os.PathLike, vllm: str = "vllm") -> Path:
     python = folder / "bin" / "python"
     if not (folder / ".chainmark-ready").exists():
         subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", vllm, chainmark_requirement(extra="")],
+        subprocess.run([str(python), "-m", "pip", "install", "-q", vllm, _chainmark_requirement(extra="")],
                        check=True)
         (folder / ".chainmark-ready").write_text("ok\n", "utf-8")
     return python
