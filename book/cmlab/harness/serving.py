@@ -165,7 +165,8 @@ def vllm_server(python: str | os.PathLike, model: str, serving: str | os.PathLik
     ``serving`` the configuration file, ``log`` where the server's output goes, ``extra`` more server flags."""
     port = _free_port()
     env = {**os.environ, SERVING_ENV: str(Path(serving).resolve()), "VLLM_LOGGING_LEVEL": "WARNING"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    if (ROOT / "chainmark").is_dir():  # a checkout: its chainmark, as vLLM's environment installed it (-e)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("PYTHONPYCACHEPREFIX", None)
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--host", "127.0.0.1", "--port", str(port),
