@@ -207,9 +207,9 @@ def bench_generation(model, tokenizer, config, gate, new_tokens: int, batch: int
     return out
 
 
-#: Targets: ChainMark per step <= 0.5 x KGW (issue 4); generation at the operating
+#: Targets: ChainMark per step <= 0.5 x KGW; generation at the operating
 #: point (rho = 0.5, high-entropy gate, 128 new tokens) <= 1.03 x plain at batch 8
-#: and <= 1.02 x plain at batch 1 (issue 18).
+#: and <= 1.02 x plain at batch 1.
 STEP_TARGET = 0.50
 GENERATION_TARGETS = {8: 1.03, 1: 1.02}
 TARGET_NEW_TOKENS = 128

@@ -12,7 +12,7 @@ Then a short text under many fresh keys (the validity simulations' case):
 the states of a 60-token text under 200 new keys, hashing only its own ids
 (what :func:`chainmark.partition.states_of` does for a short text and a key
 without a table) against building each key's dense table first. The exit status is 1 if the key-randomisation test takes more than
-``--max-seconds`` (the issue's "well under a second on one core").
+``--max-seconds`` (the target: well under a second on one core).
 """
 from __future__ import annotations
 

@@ -91,7 +91,7 @@ def make_test_phases(clock: Path, session_start: float, now: float) -> dict[str,
 
 #: Seconds spent per unit of work (worker_scope: a module or a shared group), summed over its tests' setup, call and
 #: teardown as the reports reach this process; printed at the end and kept in _build/test_unit_seconds.json so that a
-#: slow test phase says where its time went (issue 50).
+#: slow test phase says where its time went.
 _UNIT_SECONDS: dict[str, float] = {}
 
 
@@ -216,7 +216,7 @@ def execute_on_foreign_model(jobs: dict[str, str], foreign: Path, work: Path) ->
 
     On this tiny model most of a chapter's time is its kernel's start, imports and small computations on one
     core, so two kernels of one CPU thread each finish the set in a little over half the time of one after
-    the other (issue 41); each chapter still runs alone in its kernel, as a reader's would. The two workers
+    the other; each chapter still runs alone in its kernel, as a reader's would. The two workers
     are processes (spawned, as tools/execute_parallel.py's are): notebook clients driven from two threads of
     one process once waited on an idle kernel until the 900 s timeout."""
     env = {"CHAINMARK_MODEL": str(foreign), "CHAINMARK_SCALE": "smoke"}  # the kernels take their settings from it

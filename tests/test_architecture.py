@@ -140,7 +140,7 @@ def test_no_module_is_longer_than_600_lines():
 #: The most parameters a public function, method or ``__init__`` of the wheel takes (self and cls not counted):
 #: past it, a configuration (:class:`chainmark.config.ChainMarkConfig`) or a small dataclass carries them.
 MAX_PARAMETERS = 8
-#: Public callables still allowed more while issue 49 moves their loose arguments into configurations. Each
+#: Public callables still allowed more while their loose arguments move into configurations. Each
 #: entry is to go as its function shrinks; this list only ever gets shorter.
 MANY_PARAMETERS_ALLOWED: frozenset[str] = frozenset()
 
@@ -168,7 +168,7 @@ def _many_parameters(source: str, module: str) -> dict[str, int]:
 
 
 def test_no_public_function_of_the_wheel_takes_more_than_eight_parameters():
-    """Issue 49: over every module of the wheel (the method, ``auditor`` and ``cli``), no public function, method
+    """Over every module of the wheel (the method, ``auditor`` and ``cli``), no public function, method
     or class ``__init__`` takes more than eight parameters, apart from the allowed list above."""
     over = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -178,7 +178,7 @@ def test_no_public_function_of_the_wheel_takes_more_than_eight_parameters():
 
 
 def test_no_public_function_of_the_lab_takes_more_than_eight_parameters():
-    """Issue 49, the lab's turn: over every module of ``cmlab`` (harness, comparison, teaching and its command
+    """The lab's turn: over every module of ``cmlab`` (harness, comparison, teaching and its command
     line), no public function, method or class ``__init__`` takes more than eight parameters either; the
     runners' loose sampling and run arguments travel as a ``Sampling`` inside small frozen options."""
     over = {}
@@ -277,7 +277,7 @@ SUPPORT = {"checks", "limits", "jsonio", "exports"}
 
 
 def test_the_method_is_at_most_twelve_modules_of_at_most_3000_lines():
-    """Issue 49: the method the chapters build is at most 12 modules and 3,000 lines; every other top-level module
+    """The method the chapters build is at most 12 modules and 3,000 lines; every other top-level module
     is the shared support, so nothing of the method escapes the count by not being listed."""
     import chainmark
 
@@ -439,7 +439,7 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
     assert done.returncode == 2 and "--corpus" in done.stderr
 
 
-#: Issue 49's budget for the wheel, in source lines of code: the lines of its Python files and stubs that carry
+#: The budget for the wheel, in source lines of code: the lines of its Python files and stubs that carry
 #: code, not blank lines, comments or docstrings, as SLOC counters count them (a multi-line string that is not a
 #: docstring, such as the command line's help, counts every line). The docstrings are what the book's
 #: ``show_source`` shows, so they are not what the budget is to keep small; the lines of text are printed beside it.
@@ -482,7 +482,7 @@ def test_the_source_line_counter_counts_code_only():
 
 def test_the_wheel_is_the_method_the_auditor_and_the_command_line(tmp_path):
     """``pip wheel .`` holds chainmark alone: none of the lab's modules or data, and at most
-    :data:`MAX_WHEEL_SOURCE_LINES` source lines of code (issue 49); its lines of text and the method's modules
+    :data:`MAX_WHEEL_SOURCE_LINES` source lines of code; its lines of text and the method's modules
     are printed beside it."""
     import zipfile
 
@@ -579,7 +579,7 @@ def test_no_page_uses_a_private_name():
 
 
 def test_every_page_shows_at_most_thirty_package_names():
-    """Issue 49: a page shows the method, not the whole toolbox: at most 30 names of ``chainmark`` and ``cmlab``
+    """A page shows the method, not the whole toolbox: at most 30 names of ``chainmark`` and ``cmlab``
     together in the cells the built page shows (``tools/page_names.py``)."""
     sys.path.insert(0, str(ROOT / "tools"))
     try:

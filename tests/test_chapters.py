@@ -320,7 +320,7 @@ def test_the_bare_rate_check_can_fail():
 # ---------------------------------------------------------------------------
 # chapters call the package's helpers instead of keeping local copies of them
 # ---------------------------------------------------------------------------
-#: Names of local copies the chapters once kept of package helpers (issue 26, item 5), and what replaced them:
+#: Names of local copies the chapters once kept of package helpers, and what replaced them:
 #: cmlab.harness.runner.generate_resumable; cmlab.comparison.quality.repeated_ngram_share (n=4, and n=2 for pairs);
 #: chainmark.detection.first_occurrences; chainmark.auditor.rates.rate_estimate and RateEstimate.format.
 RETIRED_COPIES = frozenset({"generate_with_progress", "repeated_share", "repeated_pair_share", "distinct_pair_share",

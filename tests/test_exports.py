@@ -1,4 +1,4 @@
-"""Issue 49, item 5: every name a module of ``chainmark`` or the book's lab ``cmlab`` exports is used outside it.
+"""Every name a module of ``chainmark`` or the book's lab ``cmlab`` exports is used outside it.
 
 An exported name that nothing outside its module uses becomes private or goes. "Used" means reached as code (an
 imported name or an attribute, not prose, docstrings or strings) by another module of either package, by tests/,
@@ -138,7 +138,7 @@ def _entry_points(root: Path) -> set[str]:
 
 
 def test_every_exported_name_is_used_outside_its_module():
-    """Issue 49: each name in a module's ``__all__``, in ``chainmark`` and in the lab, is used as code outside its
+    """Each name in a module's ``__all__``, in ``chainmark`` and in the lab, is used as code outside its
     module (see :func:`_unused_exports` for what counts and the two exemptions); else it is private or gone."""
     sources = {_dotted(p): p.read_text("utf-8") for p in _modules()}
     top_level = {name: set(_literal(ast.parse(source), "TOP_LEVEL") or ()) for name, source in sources.items()

@@ -1,4 +1,4 @@
-"""Issue 15's hard edges, tried as a hostile user would: one group of tests per numbered defect.
+"""Hard edges, tried as a hostile user would: one group of tests per defect found that way.
 
 Each test failed before its fix. The command line runs in-process with a
 byte-level fake tokenizer, or as a subprocess where the process itself is

@@ -1,4 +1,4 @@
-"""The lab's options objects (issue 49): a runner's loose arguments travel as one frozen dataclass, whose fields
+"""The lab's options objects: a runner's loose arguments travel as one frozen dataclass, whose fields
 may still be given as keywords, and either spelling runs the same thing and names it the same way."""
 from __future__ import annotations
 

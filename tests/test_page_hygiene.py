@@ -245,7 +245,7 @@ _DETECTORS = {"detect": 3, "detect_batch": 3, "detect_segments": 3, "key_randomi
 
 def loose_detections(source: str) -> list[str]:
     """The calls in a cell's code that give a detector a key with S or the topology beside it, not one
-    ChainMarkConfig (issue 49: one configuration from generation to detection)."""
+    ChainMarkConfig (one configuration from generation to detection)."""
     if source.lstrip().startswith("%%"):
         return []  # a cell magic: not Python
     code = "\n".join(line[:len(line) - len(line.lstrip())] + "pass  # magic" if line.lstrip().startswith(("%", "!"))

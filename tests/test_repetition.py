@@ -32,7 +32,7 @@ def simulate(ids: np.ndarray, topo: Topology, test: str = "z", seed: int = 0) ->
 
 
 def repetitive_texts() -> dict[str, np.ndarray]:
-    """Texts that repeat: the issue's 'a b + 3 random tokens' x 60, phrases looped, code-like lines."""
+    """Texts that repeat: 'a b + 3 random tokens' x 60, phrases looped, code-like lines."""
     rng = np.random.default_rng(7)
     phrases = [rng.integers(100, 5000, int(rng.integers(3, 7))) for _ in range(4)]
     return {
@@ -69,7 +69,7 @@ def test_the_moments_are_exact_and_the_fpr_matches_simulation_on_repetitive_text
             assert abs(predicted - rate) <= 4 * se, (name, test, predicted, rate)
 
 
-def test_the_issues_example_inflates_the_z_tests_rate_twenty_fold_and_the_warning_says_so():
+def test_a_repeated_pair_inflates_the_z_tests_rate_twenty_fold_and_the_warning_says_so():
     ids = repetitive_texts()["a b + 3 random x 60"]
     topo = Topology.clockwork(5)
     null = text_null(ids, topo)

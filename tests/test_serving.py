@@ -1,4 +1,4 @@
-"""Serving (issue 67): the server's configuration and key folder, and the rows of an engine's batch each watermarked
+"""Serving: the server's configuration and key folder, and the rows of an engine's batch each watermarked
 under its own account's key, exactly as chainmark's own processor watermarks them. vLLM itself: test_vllm.py."""
 from __future__ import annotations
 

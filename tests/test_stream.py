@@ -212,7 +212,7 @@ def test_standard_input_larger_than_the_spool_gives_the_files_result(tmp_path):
 @pytest.mark.slow
 def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     """The acceptance check: a 4 MB text cut into 64 pieces gives identical tokens and statistics, for every
-    test, as the whole; the command line, scoring the file, agrees. (It was 40 MB in 40 pieces until issue 41:
+    test, as the whole; the command line, scoring the file, agrees. (It was once 40 MB in 40 pieces:
     the equality is a property of the cuts, not of the size, and 64 cuts test more boundaries in a tenth of the
     time; bench_stream.py streams the large inputs whose whole tokenization would not fit in memory.)"""
     text = mixed_text(4 << 20, seed=40)

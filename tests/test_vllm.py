@@ -1,4 +1,4 @@
-"""ChainMark served by vLLM (issue 67), on vLLM's CPU build in its own environment (``make vllm``; ``make test``
+"""ChainMark served by vLLM, on vLLM's CPU build in its own environment (``make vllm``; ``make test``
 builds it): the reference run's 100 operating-point prompts served through ``LLM(...,
 logits_processors=[ChainMarkProcessor])`` under the reference key, sixteen of them once more under a second
 account's key in the same batches, then the OpenAI-compatible server over loopback.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 16): carry the embedded model to a lent device machine and run the
+# The prepared GPU check: carry the embedded model to a lent device machine and run the
 # chapters there at full scale. The device machine reaches neither the Hugging Face Hub nor PyPI, and
 # one call carries at most 64 MiB, so the 98 MB GGUF travels in three parts over three back-to-back calls
 # (ignored paths left by one call stay for the next while the machine is warm).
@@ -13,7 +13,7 @@
 #                                                   command: bash tools/gpu_check.sh receive && bash tools/gpu_check.sh run
 # `run` writes under $OUT: gpu_check.log (everything), timings.json (per step), bench_generation.json,
 # and the executed chapters' cell times; it stops each step at its own timeout and goes on.
-# `forecast` instead of `run` checks the size check, the dtype and the time/memory forecast on the GPU (issue 29).
+# `forecast` instead of `run` checks the size check, the dtype and the time/memory forecast on the GPU.
 # `smoke` instead of `run` executes the chapters named in GPU_CHAPTERS at the default scale, each to its end
 # (GPU_CHAPTER_LIMIT seconds each, default 150).
 # Rehearse on the CPU with:  OUT=/tmp/gpu_out GPU_CHECK_REHEARSAL=1 bash tools/gpu_check.sh run
@@ -103,7 +103,7 @@ run() {  # full scale: CUDA tests, three chapters until their limits, the genera
   cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
 }
 
-forecast() {  # issue 29 on a GPU: the size check, the dtype, the forecast against real generation, chapter 0 at full scale
+forecast() {  # on a GPU: the size check, the dtype, the forecast against real generation, chapter 0 at full scale
   setup
   export CHAINMARK_SCALE=full
   run_step budget-tests 150 $PY -m pytest -q -x -p no:cacheprovider tests/test_budget.py tests/test_settings.py

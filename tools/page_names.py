@@ -1,6 +1,6 @@
 """Which names of ``chainmark`` and ``cmlab`` each chapter uses, and the private ones among them.
 
-A page should show the method, not the whole toolbox: issue 49 asks for at most
+A page should show the method, not the whole toolbox: the book allows at most
 30 names of the two packages on a page and no private name at all. This reads
 every chapter's code cells (imports, ``cm.<...>`` and ``lab.<...>`` chains, and
 attributes reached through an imported name such as ``partition._state_table``)
