@@ -218,7 +218,8 @@ def execute_on_foreign_model(jobs: dict[str, str], foreign: Path, work: Path) ->
     core, so two kernels of one CPU thread each finish the set in a little over half the time of one after
     the other; each chapter still runs alone in its kernel, as a reader's would. The two workers
     are processes (spawned, as tools/execute_parallel.py's are): notebook clients driven from two threads of
-    one process once waited on an idle kernel until the 900 s timeout."""
+    one process once waited on an idle kernel until the timeout (processes stall too, now and then: a cell
+    past 300 s runs its chapter once more on a fresh kernel)."""
     env = {"CHAINMARK_MODEL": str(foreign), "CHAINMARK_SCALE": "smoke"}  # the kernels take their settings from it
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {name: pool.submit(_execute_one, path, work / Path(name).stem, env) for name, path in jobs.items()}
@@ -237,8 +238,9 @@ def _execute_one(notebook: str, folder: Path, env: dict[str, str]) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     key_file = folder / "teaching-or-not.key"
     write_key_file(key_file)
+    # a cell of a chapter on the tiny model takes seconds: 300 s is a stalled client, and the chapter runs again
     return claims_robustness.execute(notebook, key_file, folder / "claims.jsonl", folder / "runs",
-                                     timeout=900, threads=1, keep_notebook=True)
+                                     timeout=300, threads=1, keep_notebook=True)
 
 
 @pytest.fixture(scope="session")

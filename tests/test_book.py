@@ -425,3 +425,31 @@ def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, 
     assert "CellTimeoutError" in results[1]["error"]
     assert capsys.readouterr().out.count("once more on a fresh kernel") == 2
     assert ep._stalled(None) is False
+
+
+def test_a_claims_or_foreign_model_run_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path):
+    """The same for the executor of claims robustness, the foreign-model runs and the participant edition
+    (tools/claims_robustness.py's ``execute``): a cell past the timeout ends that kernel and the chapter runs once
+    more from the top on a fresh one, recorded as ``stalled_once``; a chapter that stalls twice did not complete."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import claims_robustness
+
+    from chainmark.auditor.keyfiles import write_key_file
+
+    marker = tmp_path / "stalled-once"
+    once = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, pathlib, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if not marker.exists():\n    marker.write_text(str(os.getpid()))\n    time.sleep(60)\n"
+        "print('ran', marker.read_text() != str(os.getpid()))")])
+    always = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    key_file = tmp_path / "k.key"
+    write_key_file(key_file)
+    results = {}
+    for name, nb in (("once", once), ("always", always)):
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        results[name] = claims_robustness.execute(str(tmp_path / f"{name}.ipynb"), key_file, tmp_path / f"{name}.jsonl",
+                                                  tmp_path / "runs", timeout=4, keep_notebook=True)
+    assert results["once"]["completed"] and results["once"]["stalled_once"]
+    assert results["once"]["notebook"].cells[0].outputs[0]["text"].split() == ["ran", "True"]
+    assert not results["always"]["completed"] and "CellTimeoutError" in results["always"]["error"]
