@@ -402,19 +402,25 @@ def test_every_solution_start_has_its_solution_end():
         assert order == ["start", "end"] * (len(order) // 2), (nb.name, order)
 
 
-def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, capsys):
-    """A cell that outlives the limit (the build's stalled client: a reply never read) ends that kernel, and the
-    chapter runs again from the top on a fresh one; a chapter that stalls twice fails the build."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import execute_parallel as ep
-
-    marker = tmp_path / "stalled-once"
+def _stalling_notebooks(marker: Path) -> tuple:
+    """Two notebooks for the stall tests: one whose cell sleeps past any short timeout only in its first kernel
+    (``marker`` remembers that kernel's pid) and prints whether it ran in another; one that always sleeps."""
     once = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import os, pathlib, time\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "if not marker.exists():\n    marker.write_text(str(os.getpid()))\n    time.sleep(60)\n"
         "print('ran', marker.read_text() != str(os.getpid()))")])
     always = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    return once, always
+
+
+def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, capsys):
+    """A cell that outlives the limit (the build's stalled client: a reply never read) ends that kernel, and the
+    chapter runs again from the top on a fresh one; a chapter that stalls twice fails the build."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import execute_parallel as ep
+
+    once, always = _stalling_notebooks(tmp_path / "stalled-once")
     for name, nb in (("01_once", once), ("02_always", always)):
         nbformat.write(nb, tmp_path / f"{name}.ipynb")
     results = ep._execute_queue([str(tmp_path / "01_once.ipynb"), str(tmp_path / "02_always.ipynb")], 4, None, 1,
@@ -436,13 +442,7 @@ def test_a_claims_or_foreign_model_run_whose_cell_stalls_runs_once_more_on_a_fre
 
     from chainmark.auditor.keyfiles import write_key_file
 
-    marker = tmp_path / "stalled-once"
-    once = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import os, pathlib, time\n"
-        f"marker = pathlib.Path({str(marker)!r})\n"
-        "if not marker.exists():\n    marker.write_text(str(os.getpid()))\n    time.sleep(60)\n"
-        "print('ran', marker.read_text() != str(os.getpid()))")])
-    always = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    once, always = _stalling_notebooks(tmp_path / "stalled-once")
     key_file = tmp_path / "k.key"
     write_key_file(key_file)
     results = {}
