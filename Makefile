@@ -22,7 +22,7 @@ PYTHONPYCACHEPREFIX ?= $(CURDIR)/_build/pycache
 export PYTHONPYCACHEPREFIX
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: book test install clean browser reference participant vllm
+.PHONY: book test check install clean browser reference participant vllm
 
 install: $(STAMP)
 
@@ -49,6 +49,16 @@ test:
 	@$(MAKE) --no-print-directory browser && echo "browser $$(date +%s.%N)" >> $(CLOCK)
 	@$(MAKE) --no-print-directory vllm && echo "vllm $$(date +%s.%N)" >> $(CLOCK)
 	$(BIN)/pytest $(PYTEST_WORKERS)
+
+# the five-minute loop: the unit, property and statistical tests, without building the book. It leaves out the tests
+# marked slow (the embedded model, notebook kernels, fresh environments, servers) or built (they read the built book);
+# the run's summary lists them by module, and its last line gives its time against the budget (tests/conftest.py)
+CHECK_MARKS := not slow and not built
+CHECK_CLOCK := _build/.make_check_clock
+check:
+	@mkdir -p _build && echo "start $$(date +%s.%N)" > $(CHECK_CLOCK)
+	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CHECK_CLOCK)
+	$(BIN)/pytest $(PYTEST_WORKERS) -m "$(CHECK_MARKS)"
 
 # the workshop's participant edition alone (make book also writes it, zipped, into the site)
 participant: $(STAMP)

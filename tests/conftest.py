@@ -61,10 +61,17 @@ def share_the_cores(environ=os.environ, cores: int | None = None) -> int | None:
 
 share_the_cores()
 
-#: ``make test`` stamps the end of each phase here (see the Makefile); the last line of the run reads it.
-MAKE_CLOCK = ROOT / "_build" / ".make_test_clock"
-#: The budget for ``make test`` in a fresh clone on the 2-core reference machine (tools/measure_ci.py).
+#: ``make test`` and ``make check`` stamp the end of each phase before pytest starts (see the Makefile): for each,
+#: its clock file, the phases it always stamps in order (later stamps, such as vLLM's environment, follow them),
+#: and its budget in minutes for a fresh clone on the 2-core reference machine (tools/measure_ci.py).
 BUDGET_MINUTES = 35
+CHECK_BUDGET_MINUTES = 5
+MAKE_TARGETS = {
+    "test": (ROOT / "_build" / ".make_test_clock", ("install", "book", "browser"), BUDGET_MINUTES),
+    "check": (ROOT / "_build" / ".make_check_clock", ("install",), CHECK_BUDGET_MINUTES),
+}
+#: What ``make check`` leaves out (pytest's ``-m`` expression; ``make test`` runs everything).
+CHECK_MARKS = "not slow and not built"
 _SESSION_START = time.time()
 
 
@@ -72,16 +79,18 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:02.0f} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def make_test_phases(clock: Path, session_start: float, now: float) -> dict[str, float] | None:
-    """Seconds per phase of this ``make test`` (install, book, browser, vLLM's environment where it is stamped,
-    tests, total), or None when the clock is missing or belongs to another run (pytest started on its own, or long
-    after the build)."""
+def make_phases(clock: Path, session_start: float, now: float,
+                required: tuple[str, ...] = ("install", "book", "browser")) -> dict[str, float] | None:
+    """Seconds per phase of this ``make test`` or ``make check`` (the ``required`` phases, then any later stamp
+    such as vLLM's environment, then the tests and the total), or None when the clock is missing or belongs to
+    another run (pytest started on its own, or long after the build)."""
     try:
-        stamps = dict(line.split() for line in clock.read_text().split("\n") if line.strip())
-        times = {name: float(value) for name, value in stamps.items()}
+        pairs = [line.split() for line in clock.read_text().split("\n") if line.strip()]
+        times = {name: float(value) for name, value in pairs}
     except (OSError, ValueError):
         return None
-    order = ["start", "install", "book", "browser"] + (["vllm"] if "vllm" in times else [])
+    order = ["start", *required]
+    order += [name for name, _ in pairs if name not in order]
     if any(name not in times for name in order) or not 0 <= session_start - times[order[-1]] < 120:
         return None
     phases = {later: times[later] - times[earlier] for earlier, later in zip(order, order[1:])}
@@ -108,7 +117,17 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if hasattr(config, "workerinput") or not _UNIT_SECONDS:
+    if hasattr(config, "workerinput"):
+        return
+    expression = config.getoption("markexpr", "")
+    if expression and _DESELECTED.exists():
+        try:
+            counts = json.loads(_DESELECTED.read_text())
+        except (OSError, ValueError):
+            counts = {}
+        for line in left_out_lines(counts, expression):
+            terminalreporter.write_line(line)
+    if not _UNIT_SECONDS:
         return
     terminalreporter.write_sep("-", "the costliest test modules (setup, call and teardown, on their worker)")
     for line in unit_seconds_table(_UNIT_SECONDS):
@@ -122,20 +141,56 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def pytest_unconfigure(config):
-    """The last line of ``make test``: the wall time of its install, build and tests, against the budget."""
+    """The last line of ``make test`` or ``make check``: the wall time of its phases and tests, against its budget."""
     if hasattr(config, "workerinput"):
         return
     now = time.time()
-    phases = make_test_phases(MAKE_CLOCK, _SESSION_START, now)
-    if phases is None:
+    for target, (clock, required, budget) in MAKE_TARGETS.items():
+        phases = make_phases(clock, _SESSION_START, now, required)
+        if phases is None:
+            continue
+        (ROOT / "_build" / f"make_{target}_clock.json").write_text(json.dumps(phases, indent=2) + "\n")
+        names = {"vllm": "vLLM's environment"}
+        steps = " · ".join(f"{names.get(name, name)} {_minutes(seconds)}" for name, seconds in phases.items()
+                           if name != "total")
+        verdict = "within" if phases["total"] <= budget * 60 else "OVER"
+        print(f"make {target}: {steps} · total {_minutes(phases['total'])} "
+              f"({verdict} the {budget}-minute budget for a fresh clone)")
+
+
+#: Where the first worker (or the only process) lists the tests a ``-m`` expression left out, for the summary.
+_DESELECTED = ROOT / "_build" / ".deselected.json"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts the workers, which write the new list
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        _DESELECTED.unlink(missing_ok=True)
+
+
+def pytest_deselected(items):
+    """Count what the ``-m`` expression left out, per module (``make check`` says what it did not run)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    if worker != "gw0" or not items:
         return
-    (ROOT / "_build" / "make_test_clock.json").write_text(json.dumps(phases, indent=2) + "\n")
-    verdict = "within" if phases["total"] <= BUDGET_MINUTES * 60 else "OVER"
-    print(f"make test: install {_minutes(phases['install'])} · book {_minutes(phases['book'])} · "
-          f"browser {_minutes(phases['browser'])} · "
-          + (f"vLLM's environment {_minutes(phases['vllm'])} · " if "vllm" in phases else "")
-          + f"tests {_minutes(phases['tests'])} · "
-          f"total {_minutes(phases['total'])} ({verdict} the {BUDGET_MINUTES}-minute budget for a fresh clone)")
+    counts: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        counts[module] = counts.get(module, 0) + 1
+    try:
+        _DESELECTED.parent.mkdir(exist_ok=True)
+        _DESELECTED.write_text(json.dumps(counts))
+    except OSError:
+        pass
+
+
+def left_out_lines(counts: dict[str, int], expression: str) -> list[str]:
+    """What a marker expression left out, most first: one line, then the modules (``test_site 40, ...``)."""
+    if not counts:
+        return []
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [f"-m {expression!r} left out {sum(counts.values())} tests (make test runs them):",
+            "  " + ", ".join(f"{module} {n}" for module, n in ranked)]
 
 
 #: ``make test`` runs the suite on a worker per core (pytest-xdist): each test module's tests run in one worker, in

@@ -221,6 +221,7 @@ def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances
     assert ep.default_jobs() == 1  # a reader's own model: one copy of it in memory
 
 
+@pytest.mark.slow
 def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
     """One kernel runs a worker's queue, but a chapter does not see what the one before it left: names, the
     working folder, environment variables, Matplotlib settings, or the book's packages' state (claims checked,
@@ -414,6 +415,7 @@ def _stalling_notebooks(marker: Path) -> tuple:
     return once, always
 
 
+@pytest.mark.slow
 def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, capsys):
     """A cell that outlives the limit (the build's stalled client: a reply never read) ends that kernel, and the
     chapter runs again from the top on a fresh one; a chapter that stalls twice fails the build."""
@@ -433,6 +435,7 @@ def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, 
     assert ep._stalled(None) is False
 
 
+@pytest.mark.slow
 def test_a_claims_or_foreign_model_run_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path):
     """The same for the executor of claims robustness, the foreign-model runs and the participant edition
     (tools/claims_robustness.py's ``execute``): a cell past the timeout ends that kernel and the chapter runs once

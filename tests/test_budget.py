@@ -45,6 +45,7 @@ def test_a_local_model_is_sized_from_its_file_headers_without_loading(small_mode
     assert model_size(DEFAULT_MODEL).params == EMBEDDED_PARAMS
 
 
+@pytest.mark.slow
 def test_the_embedded_models_size_is_its_checkpoints():
     from cmlab.harness.models import _converted_dir, _safetensors_params, embedded_gguf_path, load_model
 

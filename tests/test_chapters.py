@@ -130,6 +130,7 @@ def test_exercise_labels_are_unique_across_the_book():
             seen[label] = chapter
 
 
+@pytest.mark.built
 @pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_solutions_ran_in_the_build(chapter):
@@ -236,6 +237,7 @@ def test_core_chapter_builds_its_component_before_importing_it(chapter):
         "check_build in a cell tagged build-check)")
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", BUILD_CHAPTERS)
 def test_build_it_ran_in_the_build(chapter):
     executed = EXECUTED / chapter
@@ -295,6 +297,7 @@ def bare_rates(nb: nbformat.NotebookNode) -> list[str]:
     return bare
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", RATE_CHAPTERS)
 def test_no_rate_without_its_interval(chapter):
     executed = EXECUTED / chapter

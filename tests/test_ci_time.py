@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUDGET_MINUTES, make_test_phases
+from conftest import BUDGET_MINUTES, CHECK_BUDGET_MINUTES, CHECK_MARKS, left_out_lines, make_phases
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -27,12 +27,36 @@ def _clock(tmp_path: Path, **stamps: float) -> Path:
 
 def test_the_phases_of_make_test_come_from_its_clock(tmp_path):
     clock = _clock(tmp_path, start=1000.0, install=1090.5, book=2200.0, browser=2201.0)
-    phases = make_test_phases(clock, session_start=2203.0, now=3400.0)
+    phases = make_phases(clock, session_start=2203.0, now=3400.0)
     assert phases == {"install": 90.5, "book": 1109.5, "browser": 1.0, "tests": 1197.0, "total": 2400.0}
     clock = _clock(tmp_path, start=1000.0, install=1090.5, book=2200.0, browser=2201.0, vllm=2331.0)
-    phases = make_test_phases(clock, session_start=2333.0, now=3400.0)
+    phases = make_phases(clock, session_start=2333.0, now=3400.0)
     assert phases == {"install": 90.5, "book": 1109.5, "browser": 1.0, "vllm": 130.0, "tests": 1067.0,
                       "total": 2400.0}
+
+
+def test_the_phases_of_make_check_come_from_its_clock(tmp_path):
+    """make check stamps its install only; the clock of a make test (which has more phases) reads the same way."""
+    clock = _clock(tmp_path, start=1000.0, install=1068.0)
+    assert make_phases(clock, session_start=1069.0, now=1300.0, required=("install",)) == {
+        "install": 68.0, "tests": 231.0, "total": 300.0}
+    assert make_phases(clock, session_start=1069.0, now=1300.0) is None  # not a make test: no book phase
+
+
+def test_what_make_check_leaves_out_is_listed_by_module_most_first():
+    lines = left_out_lines({"test_site": 40, "test_vllm": 6, "test_book": 5, "test_a": 5}, CHECK_MARKS)
+    assert lines == [f"-m {CHECK_MARKS!r} left out 56 tests (make test runs them):",
+                     "  test_site 40, test_vllm 6, test_a 5, test_book 5"]
+    assert left_out_lines({}, CHECK_MARKS) == []
+
+
+def test_make_check_runs_what_the_markers_leave_in():
+    """The Makefile's check target uses conftest's expression, and the two markers it names are declared."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert f'CHECK_MARKS := {CHECK_MARKS}' in makefile and '-m "$(CHECK_MARKS)"' in makefile
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    for marker in ("slow", "built"):
+        assert f'"{marker}: ' in pyproject, marker
 
 
 @pytest.mark.parametrize("case", ["missing", "stale", "incomplete", "garbled"])
@@ -47,7 +71,7 @@ def test_a_clock_from_another_run_reports_nothing(tmp_path, case):
     if case == "garbled":
         clock.write_text("start yesterday\n")
     session_start = 2203.0 if case != "stale" else 2201.0 + 3600
-    assert make_test_phases(clock, session_start=session_start, now=session_start + 10) is None
+    assert make_phases(clock, session_start=session_start, now=session_start + 10) is None
 
 
 def test_measure_ci_reads_module_times_and_the_slowest_tests(tmp_path):

@@ -148,6 +148,7 @@ def test_a_changed_run_size_is_caught_against_the_executed_page(tmp_path):
     assert uncovered_steps(chapter, executed) == [(first.texts + 1, first.new_tokens)]
 
 
+@pytest.mark.built
 def test_the_smoke_work_is_what_the_built_chapters_forecast():
     """CHAPTER_WORK is kept by hand: every step a chapter forecast when `make book` executed it (the book's
     configuration: the smoke scale) must be listed with the same texts and tokens, or the Colab table drifts

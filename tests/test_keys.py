@@ -243,6 +243,7 @@ def _key_forms(key: bytes) -> list[str]:
     return [f for f in forms if len(f) >= 8]
 
 
+@pytest.mark.built
 @pytest.mark.slow
 def test_book_key_absent_from_built_site_and_records():
     """The rendered site, executed notebooks and run records never hold the book key."""

@@ -164,6 +164,7 @@ EXECUTED_PAGES = [f"{entry}.ipynb" for entry in toc_files()
                   if (ROOT / f"{entry}.ipynb").exists() or "{code-cell}" in (ROOT / f"{entry}.md").read_text()]
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", EXECUTED_PAGES)
 def test_the_executed_chapter_shows_no_bookkeeping_or_raw_output(chapter):
     executed = EXECUTED / chapter
@@ -173,6 +174,7 @@ def test_the_executed_chapter_shows_no_bookkeeping_or_raw_output(chapter):
     assert not found, f"{chapter}: " + "; ".join(found)
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_figure_of_the_page_is_numbered_captioned_and_described(chapter):
     page = SITE / chapter.replace(".ipynb", ".html")
@@ -182,6 +184,7 @@ def test_every_figure_of_the_page_is_numbered_captioned_and_described(chapter):
     assert not found, f"{chapter}: " + "; ".join(found)
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", EXECUTED_PAGES)
 def test_no_page_keeps_widget_residue(chapter):
     page = SITE / chapter.replace(".ipynb", ".html")
@@ -207,6 +210,7 @@ def test_the_glue_check_finds_a_name_that_was_never_glued():
     assert unglued(nb, {"ch_z", "ch_n"}) == []
 
 
+@pytest.mark.built
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_every_number_the_prose_cites_was_glued_by_the_page(chapter):
     executed = EXECUTED / chapter

@@ -838,6 +838,7 @@ def test_works_from_file_url(standalone, tokenizer) -> None:
 # --------------------------------------------------------------------------- the built site
 
 
+@pytest.mark.built
 @pytest.mark.slow
 def test_playground_on_the_built_site(tokenizer, reference_key, chromium) -> None:
     """Type edits into the box on the rendered explorers page (http and file://), network blocked."""

@@ -27,7 +27,7 @@ SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 EXPLORER_PAGES = ["book/10_explorers.html"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.built]
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -55,6 +55,7 @@ def test_the_search_finds_a_planted_key(tmp_path):
     assert leaks(tmp_path, bytes(range(40, 72))) == []
 
 
+@pytest.mark.built
 @pytest.mark.slow
 @pytest.mark.parametrize("root", BUILT, ids=lambda p: p.name)
 def test_built_site_holds_no_key(root):

@@ -2,6 +2,7 @@
 
     python3 tools/measure_ci.py                       # clone HEAD into a temporary folder, run `make test`
     python3 tools/measure_ci.py --out FILE --keep     # write elsewhere, keep the clone for a look afterwards
+    python3 tools/measure_ci.py --target check        # the five-minute loop, `make check`, the same way
 
 CI runs ``.ci/run`` (the README's ``make test``) on a fresh clone and gives it 90 minutes; this book
 holds itself to a budget well inside that (``BUDGET_MINUTES``), so that one more chapter never
@@ -22,8 +23,10 @@ or chainmark caches) and records, from that one run:
   kernel's interrupt time, count as other; in a container ``/proc/stat`` is the whole host's.
 
 The record goes to ``benchmarks/results/ci_time.json`` (committed: the README's figures come from
-it). The exit status is 1 when ``make test`` failed or ran over the budget. Run it on an otherwise
-idle machine: two heavy processes on two cores each run about twice as slowly.
+it); ``--target check`` measures ``make check`` instead (install and the tests that build no book, against
+its own budget, ``CHECK_BUDGET_MINUTES``) into ``benchmarks/results/check_time.json``. The exit status
+is 1 when the command failed or ran over its budget. Run it on an otherwise idle machine: two heavy
+processes on two cores each run about twice as slowly.
 """
 from __future__ import annotations
 
@@ -42,11 +45,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "ci_time.json"
+CHECK_OUT = ROOT / "benchmarks" / "results" / "check_time.json"
 sys.path.insert(0, str(ROOT / "tools"))
 from measure_chapters import machine as _machine  # noqa: E402  (the same machine description)
 
 #: What `make test` in a fresh clone may take on the 2-core reference machine, book included.
 BUDGET_MINUTES = 35
+#: What `make check`, the five-minute loop, may take there, install included.
+CHECK_BUDGET_MINUTES = 5
 
 
 def test_times(junit: Path, slowest: int = 30) -> tuple[dict[str, float], list[dict]]:
@@ -96,10 +102,18 @@ def _children_cpu() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=OUT, help=f"the record (default: {OUT.relative_to(ROOT)})")
+    parser.add_argument("--target", choices=("test", "check"), default="test",
+                        help="make test, as CI runs it (.ci/run), or make check, the five-minute loop")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the record (default: {OUT.relative_to(ROOT)}, or {CHECK_OUT.relative_to(ROOT)} "
+                             "for make check)")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its empty home")
     parser.add_argument("--label", default="", help="a word for the record, e.g. 'before' or 'after'")
     args = parser.parse_args(argv)
+    check = args.target == "check"
+    budget = CHECK_BUDGET_MINUTES if check else BUDGET_MINUTES
+    out = args.out or (CHECK_OUT if check else OUT)
+    command = ["make", "check"] if check else ["bash", ".ci/run"]
 
     work = Path(tempfile.mkdtemp(prefix="measure_ci."))
     clone, home = work / "p", work / "home"
@@ -115,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                CHAINMARK_MEASURING_CI="1")  # the record's own test waits for the record
     load_before = [round(x, 2) for x in os.getloadavg()]
     cpu_before, own_before = cpu_times(), _children_cpu()
-    print(f"measure_ci: `make test` in {clone} (HOME={home}); log in {work / 'make_test.log'}", flush=True)
+    print(f"measure_ci: `make {args.target}` in {clone} (HOME={home}); log in {work / 'make_test.log'}", flush=True)
     start = time.perf_counter()
     with open(work / "make_test.log", "w") as log:
-        status = subprocess.run(["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        status = subprocess.run(command, cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - start
     cpu = cpu_account(cpu_before, cpu_times(), _children_cpu() - own_before)
     tail = (work / "make_test.log").read_text().splitlines()[-3:]
@@ -127,16 +141,17 @@ def main(argv: list[str] | None = None) -> int:
         "label": args.label,
         "commit": commit,
         "measured": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python3 tools/measure_ci.py  (bash .ci/run = make test, fresh clone, empty HOME)",
+        "command": ("python3 tools/measure_ci.py --target check  (make check, fresh clone, empty HOME)" if check
+                    else "python3 tools/measure_ci.py  (bash .ci/run = make test, fresh clone, empty HOME)"),
         "machine": _machine(),
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "cpu": cpu,
         "exit_status": status,
         "wall_seconds": round(wall, 1),
-        "budget_seconds": BUDGET_MINUTES * 60,
-        "within_budget": status == 0 and wall <= BUDGET_MINUTES * 60,
-        "phases": phases(clone / "_build" / "make_test_clock.json"),
+        "budget_seconds": budget * 60,
+        "within_budget": status == 0 and wall <= budget * 60,
+        "phases": phases(clone / "_build" / f"make_{args.target}_clock.json"),
         "last_lines": tail,
     }
     timings = clone / "_build" / "timings.json"
@@ -146,17 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         record["test_modules"], record["slowest_tests"] = test_times(junit)
 
     records = []
-    if args.out.exists():
-        previous = json.loads(args.out.read_text())
+    if out.exists():
+        previous = json.loads(out.read_text())
         records = previous.get("runs", [])
     records.append(record)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"budget_minutes": BUDGET_MINUTES, "runs": records}, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"budget_minutes": budget, "runs": records}, indent=2) + "\n")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     verdict = "within" if record["within_budget"] else "OVER"
-    print(f"measure_ci: exit {status}, {wall / 60:.1f} min, {verdict} the {BUDGET_MINUTES}-minute budget; "
-          f"recorded in {args.out}")
+    print(f"measure_ci: exit {status}, {wall / 60:.1f} min, {verdict} the {budget}-minute budget; "
+          f"recorded in {out}")
     print(f"  the machine's CPU time: {cpu['run_share']:.0%} this run, {cpu['other_share']:.0%} other processes, "
           f"{cpu['idle_share']:.0%} idle, {cpu['steal_share']:.0%} withheld by the host")
     for line in tail:
