@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import measure_ci  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "results" / "ci_time.json"
+CHECK_RECORD = ROOT / "benchmarks" / "results" / "check_time.json"
 
 
 def _clock(tmp_path: Path, **stamps: float) -> Path:
@@ -103,6 +104,23 @@ def test_measure_ci_says_where_the_machines_cpu_time_went():
 
 def test_the_budget_is_the_same_everywhere():
     assert measure_ci.BUDGET_MINUTES == BUDGET_MINUTES == json.loads(RECORD.read_text())["budget_minutes"]
+    assert measure_ci.CHECK_BUDGET_MINUTES == CHECK_BUDGET_MINUTES == json.loads(
+        CHECK_RECORD.read_text())["budget_minutes"]
+
+
+def test_the_readme_quotes_the_latest_fresh_clone_make_check_inside_its_budget():
+    """make check, the five-minute loop, measured in a fresh clone (tools/measure_ci.py --target check): the latest
+    run passed, stayed inside its budget, and is the one the README quotes, install and tests included."""
+    latest = json.loads(CHECK_RECORD.read_text())["runs"][-1]
+    assert latest["exit_status"] == 0, latest.get("last_lines")
+    assert latest["within_budget"] and latest["wall_seconds"] <= CHECK_BUDGET_MINUTES * 60
+    assert set(latest["phases"]) == {"install", "tests", "total"} and "make check" in latest["command"]
+    readme = (ROOT / "README.md").read_text("utf-8")
+    minutes, seconds = divmod(round(latest["wall_seconds"]), 60)
+    phases = latest["phases"]
+    assert (f"in a fresh clone {minutes} min {seconds:02d} s (install {round(phases['install'])} s, the tests "
+            f"{round(phases['tests'])} s; `benchmarks/results/check_time.json`") in readme
+    assert f"inside its budget of {CHECK_BUDGET_MINUTES} minutes" in readme
 
 
 def test_the_readme_quotes_the_latest_fresh_clone_run_and_its_place_against_the_budget():
