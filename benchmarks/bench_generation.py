@@ -40,6 +40,7 @@ printed as indicative only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -135,6 +136,60 @@ def load_other_processor(path: str):
     return module
 
 
+class _CallTimer:
+    """Seconds spent inside a processor class's ``__call__`` (the decoding steps' own work), while installed.
+
+    The benchmark wraps the class, not an instance, so that the processor ``chainmark.embed.generate`` builds
+    for itself is timed too; two clock reads a step cost well under a microsecond."""
+
+    def __init__(self, *classes: type) -> None:
+        self.classes, self.seconds, self._originals = classes, 0.0, []
+
+    def __enter__(self) -> "_CallTimer":
+        for cls in self.classes:
+            self._originals.append((cls, cls.__call__))
+            cls.__call__ = self._timed(cls.__call__)
+        return self
+
+    def _timed(self, original):
+        @functools.wraps(original)  # transformers reads the call's signature: keep (input_ids, scores)
+        def timed(proc, input_ids, scores):
+            start = time.perf_counter()
+            try:
+                return original(proc, input_ids, scores)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return timed
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, original in self._originals:
+            cls.__call__ = original
+
+
+class _GenerateTimer:
+    """Seconds spent inside ``model.generate`` while installed: the rest of the helper's time is its own
+    work around generation (prompts, the trace, decoding)."""
+
+    def __init__(self, model) -> None:
+        self.model, self.seconds = model, 0.0
+
+    def __enter__(self) -> "_GenerateTimer":
+        original = self.model.generate
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        self.model.generate = timed  # an instance attribute over the class's method
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.model.generate
+
+
 def bench_generation(model, tokenizer, config, gate, new_tokens: int, batch: int, repeats: int,
                      other: object = None) -> dict:
     """Interleaved wall and CPU time of plain sampling and ChainMark at the operating point.
@@ -181,21 +236,28 @@ def bench_generation(model, tokenizer, config, gate, new_tokens: int, batch: int
         runs["compared_processor"] = compared_processor
     times: dict[str, list[float]] = {k: [] for k in runs}
     cpu: dict[str, list[float]] = {k: [] for k in runs}
+    own: dict[str, list[float]] = {k: [] for k in runs}       # inside the processor's __call__
+    around: dict[str, list[float]] = {k: [] for k in runs}    # the helper's work outside model.generate
+    classes = (ChainMarkLogitsProcessor,) + ((other.ChainMarkLogitsProcessor,) if other is not None else ())
     for f in runs.values():  # warm-up: first calls pay for allocations and lazy set-up
         f()
     for r in range(repeats):
         order = list(runs) if r % 2 == 0 else list(reversed(runs))  # interleave, alternate order
         for name in order:
             torch.manual_seed(1000 + r)
-            t0, c0 = time.perf_counter(), time.process_time()
-            runs[name]()
-            cpu[name].append(time.process_time() - c0)
-            times[name].append(time.perf_counter() - t0)
+            with _CallTimer(*classes) as steps, _GenerateTimer(model) as inside:
+                t0, c0 = time.perf_counter(), time.process_time()
+                runs[name]()
+                cpu[name].append(time.process_time() - c0)
+                times[name].append(time.perf_counter() - t0)
+            own[name].append(steps.seconds)
+            around[name].append(times[name][-1] - inside.seconds)
             print(f"  batch {batch} run {r + 1}/{repeats} {name:20s} wall {times[name][-1]:7.2f} s  "
-                  f"cpu {cpu[name][-1]:7.2f} s", file=sys.stderr, flush=True)
+                  f"cpu {cpu[name][-1]:7.2f} s  in the processor {steps.seconds:6.3f} s", file=sys.stderr, flush=True)
     out = {"batch": batch, "new_tokens": new_tokens, "repeats": repeats,
            "median_s": {k: statistics.median(v) for k, v in times.items()}, "all_s": times,
            "median_cpu_s": {k: statistics.median(v) for k, v in cpu.items()}, "all_cpu_s": cpu}
+    out["where"] = where_the_time_goes(times, own, around)
     variants = {"processor": "chainmark_processor", "generate": "chainmark_generate",
                 "control": "plain_again", "compared": "compared_processor"}
     for variant, name in variants.items():
@@ -204,6 +266,28 @@ def bench_generation(model, tokenizer, config, gate, new_tokens: int, batch: int
         for clock, data in (("wall", times), ("cpu", cpu)):
             paired = [a / b for a, b in zip(data[name], data["plain"])]
             out[f"ratio_{variant}_{clock}"] = _spread(paired)
+    return out
+
+
+def where_the_time_goes(times: dict[str, list[float]], own: dict[str, list[float]],
+                        around: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Each variant's extra time split into what it spends itself and the rest, as shares of plain's median.
+
+    ``own`` is the time inside the processor's calls (the decoding steps' ChainMark work), ``around`` the time
+    outside ``model.generate`` (for the helper: prompts, the trace and decoding; for the others a few
+    microseconds). What a variant's measured ratio holds beyond ``1 + own + around`` is not ChainMark's own
+    work: it is the run-to-run drift that the A/A control (plain run twice) measures, plus any effect of the
+    processor on the model's own steps (its memory traffic evicting the model's data from the caches)."""
+    base = statistics.median(times["plain"])
+    out = {}
+    for name in times:
+        if name == "plain":
+            continue
+        own_s, around_s = statistics.median(own[name]), statistics.median(around[name])
+        paired = statistics.median(a / b for a, b in zip(times[name], times["plain"]))
+        out[name] = {"own_s": own_s, "around_s": around_s, "own_share": own_s / base, "around_share": around_s / base,
+                     "direct_ratio": 1 + (own_s + around_s) / base, "measured_ratio": paired,
+                     "rest": paired - 1 - (own_s + around_s) / base}
     return out
 
 
@@ -282,6 +366,13 @@ def main(argv: list[str] | None = None) -> int:
                     line += (f"   {clock} ratio {r['median']:.3f} [{r['q1']:.3f}, {r['q3']:.3f}]"
                              f" ({r['min']:.3f}-{r['max']:.3f})")
                 print(line)
+            print("  where the time goes (medians, as shares of plain's time): ChainMark's own work in the processor"
+                  " and the helper's work around model.generate; the rest is drift (see the A/A control) or the"
+                  " processor's effect on the model's own steps")
+            for name, w in gen["where"].items():
+                print(f"    {name:20s} own {w['own_s']:6.3f} s ({w['own_share']:6.2%})   around "
+                      f"{w['around_s']:6.3f} s ({w['around_share']:6.2%})   direct ratio {w['direct_ratio']:.3f}"
+                      f"   measured {w['measured_ratio']:.3f}   rest {w['rest']:+.3f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1, default=float)

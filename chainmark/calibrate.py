@@ -61,7 +61,13 @@ def null_p0(S: object, k: object = 1) -> float:
 # closed form
 # ---------------------------------------------------------------------------
 def z_alpha(alpha: float) -> float:
-    """One-sided standard-normal critical value: P(Z > z_alpha) = alpha (z_0.01 = 2.326)."""
+    """One-sided standard-normal critical value: P(Z > z_alpha) = alpha (z_0.01 = 2.326).
+
+    Example:
+
+    >>> round(cm.z_alpha(0.01), 3)
+    2.326
+    """
     return float(norm.isf(check_alpha(alpha)))
 
 
@@ -71,6 +77,11 @@ def predicted_z(n: int, rho: float, S: int, k: int = 1) -> float:
     The watermark lifts the mean of phi from p0 to p0 + rho (1 - p0); the
     null standard deviation is sqrt(p0 (1 - p0) / (n - 1)). Their ratio is
     this value; for k = 1 it is the paper's rho * sqrt((S - 1)(n - 1)).
+
+    Example:
+
+    >>> round(cm.predicted_z(n=200, rho=0.5, S=5), 2)
+    14.11
     """
     n = check_length(n)
     rho = check_rho_positive(rho)
@@ -84,6 +95,11 @@ def midpoint_threshold(rho: float, S: int, k: int = 1) -> float:
     Halfway between the null mean p0 and the watermarked mean
     p0 + rho (1 - p0). It does not depend on n; its z-scale equivalent
     (:func:`midpoint_z`) does.
+
+    Example:
+
+    >>> cm.midpoint_threshold(rho=0.5, S=5)  # p0 = 1/5, halfway to the watermarked phi
+    0.4
     """
     rho = check_rho_positive(rho)
     p0 = null_p0(S, k)
@@ -112,6 +128,13 @@ def s_star(n: int, rho: float, alpha: float, k: int = 1) -> int:
     the paper's rule ceil(4 z_alpha^2 / (rho^2 (n - 1)) + 1). The bracket
     exceeds 1, so S* >= k + 1 always holds (a valid topology needs k < S).
     For alpha >= 0.5, z_alpha <= 0 and every S qualifies: S* = k + 1.
+
+    Example:
+
+    >>> cm.s_star(n=200, rho=0.5, alpha=0.01)
+    2
+    >>> cm.s_star(n=50, rho=0.25, alpha=0.001)
+    14
     """
     n = check_length(n)
     rho = check_rho_positive(rho)
@@ -133,6 +156,11 @@ def hoeffding_fpr_bound(n: int, rho: float, S: int, k: int = 1) -> float:
         FPR <= 2 exp(-2 m ((rho / 2)(1 - p0))^2).
 
     Returned as the formula gives it: values >= 1 (short texts) say nothing.
+
+    Example:
+
+    >>> cm.hoeffding_fpr_bound(n=200, rho=0.5, S=5) < 0.01
+    True
     """
     n = check_length(n)
     gap = midpoint_threshold(rho, S, k) - null_p0(S, k)
@@ -173,6 +201,11 @@ def exact_fpr(n: int, S: int, alpha: float, k: int = 1) -> float:
     everything after it, given the next state, by column regularity), so the
     count of valid transitions is Binomial(n - 1, p0) and the detector fires
     from :func:`critical_count` on.
+
+    Example:
+
+    >>> round(cm.exact_fpr(n=200, S=5, alpha=0.01), 4)  # the z-test at alpha = 1% on 200 uniform tokens: above 1%
+    0.0143
     """
     c = critical_count(n, S, alpha, k)
     return float(binom.sf(c - 1, n - 1, null_p0(S, k)))
@@ -257,6 +290,11 @@ def min_null_samples(alpha: float) -> int:
     recipe is held to the same rule: below it the corpus cannot contain a
     single expected exceedance, so nothing in it can show whether the
     Gaussian tail that the recipe extrapolates holds at alpha.
+
+    Example:
+
+    >>> cm.min_null_samples(0.01)
+    99
     """
     alpha = check_alpha(alpha)
     return max(2, math.ceil((1.0 - alpha) / alpha - _EPS))
@@ -270,7 +308,14 @@ HEAVY_TAIL_KURTOSIS = 1.0
 
 def excess_kurtosis(z: Any) -> float:
     """Sample excess kurtosis of null scores (0 for a Gaussian; the biased moment estimator,
-    as ``scipy.stats.kurtosis``); 0 when there are fewer than 4 values or no spread."""
+    as ``scipy.stats.kurtosis``); 0 when there are fewer than 4 values or no spread.
+
+    Example:
+
+    >>> import numpy as np
+    >>> round(cm.excess_kurtosis(np.random.default_rng(0).standard_normal(100_000)), 2)
+    0.02
+    """
     z = np.asarray(z, dtype=float)
     if z.size < 4:
         return 0.0
@@ -296,6 +341,13 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     Raises ValueError for an empty corpus, non-finite scores, alpha outside
     (0, 1), a corpus smaller than :func:`min_null_samples` (the message says
     how many are needed) or, for the SD recipe, scores that are all equal.
+
+    Example:
+
+    >>> import numpy as np
+    >>> null_z = np.random.default_rng(0).standard_normal(5000)
+    >>> round(cm.recalibrate(null_z, alpha=0.01, method='quantile'), 1)
+    2.3
     """
     alpha = check_alpha(alpha)
     if method not in _RECALIBRATION_METHODS:

@@ -32,7 +32,14 @@ GENERATION_SEED = 42
 
 @dataclass(frozen=True)
 class ChainMarkConfig:
-    """A validated watermark configuration. The key never appears in its repr."""
+    """A validated watermark configuration. The key never appears in its repr.
+
+    Example:
+
+    >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=0.5)
+    >>> config  # the key is never shown
+    ChainMarkConfig(S=5, rho=0.5, gate='high_entropy', topology=Topology(clockwork, S=5, k=1, p0=0.2))
+    """
 
     key: Key = field(repr=False)
     S: int = 5

@@ -121,6 +121,13 @@ def valid_transitions(states: np.ndarray, topology: Topology) -> np.ndarray:
     difference d = s_{i+1} - s_i: the step is legal when d is an allowed
     offset o, or o - S (the wrap-around). Comparisons on the compact int8
     states are several times cheaper than gathering from the S x S matrix.
+
+    Example:
+
+    >>> import numpy as np
+    >>> topo = cm.resolve_topology('clockwork', 5)
+    >>> cm.valid_transitions(np.array([0, 1, 2, 4, 0]), topo)
+    array([ True,  True, False,  True])
     """
     states = _signed(np.asarray(states))
     S = topology.S
@@ -200,6 +207,15 @@ def score_states(
     ``scored`` (a boolean mask over the n - 1 transitions) selects which
     transitions count; None counts all of them. Fewer than two states, or no
     scored transition, give phi = z = 0, p = 1 and no detection.
+
+    Example:
+
+    >>> import numpy as np
+    >>> topo = cm.resolve_topology('clockwork', 5)
+    >>> walk = np.arange(40) % 5  # a text that walks the cycle at every step
+    >>> r = cm.score_states(walk, topo)
+    >>> r.phi, r.is_watermarked
+    (1.0, True)
     """
     if not isinstance(topology, Topology):
         raise TypeError(f"topology must be a Topology, got {type(topology).__name__}")
@@ -363,6 +379,13 @@ def detect(
     z-test's normal tail is an approximation. ``vocab_size`` (when
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
+
+    Example:
+
+    >>> config = cm.ChainMarkConfig(b'example key', S=5)
+    >>> result = cm.detect([1234, 99, 7, 4242, 31, 5, 808, 77], config)
+    >>> result.n_scored, result.is_watermarked
+    (7, False)
     """
     if isinstance(token_ids, str):
         raise TypeError("detect scores token ids or a Generation, not text: for text, detect_text(text, tokenizer, "
@@ -390,6 +413,13 @@ def detect_batch(
     are those of :func:`detect`. One text (a flat sequence of ids) is an
     error naming :func:`detect`. A list of Generations may stand for the
     rows; without a config they must carry one configuration, which is used.
+
+    Example:
+
+    >>> config = cm.ChainMarkConfig(b'example key', S=5)
+    >>> results = cm.detect_batch([[1234, 99, 7], [5, 6, 7, 8]], config)
+    >>> [r.n_scored for r in results]
+    [2, 3]
     """
     batch, config = _batch_and_config(batch, config)
     topo, alpha, test = detection_args(config, alpha, test)
@@ -450,6 +480,14 @@ def detect_text(
     detection chapter measures how often). ``vocab_size`` defaults to
     ``len(tokenizer)``; pass the model's logit width if the state table
     was built for a larger vocabulary.
+
+    Example:
+
+    >>> # with the tokenizer of the model that generated the text:
+    >>> config = cm.ChainMarkConfig(b'example key')
+    >>> r = cm.detect_text('The sky is blue because of Rayleigh scattering.', tokenizer, config)
+    >>> r.n_tokens > 5
+    True
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")

@@ -49,7 +49,14 @@ _MAX_CANDIDATE_ENTRIES = 1 << 24
 
 
 def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) -> str:
-    """Render one user message through the tokenizer's chat template."""
+    """Render one user message through the tokenizer's chat template.
+
+    Example:
+
+    >>> text = cm.chat_prompt(tokenizer, 'Why is the sky blue?')
+    >>> 'Why is the sky blue?' in text
+    True
+    """
     if not isinstance(user_message, str) or not user_message.strip():
         raise ValueError("user_message must be a non-empty string")
     messages = []
@@ -134,6 +141,18 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
     allowed set had a finite logit). With ``record_signals=True`` the step's
     entropy and top-2 gap are kept as well (computed once, shared with the
     gate). Recorded tensors stay on the device.
+
+    Example:
+
+    >>> from transformers import LogitsProcessorList
+    >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=1.0, gate='all')  # every step forced
+    >>> processor = cm.ChainMarkLogitsProcessor(config, vocab_size=cm.logits_width(model))
+    >>> enc = tokenizer([cm.chat_prompt(tokenizer, 'Why is the sky blue?')], return_tensors='pt')
+    >>> out = model.generate(**enc, logits_processor=LogitsProcessorList([processor]), do_sample=False,
+    ...                      max_new_tokens=16)
+    >>> new = out[0, enc['input_ids'].shape[1]:].tolist()
+    >>> cm.detect(new, config).phi  # every transition legal
+    1.0
     """
 
     def __init__(self, config: ChainMarkConfig, gate: Gate | None = None,
@@ -333,6 +352,13 @@ def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str
     gate's signal at every position, and picks tau so that a share ``rho`` of
     those positions would be gated. Extra keyword arguments go to
     :func:`generate` (e.g. ``batch_size``, ``seed``).
+
+    Example:
+
+    >>> pilot = ['Why is the sky blue?', 'Tell me about owls.']  # unwatermarked prompts like the deployment's
+    >>> gate = cm.calibrate_gate(model, tokenizer, pilot, 'high_entropy', rho=0.5, max_new_tokens=16)
+    >>> gate.kind, gate.tau > 0
+    ('high_entropy', True)
     """
     check_gate_kind(kind)
     rho = check_rho(rho)
@@ -388,7 +414,13 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 
 def logits_width(model: Any) -> int:
-    """Width of the model's logits (may exceed ``len(tokenizer)``)."""
+    """Width of the model's logits (may exceed ``len(tokenizer)``).
+
+    Example:
+
+    >>> cm.logits_width(model) >= len(tokenizer)
+    True
+    """
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
@@ -461,6 +493,15 @@ def generate(
     through the chat template (raw text for a model without one). Batches are left-padded; batch ``b`` is
     sampled with seed ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
     Returns one :class:`Generation` per prompt, in order, each carrying ``config``.
+
+    Example:
+
+    >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=0.5)
+    >>> gate = cm.calibrate_gate(model, tokenizer, ['Tell me about owls.'], 'high_entropy', rho=0.5,
+    ...                         max_new_tokens=16)
+    >>> [g] = cm.generate(model, tokenizer, ['Why is the sky blue?'], config, gate, max_new_tokens=32)
+    >>> cm.detect(g).n_scored > 0, 0 < g.rho_realised <= 1
+    (True, True)
     """
     how = Sampling.of(sampling, **overrides)
     max_new_tokens, min_new_tokens, temperature = how.max_new_tokens, how.min_new_tokens, how.temperature

@@ -171,6 +171,13 @@ def key_randomisation_test(token_ids: object, config: ChainMarkConfig, *, statis
     random key P(p <= alpha) <= alpha for every text, every alpha and every
     number of draws. Give ``seed`` only to reproduce draws: with a fixed seed
     the guarantee holds on average over seeds, not for every text.
+
+    Example:
+
+    >>> config = cm.ChainMarkConfig(b'example key', S=5)
+    >>> r = cm.key_randomisation_test(list(range(100, 160)), config, draws=199)
+    >>> r.draws, 0 < r.p_value <= 1
+    (199, True)
     """
     key, topo = config.key, _regular(config)
     draws, seed = _check_draws(draws), _check_seed(seed, key)

@@ -42,6 +42,13 @@ class Topology:
     :meth:`from_offsets` or :meth:`from_matrix`. ``allow_irregular=True``
     exists for teaching only (to show the variance formula failing); such a
     topology has ``k = None`` and ``p0`` equal to the matrix density.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ring = cm.Topology(np.roll(np.eye(4, dtype=int), 1, axis=1), name='ring')
+    >>> ring.S, ring.k, ring.successors(3)
+    (4, 1, (0,))
     """
 
     def __init__(self, matrix: object, name: str = "custom", allow_irregular: bool = False):
@@ -211,7 +218,14 @@ def cycle_topology(S: int, k: int = 1) -> Topology:
 
 
 def resolve_topology(topology: TopologyLike, S: int) -> Topology:
-    """Turn a name ('clockwork', 'soft_cycle') or a Topology into a Topology over S states."""
+    """Turn a name ('clockwork', 'soft_cycle') or a Topology into a Topology over S states.
+
+    Example:
+
+    >>> topo = cm.resolve_topology('clockwork', 5)
+    >>> topo.S, topo.k, topo.successors(4)
+    (5, 1, (0,))
+    """
     S = check_num_states(S)
     if isinstance(topology, Topology):
         if topology.S != S:

@@ -283,7 +283,6 @@ def execute_on_foreign_model(jobs: dict[str, str], foreign: Path, work: Path) ->
 
 def _execute_one(notebook: str, folder: Path, env: dict[str, str]) -> dict:
     """One notebook in its own kernel (a worker process of :func:`execute_on_foreign_model`)."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
     from chainmark.auditor.keyfiles import write_key_file
@@ -303,8 +302,7 @@ def foreign_runs(foreign, tmp_path_factory) -> dict[str, dict]:
     """Every chapter executed on the foreign model, each under a fresh key in its own kernel, two at a time
     (:func:`execute_on_foreign_model`; tests/test_foreign_model.py checks them, tests/test_participant_edition.py
     reads their Build it checks)."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
     work = tmp_path_factory.mktemp("foreign-runs")
-    return execute_on_foreign_model({c: c for c in claims_robustness.toc_chapters()}, foreign, work)
+    return execute_on_foreign_model({c: c for c in claims_robustness.toc_notebooks()}, foreign, work)

@@ -567,7 +567,6 @@ def test_every_chainmark_name_a_chapter_uses_exists():
 def test_no_page_uses_a_private_name():
     """``tools/page_names.py`` lists each chapter's names of both packages; none is private (a name starting
     with one underscore, reached by import, by ``cm.``/``lab.`` or through an imported name)."""
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         from page_names import page_names
     finally:
@@ -581,7 +580,6 @@ def test_no_page_uses_a_private_name():
 def test_every_page_shows_at_most_thirty_package_names():
     """A page shows the method, not the whole toolbox: at most 30 names of ``chainmark`` and ``cmlab``
     together in the cells the built page shows (``tools/page_names.py``)."""
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         from page_names import LIMIT, page_names
     finally:
@@ -593,7 +591,6 @@ def test_every_page_shows_at_most_thirty_package_names():
 
 
 def test_the_page_name_counter_sees_private_names(tmp_path):
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         from page_names import page_names
     finally:
@@ -644,7 +641,6 @@ def test_the_top_level_is_at_most_forty_names_each_of_them_used():
     or the command line (the others are reached through their module, ``cm.calibrate.s_star_exact``)."""
     import chainmark
 
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         from page_names import page_names
     finally:

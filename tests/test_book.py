@@ -12,25 +12,14 @@ import nbformat
 import pytest
 import yaml
 
+from book_pipeline import toc_entries, toc_notebooks
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections"))
-            for part in entry.get("chapters", []) if "chapters" in entry else []:
-                walk([part])
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return files
+    """Every page of the table of contents, root first, without suffix (tools/book_pipeline.py reads it)."""
+    return [entry.file for entry in toc_entries()]
 
 
 def resolve(entry: str) -> Path:
@@ -99,7 +88,6 @@ def test_colab_opens_and_installs_the_books_release_never_main():
 
 
 def test_every_chapter_has_the_same_settings_cell_right_after_the_install():
-    sys.path.insert(0, str(ROOT / "tools"))
     import notebooks
 
     for path in (ROOT / "book").glob("*.ipynb"):
@@ -184,9 +172,7 @@ def test_a_rebuild_reuses_outputs_until_the_package_changes(tmp_path):
 def test_parallel_execution_keeps_each_group_in_one_worker_in_order_and_balances_the_load(monkeypatch):
     """Chapters that share a run folder (4 and 4.1; 5, 5.1 and 5.2; 7 and 7.2; 9 and 9.1) run in one worker, in
     the table's order; the groups are spread so that no worker carries much more than the longest group."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import execute_parallel as ep
-    from measure_chapters import toc_notebooks
 
     notebooks = toc_notebooks()
     recorded = json.loads((ROOT / "book" / "data" / "chapter_timings.json").read_text())["chapters"]
@@ -226,7 +212,6 @@ def test_a_warm_worker_gives_each_chapter_a_fresh_start(tmp_path, monkeypatch):
     """One kernel runs a worker's queue, but a chapter does not see what the one before it left: names, the
     working folder, environment variables, Matplotlib settings, or the book's packages' state (claims checked,
     caches); a failing chapter stops the queue with its error, and ``CHAINMARK_WARM_KERNELS`` is checked."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import execute_parallel as ep
 
     first = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
@@ -296,7 +281,6 @@ def test_the_build_benchmark_counts_the_decoding_the_chapters_forecast(tmp_path)
 
 def test_the_execution_fingerprint_follows_the_key_and_the_device(monkeypatch):
     """Outputs made under one key (or device, or claims mode) are never reused under another."""
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         import build_book
     finally:
@@ -378,7 +362,6 @@ def test_the_claims_robustness_record_covers_every_chapter_and_no_live_claim_fai
 def test_claims_robustness_runs_one_keys_chapters_of_a_group_in_order_in_one_worker():
     """Chapters of one group share a runs folder under a key (4.1 reads chapter 4's texts): side by side, the second
     found the first's folder locked, so each (key, group) is one worker's unit, in the book's order."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
     chapters = ["book/04_embedding.ipynb", "book/04b_cost.ipynb", "book/05_detection.ipynb"]
@@ -419,7 +402,6 @@ def _stalling_notebooks(marker: Path) -> tuple:
 def test_a_chapter_whose_cell_stalls_runs_once_more_on_a_fresh_kernel(tmp_path, capsys):
     """A cell that outlives the limit (the build's stalled client: a reply never read) ends that kernel, and the
     chapter runs again from the top on a fresh one; a chapter that stalls twice fails the build."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import execute_parallel as ep
 
     once, always = _stalling_notebooks(tmp_path / "stalled-once")
@@ -440,7 +422,6 @@ def test_a_claims_or_foreign_model_run_whose_cell_stalls_runs_once_more_on_a_fre
     """The same for the executor of claims robustness, the foreign-model runs and the participant edition
     (tools/claims_robustness.py's ``execute``): a cell past the timeout ends that kernel and the chapter runs once
     more from the top on a fresh one, recorded as ``stalled_once``; a chapter that stalls twice did not complete."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import claims_robustness
 
     from chainmark.auditor.keyfiles import write_key_file

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
+
+from book_pipeline import toc_entries, toc_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = ROOT / "_build" / "jupyter_execute"
@@ -28,19 +29,7 @@ SUMMARY = re.compile(r"^#{2,3}\s+Summary\b", re.M | re.I)
 
 def chapters() -> list[str]:
     """The notebooks listed in _toc.yml, in order (pages written in Markdown are not chapters)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    out: list[str] = []
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry and (ROOT / f"{entry['file']}.ipynb").exists():
-                out.append(f"{entry['file']}.ipynb")
-            walk(entry.get("sections"))
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return out
+    return toc_notebooks()
 
 
 def solutions(nb: nbformat.NotebookNode) -> dict[str, list[int]]:
@@ -73,19 +62,8 @@ def exercises(nb: nbformat.NotebookNode) -> list[str]:
 def section_pages() -> set[str]:
     """Pages that continue a chapter (``sections:`` in _toc.yml) or sit in the appendix: they state their own
     objectives and summary, but the chapter they belong to carries its exercises."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    found: set[str] = set()
-
-    def walk(entries, inside):
-        for entry in entries or []:
-            if "file" in entry and inside:
-                found.add(f"{entry['file']}.ipynb")
-            walk(entry.get("sections"), True)
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"), str(part.get("caption", "")).lower().startswith("appendix"))
-    walk(toc.get("chapters"), False)
-    return found
+    return {f"{e.file}.ipynb" for e in toc_entries() if e.notebook() is not None
+            and (e.is_section or (e.depth == 1 and str(e.part or "").lower().startswith("appendix")))}
 
 
 CHAPTERS = chapters()

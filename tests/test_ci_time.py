@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from conftest import BUDGET_MINUTES, CHECK_BUDGET_MINUTES, CHECK_MARKS, left_out_lines, make_phases
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 import measure_ci  # noqa: E402
 
 RECORD = ROOT / "benchmarks" / "results" / "ci_time.json"

@@ -110,10 +110,6 @@ def test_the_key_never_reaches_the_log(monkeypatch, tmp_path):
 
 def test_the_robustness_tool_keeps_its_keys_private_and_resumes(tmp_path):
     import stat
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import claims_robustness as tool
 
     first = tool.keys_in(tmp_path, 3, fresh=False)
@@ -124,10 +120,6 @@ def test_the_robustness_tool_keeps_its_keys_private_and_resumes(tmp_path):
 
 
 def test_the_robustness_summary_names_every_live_claim_that_failed_under_some_key():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import claims_robustness as tool
 
     def run(fp, failed):
@@ -142,15 +134,11 @@ def test_the_robustness_summary_names_every_live_claim_that_failed_under_some_ke
 
 
 def test_a_merge_replaces_only_the_chapters_run_and_stamps_each(monkeypatch):
-    import sys
-    from pathlib import Path
-
     import pytest
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import claims_robustness as tool
 
-    monkeypatch.setattr(tool, "toc_chapters", lambda: ["book/a.ipynb", "book/b.ipynb", "book/c.ipynb"])
+    monkeypatch.setattr(tool, "toc_notebooks", lambda: ["book/a.ipynb", "book/b.ipynb", "book/c.ipynb"])
     old = {"what": "w", "measured": "2026-01-01 00:00 UTC", "keys": 5,
            "chapters": {"book/a.ipynb": {"keys": 5}, "book/b.ipynb": {"keys": 5}, "book/gone.ipynb": {"keys": 5}}}
     new = {"measured": "2026-02-02 00:00 UTC", "keys": 5, "chapters": {"book/c.ipynb": {"keys": 5},

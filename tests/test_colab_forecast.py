@@ -18,10 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def toc_chapters() -> list[str]:
     """The table of contents' chapters as ``book/NAME`` (the one walk over _toc.yml the tools share)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    from measure_chapters import toc_notebooks
+    from book_pipeline import toc_notebooks
 
     return [nb.removesuffix(".ipynb") for nb in toc_notebooks()]
 
@@ -165,9 +162,6 @@ def test_the_smoke_work_is_what_the_built_chapters_forecast():
 def test_the_chapters_that_read_back_follow_the_chapter_they_read_in_their_group():
     """READ_BACK is how the chapters run: each reads stored texts (generate_once or a run folder), and the chapter it
     reads from comes before it in the book and in the same group, so the build's worker runs it first."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
     from execute_parallel import chapter_group
 
     order = toc_chapters()

@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import claims_robustness  # noqa: E402
 import foreign_model  # noqa: E402
 
-CHAPTERS = claims_robustness.toc_chapters()
+CHAPTERS = claims_robustness.toc_notebooks()
 
 
 #: Calls that start a chapter's long steps: a forecast must be printed before the first of them.

@@ -66,3 +66,47 @@ def test_the_rules_are_written_down_and_the_readme_points_to_them():
     assert sorted(name for name in cited if not (ROOT / "tests" / name).exists()) == []
     for test in re.findall(r"tests/(test_\w+\.py)::(test_\w+)", rules):
         assert re.search(rf"^def {test[1]}\(", (ROOT / "tests" / test[0]).read_text("utf-8"), re.M), test
+
+
+# --------------------------------------------------------------------------- one pipeline, its tools named
+
+_CLIENT = re.compile(r"\bNotebookClient\(")
+_TOC_READ = re.compile(r"""_toc\.yml["']\)\s*\.read_text\(|open\([^)\n]*_toc\.yml""")
+
+
+def pipeline_duplicates(files: dict[str, str], home: str = "tools/book_pipeline.py") -> list[str]:
+    """``path: what`` for each notebook client made, or table of contents read, outside ``home`` in ``files``."""
+    found = []
+    for path, text in sorted(files.items()):
+        if path == home:
+            continue
+        found += [f"{path}: makes its own NotebookClient" for _ in _CLIENT.finditer(text)]
+        found += [f"{path}: reads _toc.yml itself" for _ in _TOC_READ.finditer(text)]
+    return found
+
+
+def test_one_notebook_executor_and_one_reader_of_the_table_of_contents():
+    """The build, the editions, claims robustness, the timings and the tests execute notebooks through
+    tools/book_pipeline.py's notebook_client and walk the book through its toc_entries, and nothing else does."""
+    files = {path: (ROOT / path).read_text("utf-8") for path in _tracked()
+             if path.endswith((".py", ".md", ".ipynb")) and path != "tests/test_house_rules.py"}
+    home = files["tools/book_pipeline.py"]
+    assert len(_CLIENT.findall(home)) == 1 and len(_TOC_READ.findall(home)) == 1
+    assert pipeline_duplicates(files) == []
+
+
+def test_the_pipeline_check_finds_a_second_executor_and_a_second_toc_reader():
+    planted = {"tools/book_pipeline.py": 'NotebookClient(nb)\n(root / "_toc.yml").read_text("utf-8")',
+               "tools/x.py": "client = NotebookClient(nb, timeout=5)",
+               "tests/y.py": 'toc = yaml.safe_load((ROOT / "_toc.yml").read_text())',
+               "tests/z.py": 'with open(ROOT / "_toc.yml") as fh: pass\n(tmp / "_toc.yml").write_text("root: x")'}
+    assert pipeline_duplicates(planted) == ["tests/y.py: reads _toc.yml itself", "tests/z.py: reads _toc.yml itself",
+                                            "tools/x.py: makes its own NotebookClient"]
+
+
+def test_the_tools_readme_names_every_tool_and_nothing_else():
+    """tools/README.md has a row for each file of tools/ (what it does, who runs it) and none for a file that is
+    not there."""
+    rows = set(re.findall(r"^\| `([^`]+)` \|", (ROOT / "tools" / "README.md").read_text("utf-8"), re.M))
+    present = {path.removeprefix("tools/") for path in _tracked() if path.startswith("tools/")}
+    assert rows == present, {"no row": sorted(present - rows), "no file": sorted(rows - present)}

@@ -15,7 +15,6 @@ import builtins
 import copy
 import os
 import re
-import sys
 import zipfile
 from pathlib import Path
 
@@ -23,10 +22,9 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 import participant_edition as edition  # noqa: E402
 
-CHAPTERS = edition.toc_chapters()
+CHAPTERS = [ROOT / nb for nb in edition.toc_notebooks()]
 BUILD_CHAPTERS = [p for p in CHAPTERS if edition.build_sections(nbformat.read(p, as_version=4))]
 
 

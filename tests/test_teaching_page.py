@@ -12,12 +12,10 @@ import yaml
 
 from cmlab.teaching.talks import OUTLINES_FILE, TalkOutline, chapter_figures, load_outlines, outline_markdown
 
+from book_pipeline import toc_entries
+
 ROOT = Path(__file__).resolve().parents[1]
 TEACHING = ROOT / "book" / "teaching.md"
-
-
-def toc() -> dict:
-    return yaml.safe_load((ROOT / "_toc.yml").read_text())
 
 
 def has_build_it(entry: str) -> bool:
@@ -30,14 +28,8 @@ def has_build_it(entry: str) -> bool:
 def needs_outline() -> set[str]:
     """Every chapter of the table of contents (the getting-started pages and the numbered chapters, not their
     sections, the appendix or this page), and every section with a Build it."""
-    out = set()
-    for part in toc()["parts"]:
-        if part["caption"] in ("Appendix", "For instructors"):
-            continue
-        for chapter in part["chapters"]:
-            out.add(chapter["file"])
-            out |= {s["file"] for s in chapter.get("sections", []) if has_build_it(s["file"])}
-    return out
+    return {e.file for e in toc_entries() if e.part not in (None, "Appendix", "For instructors")
+            and (not e.is_section or has_build_it(e.file))}
 
 
 def test_every_chapter_and_every_build_it_has_a_complete_outline():
@@ -113,7 +105,6 @@ def test_the_teaching_page_has_no_launch_button():
     assert config["sphinx"]["local_extensions"] == {"sphinx_launch": "tools"}
     import sys
 
-    sys.path.insert(0, str(ROOT / "tools"))
     try:
         from sphinx_launch import LAUNCH_LABEL, drop_launch_buttons
     finally:

@@ -160,7 +160,7 @@ def execute_chapters(book_dir: Path, env: dict[str, str], log: Any) -> int:
     """
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import execute_parallel
-    import participant_edition
+    from book_pipeline import toc_notebooks
 
     jobs = execute_parallel.default_jobs()
     if jobs < 2:
@@ -173,7 +173,7 @@ def execute_chapters(book_dir: Path, env: dict[str, str], log: Any) -> int:
     os.environ.update(env)  # the kernels inherit the build's environment (offline, no progress bars, claims, runs)
     try:
         return execute_parallel.execute_into_cache(
-            book_dir, [p.relative_to(book_dir).as_posix() for p in participant_edition.toc_chapters(book_dir)],
+            book_dir, toc_notebooks(book_dir),
             jobs, timeout, log)
     finally:
         os.environ.clear()
@@ -225,8 +225,9 @@ def build(book_dir: Path) -> int:
     restored = restore_cached_outputs(book_dir, build_dir)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import participant_edition
+    from book_pipeline import toc_notebooks
     try:
-        participant_edition.write_edition(build_dir / "participant", participant_edition.toc_chapters(book_dir),
+        participant_edition.write_edition(build_dir / "participant", [book_dir / nb for nb in toc_notebooks(book_dir)],
                                           zip_path=build_dir / "html" / PARTICIPANT_ZIP)
     except participant_edition.EditionError as exc:
         print(f"build_book: the participant edition: {exc}", file=sys.stderr)

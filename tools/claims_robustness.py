@@ -38,12 +38,8 @@ sys.path.insert(0, str(ROOT))
 from chainmark.auditor.keyfiles import read_key_file, teaching_key, write_key_file
 from chainmark.keys import key_fingerprint  # noqa: E402
 
-
-def toc_chapters() -> list[str]:
-    """The notebooks of _toc.yml, in order (sections included)."""
-    from measure_chapters import toc_notebooks  # a sibling tool: the one walk over _toc.yml the tools share
-
-    return toc_notebooks()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from book_pipeline import toc_notebooks  # noqa: E402  (the tools' one reader of _toc.yml)
 
 
 def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, threads: int | None = None,
@@ -59,8 +55,9 @@ def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, t
     fresh kernel; ``"stalled_once"`` says so.
     """
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    from book_pipeline import notebook_client
 
     log.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "CHAINMARK_KEY"}
@@ -72,8 +69,7 @@ def execute(chapter: str, key_file: Path, log: Path, runs: Path, timeout: int, t
     start, error, stalled = time.perf_counter(), None, False
     for attempt in range(2):  # a cell that times out: once more from the top on a fresh kernel
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}})
+        client = notebook_client(nb, path.parent, timeout)
         log.unlink(missing_ok=True)
         try:
             client.execute(env=env)
@@ -125,7 +121,7 @@ def merged(published: dict, summary: dict) -> dict:
         entry.setdefault("measured", published["measured"])
     for name, entry in summary["chapters"].items():
         chapters[name] = {**entry, "measured": summary["measured"]}
-    order = toc_chapters()
+    order = toc_notebooks()
     return {**published, "measured": max(e["measured"] for e in chapters.values()),
             "chapters": {name: chapters[name] for name in order if name in chapters}}
 
@@ -196,7 +192,7 @@ def main() -> int:
         parser.error("--keys and --jobs must be at least 1")
     if args.merge and not args.chapters:
         parser.error("--merge needs --chapters (a run over the whole book replaces the file anyway)")
-    chapters = args.chapters or toc_chapters()
+    chapters = args.chapters or toc_notebooks()
     key_files = keys_in(args.work, args.keys, args.fresh)
     fresh_fingerprints = [key_fingerprint(read_key_file(k)) for k in key_files]
     if args.teaching:

@@ -167,14 +167,15 @@ def _run_notebook(nb: Any, cwd: str, timeout: int, km: Any) -> tuple[Any, BaseEx
     Returns the kernel manager, the error (None when every cell ran) and its traceback."""
     import traceback
 
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    from book_pipeline import notebook_client
 
     execution = nb.metadata.get("execution", {})  # a notebook's own timeout or allow_errors win, as in MyST-NB
     # record_timing=False, as jupyter-cache's own executor: timestamps in a cell's metadata would change the
     # notebook's hash, and the site build would miss the cache and execute every chapter again
-    client = NotebookClient(nb, km=km, timeout=execution.get("timeout", timeout), record_timing=False,
-                            allow_errors=execution.get("allow_errors", False), resources={"metadata": {"path": cwd}})
+    client = notebook_client(nb, cwd, int(execution.get("timeout", timeout)), km=km, record_timing=False,
+                             allow_errors=bool(execution.get("allow_errors", False)))
     if km is None:
         client.km = km = client.create_kernel_manager()  # created here but owned by the caller: kept alive
         client.owns_km = False

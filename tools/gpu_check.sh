@@ -107,7 +107,7 @@ forecast() {  # on a GPU: the size check, the dtype, the forecast against real g
   setup
   export CHAINMARK_SCALE=full
   run_step budget-tests 150 $PY -m pytest -q -x -p no:cacheprovider tests/test_budget.py tests/test_settings.py
-  run_step check-forecast 150 $PY tools/check_forecast.py --json "$OUT/forecast.json"
+  run_step check-forecast 150 $PY benchmarks/bench_forecast.py --chapters --json "$OUT/forecast.json"
   run_step chapter-00 120 $PY tools/run_notebook.py book/00_first_run.ipynb --timeout 120 --save "$OUT/00_first_run.ipynb"
   cp "$OUT/timings.jsonl" "$OUT/timings.json" 2>/dev/null
 }

@@ -32,29 +32,13 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from book_pipeline import notebook_client, toc_notebooks  # noqa: E402  (the tools' one toc reader and executor)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "book" / "data" / "chapter_timings.json"
 EXECUTED = re.compile(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", re.M)
-
-
-def toc_notebooks() -> list[str]:
-    """Notebooks listed in _toc.yml, in order, as 'book/NAME.ipynb'."""
-    import yaml
-
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    found: list[str] = []
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry and (ROOT / f"{entry['file']}.ipynb").exists():
-                found.append(f"{entry['file']}.ipynb")
-            walk(entry.get("sections"))
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return found
 
 
 def machine() -> dict:
@@ -108,15 +92,13 @@ def from_build(source: Path) -> dict[str, float]:
 def run_one(rel: str, timeout: int) -> float | None:
     """Execute one notebook in a fresh kernel; its wall time, or None if a cell failed."""
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     path = ROOT / rel
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        notebook_client(nb, path.parent, timeout).execute()
     except (CellExecutionError, CellTimeoutError) as exc:
         print(f"{rel}: FAILED, not recorded ({type(exc).__name__})", flush=True)
         return None

@@ -32,9 +32,9 @@ import zipfile
 from pathlib import Path
 
 import nbformat
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from book_pipeline import toc_notebooks  # noqa: E402  (the tools' one reader of _toc.yml)
 from notebooks import BADGE_MARK, SETTINGS_MARK  # noqa: E402  (the book's header conventions, one place)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,23 +58,6 @@ class EditionError(ValueError):
 
 def _tags(cell) -> set[str]:
     return set(cell.get("metadata", {}).get("tags", []))
-
-
-def toc_chapters(root: Path = ROOT) -> list[Path]:
-    """The book's chapter notebooks, in the order of ``_toc.yml``."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text("utf-8"))
-    files: list[str] = []
-
-    def walk(entries) -> None:
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections"))
-
-    walk(toc.get("chapters"))
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").exists()]
 
 
 # --- skeletons ---------------------------------------------------------------------------------------------
@@ -213,7 +196,7 @@ def write_edition(out_dir: Path, chapters: list[Path] | None = None, restore: bo
     """Write the participant copy of every chapter into ``out_dir`` (and into ``zip_path``); their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in chapters or toc_chapters():
+    for path in chapters or [ROOT / nb for nb in toc_notebooks()]:
         nb = participant_notebook(nbformat.read(path, as_version=4), path.name, restore=restore)
         target = out_dir / path.name
         nbformat.write(nb, target)

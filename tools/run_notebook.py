@@ -14,17 +14,16 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_book import NO_PROGRESS_BARS  # noqa: E402
+from book_pipeline import notebook_client  # noqa: E402
 
 
 def run(path: Path, save: Path | None, timeout: int) -> int:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = notebook_client(nb, path.parent, timeout)
     start = time.perf_counter()
     status = 0
     with client.setup_kernel():
