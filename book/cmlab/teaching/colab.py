@@ -85,7 +85,8 @@ FLOPS_SHARE = 0.4
 #: the logits processor and sampling (an assumption; about 40 tokens a second for a small model).
 STEP_FLOOR_SECONDS = 0.025
 #: Seconds per decoding step of the embedded model on the 2-core build machine (float32), by batch size:
-#: benchmarks/results/bench_generation.json (128 tokens at batch 1 in 5.9 s) and bench_batch.json
+#: benchmarks/bench_generation.py's record at commit f4ebf59 (128 tokens at batch 1 in 5.9 s; a later run on a busier
+#: day took 9.3 s) and bench_batch.json
 #: (80, 124 and 185 tokens a second at batches 8, 16 and 32); other batches are interpolated.
 _CPU_STEP_SECONDS: Mapping[int, float] = {1: 5.92 / 128, 8: 8 / 80.2, 16: 16 / 124.1, 32: 32 / 185.0}
 #: The rest of a chapter at the full scale, as a multiple of its smoke-scale time (an assumption: larger
