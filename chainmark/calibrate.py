@@ -63,8 +63,6 @@ def null_p0(S: object, k: object = 1) -> float:
 def z_alpha(alpha: float) -> float:
     """One-sided standard-normal critical value: P(Z > z_alpha) = alpha (z_0.01 = 2.326).
 
-    Example:
-
     >>> round(cm.z_alpha(0.01), 3)
     2.326
     """
@@ -77,8 +75,6 @@ def predicted_z(n: int, rho: float, S: int, k: int = 1) -> float:
     The watermark lifts the mean of phi from p0 to p0 + rho (1 - p0); the
     null standard deviation is sqrt(p0 (1 - p0) / (n - 1)). Their ratio is
     this value; for k = 1 it is the paper's rho * sqrt((S - 1)(n - 1)).
-
-    Example:
 
     >>> round(cm.predicted_z(n=200, rho=0.5, S=5), 2)
     14.11
@@ -95,8 +91,6 @@ def midpoint_threshold(rho: float, S: int, k: int = 1) -> float:
     Halfway between the null mean p0 and the watermarked mean
     p0 + rho (1 - p0). It does not depend on n; its z-scale equivalent
     (:func:`midpoint_z`) does.
-
-    Example:
 
     >>> cm.midpoint_threshold(rho=0.5, S=5)  # p0 = 1/5, halfway to the watermarked phi
     0.4
@@ -129,8 +123,6 @@ def s_star(n: int, rho: float, alpha: float, k: int = 1) -> int:
     exceeds 1, so S* >= k + 1 always holds (a valid topology needs k < S).
     For alpha >= 0.5, z_alpha <= 0 and every S qualifies: S* = k + 1.
 
-    Example:
-
     >>> cm.s_star(n=200, rho=0.5, alpha=0.01)
     2
     >>> cm.s_star(n=50, rho=0.25, alpha=0.001)
@@ -156,8 +148,6 @@ def hoeffding_fpr_bound(n: int, rho: float, S: int, k: int = 1) -> float:
         FPR <= 2 exp(-2 m ((rho / 2)(1 - p0))^2).
 
     Returned as the formula gives it: values >= 1 (short texts) say nothing.
-
-    Example:
 
     >>> cm.hoeffding_fpr_bound(n=200, rho=0.5, S=5) < 0.01
     True
@@ -201,8 +191,6 @@ def exact_fpr(n: int, S: int, alpha: float, k: int = 1) -> float:
     everything after it, given the next state, by column regularity), so the
     count of valid transitions is Binomial(n - 1, p0) and the detector fires
     from :func:`critical_count` on.
-
-    Example:
 
     >>> round(cm.exact_fpr(n=200, S=5, alpha=0.01), 4)  # the z-test at alpha = 1% on 200 uniform tokens: above 1%
     0.0143
@@ -291,8 +279,6 @@ def min_null_samples(alpha: float) -> int:
     single expected exceedance, so nothing in it can show whether the
     Gaussian tail that the recipe extrapolates holds at alpha.
 
-    Example:
-
     >>> cm.min_null_samples(0.01)
     99
     """
@@ -309,8 +295,6 @@ HEAVY_TAIL_KURTOSIS = 1.0
 def excess_kurtosis(z: Any) -> float:
     """Sample excess kurtosis of null scores (0 for a Gaussian; the biased moment estimator,
     as ``scipy.stats.kurtosis``); 0 when there are fewer than 4 values or no spread.
-
-    Example:
 
     >>> import numpy as np
     >>> round(cm.excess_kurtosis(np.random.default_rng(0).standard_normal(100_000)), 2)
@@ -341,8 +325,6 @@ def recalibrate(null_z: Any, alpha: float, method: str = "sd") -> float:
     Raises ValueError for an empty corpus, non-finite scores, alpha outside
     (0, 1), a corpus smaller than :func:`min_null_samples` (the message says
     how many are needed) or, for the SD recipe, scores that are all equal.
-
-    Example:
 
     >>> import numpy as np
     >>> null_z = np.random.default_rng(0).standard_normal(5000)

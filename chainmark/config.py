@@ -34,8 +34,6 @@ GENERATION_SEED = 42
 class ChainMarkConfig:
     """A validated watermark configuration. The key never appears in its repr.
 
-    Example:
-
     >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=0.5)
     >>> config  # the key is never shown
     ChainMarkConfig(S=5, rho=0.5, gate='high_entropy', topology=Topology(clockwork, S=5, k=1, p0=0.2))

@@ -122,8 +122,6 @@ def valid_transitions(states: np.ndarray, topology: Topology) -> np.ndarray:
     offset o, or o - S (the wrap-around). Comparisons on the compact int8
     states are several times cheaper than gathering from the S x S matrix.
 
-    Example:
-
     >>> import numpy as np
     >>> topo = cm.resolve_topology('clockwork', 5)
     >>> cm.valid_transitions(np.array([0, 1, 2, 4, 0]), topo)
@@ -207,8 +205,6 @@ def score_states(
     ``scored`` (a boolean mask over the n - 1 transitions) selects which
     transitions count; None counts all of them. Fewer than two states, or no
     scored transition, give phi = z = 0, p = 1 and no detection.
-
-    Example:
 
     >>> import numpy as np
     >>> topo = cm.resolve_topology('clockwork', 5)
@@ -380,8 +376,6 @@ def detect(
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
 
-    Example:
-
     >>> config = cm.ChainMarkConfig(b'example key', S=5)
     >>> result = cm.detect([1234, 99, 7, 4242, 31, 5, 808, 77], config)
     >>> result.n_scored, result.is_watermarked
@@ -413,8 +407,6 @@ def detect_batch(
     are those of :func:`detect`. One text (a flat sequence of ids) is an
     error naming :func:`detect`. A list of Generations may stand for the
     rows; without a config they must carry one configuration, which is used.
-
-    Example:
 
     >>> config = cm.ChainMarkConfig(b'example key', S=5)
     >>> results = cm.detect_batch([[1234, 99, 7], [5, 6, 7, 8]], config)
@@ -480,8 +472,6 @@ def detect_text(
     detection chapter measures how often). ``vocab_size`` defaults to
     ``len(tokenizer)``; pass the model's logit width if the state table
     was built for a larger vocabulary.
-
-    Example:
 
     >>> # with the tokenizer of the model that generated the text:
     >>> config = cm.ChainMarkConfig(b'example key')

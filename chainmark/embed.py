@@ -51,8 +51,6 @@ _MAX_CANDIDATE_ENTRIES = 1 << 24
 def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) -> str:
     """Render one user message through the tokenizer's chat template.
 
-    Example:
-
     >>> text = cm.chat_prompt(tokenizer, 'Why is the sky blue?')
     >>> 'Why is the sky blue?' in text
     True
@@ -141,8 +139,6 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
     allowed set had a finite logit). With ``record_signals=True`` the step's
     entropy and top-2 gap are kept as well (computed once, shared with the
     gate). Recorded tensors stay on the device.
-
-    Example:
 
     >>> from transformers import LogitsProcessorList
     >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=1.0, gate='all')  # every step forced
@@ -353,8 +349,6 @@ def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str
     those positions would be gated. Extra keyword arguments go to
     :func:`generate` (e.g. ``batch_size``, ``seed``).
 
-    Example:
-
     >>> pilot = ['Why is the sky blue?', 'Tell me about owls.']  # unwatermarked prompts like the deployment's
     >>> gate = cm.calibrate_gate(model, tokenizer, pilot, 'high_entropy', rho=0.5, max_new_tokens=16)
     >>> gate.kind, gate.tau > 0
@@ -415,8 +409,6 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
 
 def logits_width(model: Any) -> int:
     """Width of the model's logits (may exceed ``len(tokenizer)``).
-
-    Example:
 
     >>> cm.logits_width(model) >= len(tokenizer)
     True
@@ -493,8 +485,6 @@ def generate(
     through the chat template (raw text for a model without one). Batches are left-padded; batch ``b`` is
     sampled with seed ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
     Returns one :class:`Generation` per prompt, in order, each carrying ``config``.
-
-    Example:
 
     >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=0.5)
     >>> gate = cm.calibrate_gate(model, tokenizer, ['Tell me about owls.'], 'high_entropy', rho=0.5,

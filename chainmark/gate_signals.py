@@ -72,8 +72,6 @@ def entropy_signals(logits: torch.Tensor, *, gap: bool = False, log_probs: bool 
     gives NaN for a row whose logits are all ``-inf``. :func:`row_signals`
     is the same pass for one row at a time.
 
-    Example:
-
     >>> import torch
     >>> s = cm.entropy_signals(torch.tensor([[3.0, 1.0, 0.0]]), gap=True)
     >>> round(float(s.entropy[0]), 4), round(float(s.gap[0]), 4)
@@ -95,8 +93,6 @@ def entropy_signals(logits: torch.Tensor, *, gap: bool = False, log_probs: bool 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Shannon entropy (nats) of softmax(logits) along the last axis, in float32:
     ``-sum p log p`` with ``0 log 0 = 0`` (see :func:`entropy_signals`).
-
-    Example:
 
     >>> import torch
     >>> cm.entropy(torch.zeros(2, 4))  # uniform over 4 tokens: log 4 nats

@@ -44,8 +44,6 @@ class Gate:
     nothing, the opposite infinity gates everything, so rho = 0 and rho = 1
     are exact.
 
-    Example:
-
     >>> import numpy as np
     >>> gate = cm.Gate('high_entropy', tau=1.5)
     >>> gate.flags_from_signal(np.array([0.2, 1.5, 3.1]))

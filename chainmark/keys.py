@@ -23,8 +23,6 @@ _HASH_LENGTH = 32  # SHA-256 output size in bytes
 def key_fingerprint(key: Key) -> str:
     """A short, non-reversible identifier of a key (safe to print and store).
 
-    Example:
-
     >>> cm.key_fingerprint(bytes(32))
     'f8bde42f7ce29760'
     """
@@ -87,8 +85,6 @@ def derive_key(master: Key, context: str, length: int = _KEY_LENGTH) -> bytes:
     Different contexts give independent-looking keys; a leaked deployment
     key reveals neither the master nor its sibling keys (HKDF is one-way).
 
-    Example:
-
     >>> master = bytes(32)  # a deployment's master key (never a constant in real use)
     >>> a = cm.derive_key(master, 'acme-chat/2026-Q3')
     >>> b = cm.derive_key(master, 'acme-chat/2026-Q4')
@@ -107,8 +103,6 @@ def derive_key(master: Key, context: str, length: int = _KEY_LENGTH) -> bytes:
 
 def generate_key() -> bytes:
     """A fresh random key from the operating system's CSPRNG.
-
-    Example:
 
     >>> key = cm.generate_key()
     >>> len(key), key != cm.generate_key()

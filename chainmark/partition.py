@@ -64,8 +64,6 @@ def state_of(token_id: int, key: Key, S: int) -> int:
     first 8 digest bytes, read big-endian, reduced mod ``S``. This is the
     paper's reference computation, one token at a time.
 
-    Example:
-
     >>> cm.state_of(1234, b'example key', S=5)
     4
     """
@@ -137,8 +135,6 @@ def state_table(key: Key, vocab_size: int, S: int) -> np.ndarray:
 
     Built once per (key, vocab size, S) and cached; entry ``t`` equals
     ``state_of(t, key, S)``.
-
-    Example:
 
     >>> table = cm.state_table(b'example key', vocab_size=49152, S=5)
     >>> table.shape, bool(table[1234] == cm.state_of(1234, b'example key', S=5))
@@ -233,8 +229,6 @@ def states_of(token_ids: object, key: Key, S: int, vocab_size: int | None = None
 
     With ``vocab_size`` every id must lie in the vocabulary (a ``ValueError``
     otherwise); without it, any id in [0, 2**64 - 1] is hashed.
-
-    Example:
 
     >>> cm.states_of([1234, 99, 7], b'example key', S=5)
     array([4, 0, 0], dtype=int8)

@@ -172,8 +172,6 @@ def key_randomisation_test(token_ids: object, config: ChainMarkConfig, *, statis
     number of draws. Give ``seed`` only to reproduce draws: with a fixed seed
     the guarantee holds on average over seeds, not for every text.
 
-    Example:
-
     >>> config = cm.ChainMarkConfig(b'example key', S=5)
     >>> r = cm.key_randomisation_test(list(range(100, 160)), config, draws=199)
     >>> r.draws, 0 < r.p_value <= 1

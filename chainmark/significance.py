@@ -86,8 +86,6 @@ def first_occurrences(ids: np.ndarray) -> np.ndarray:
     in lm-watermarking). A pair's legality is a function of the pair, so a
     repeat adds no new evidence, only correlated copies of old evidence.
 
-    Example:
-
     >>> import numpy as np
     >>> cm.first_occurrences(np.array([7, 8, 7, 8, 9]))  # (7, 8) again at the third transition
     array([ True,  True, False,  True])
@@ -137,8 +135,6 @@ def spanning_forest(ids: Any) -> np.ndarray:
     exactly Binomial(m, k/S) for any text, whatever it repeats (m = distinct
     tokens - 1). Repeated pairs and transitions that close a cycle, which make
     the z-test's false-positive rate drift, are what this drops.
-
-    Example:
 
     >>> cm.spanning_forest([7, 8, 7, 8, 9])  # only 8 and 9 are new tokens
     array([ True, False, False,  True])

@@ -43,8 +43,6 @@ class Topology:
     exists for teaching only (to show the variance formula failing); such a
     topology has ``k = None`` and ``p0`` equal to the matrix density.
 
-    Example:
-
     >>> import numpy as np
     >>> ring = cm.Topology(np.roll(np.eye(4, dtype=int), 1, axis=1), name='ring')
     >>> ring.S, ring.k, ring.successors(3)
@@ -219,8 +217,6 @@ def cycle_topology(S: int, k: int = 1) -> Topology:
 
 def resolve_topology(topology: TopologyLike, S: int) -> Topology:
     """Turn a name ('clockwork', 'soft_cycle') or a Topology into a Topology over S states.
-
-    Example:
 
     >>> topo = cm.resolve_topology('clockwork', 5)
     >>> topo.S, topo.k, topo.successors(4)

@@ -27,13 +27,10 @@ class TocEntry:
     """One page of the table of contents, in reading order.
 
     ``file`` is the path without its suffix (``book/04_embedding``); ``part`` the caption of the part it sits
-    in (None for the root page); ``chapter`` the file of the chapter it belongs to (itself for a chapter, the
-    chapter above it for a section; None for the root page); ``depth`` 0 for the root page, 1 for a chapter,
-    2 for a section of a chapter."""
+    in (None for the root page); ``depth`` 0 for the root page, 1 for a chapter, 2 for a section of a chapter."""
 
     file: str
     part: str | None
-    chapter: str | None
     depth: int
 
     @property
@@ -54,18 +51,17 @@ def toc_entries(root: Path = ROOT) -> list[TocEntry]:
     toc = yaml.safe_load((root / "_toc.yml").read_text("utf-8"))
     if not isinstance(toc, dict) or "root" not in toc:
         raise ValueError(f"{root / '_toc.yml'} has no root page: is it a Jupyter Book table of contents?")
-    found = [TocEntry(toc["root"], None, None, 0)]
+    found = [TocEntry(toc["root"], None, 0)]
 
-    def walk(entries: Any, part: str | None, chapter: str | None, depth: int) -> None:
+    def walk(entries: Any, part: str | None, depth: int) -> None:
         for entry in entries or []:
-            file = entry.get("file")
-            if file:
-                found.append(TocEntry(file, part, chapter or file, depth))
-            walk(entry.get("sections"), part, chapter or file, depth + 1)
+            if entry.get("file"):
+                found.append(TocEntry(entry["file"], part, depth))
+            walk(entry.get("sections"), part, depth + 1)
 
-    walk(toc.get("chapters"), None, None, 1)
+    walk(toc.get("chapters"), None, 1)
     for part in toc.get("parts", []):
-        walk(part.get("chapters"), part.get("caption"), None, 1)
+        walk(part.get("chapters"), part.get("caption"), 1)
     return found
 
 

@@ -89,8 +89,6 @@ def write_key_file(path: str | os.PathLike, key: bytes | None = None, overwrite:
     reader never sees a half-written key; without ``overwrite`` an existing
     file, even one created concurrently, is never replaced.
 
-    Example:
-
     >>> import os, stat, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), 'deployment.key')
     >>> key = cm.write_key_file(path)  # a fresh key, readable by its owner only
@@ -151,8 +149,6 @@ def key_file_is_private(path: str | os.PathLike) -> bool:
 def load_key(path: str | os.PathLike | None = None) -> bytes:
     """The key from ``path``, else ``$CHAINMARK_KEY_FILE``, else ``$CHAINMARK_KEY`` (hex).
 
-    Example:
-
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), 'deployment.key')
     >>> key = cm.write_key_file(path)
@@ -199,8 +195,6 @@ def book_key() -> bytes:
     """The key the book's chapters use: the reader's own (``$CHAINMARK_KEY_FILE`` or ``$CHAINMARK_KEY``) when set,
     otherwise the public :func:`teaching_key`, so that a run with the defaults reproduces the page. Deployment
     paths use :func:`load_key` and never fall back to the teaching key.
-
-    Example:
 
     >>> key = cm.book_key()  # the public teaching key, unless CHAINMARK_KEY_FILE names yours
     >>> cm.key_fingerprint(key) == cm.key_fingerprint(cm.book_key())

@@ -44,8 +44,6 @@ def _check_binomial(hits: object, trials: object, level: object) -> tuple[int, i
 def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper-Pearson) two-sided confidence interval for a binomial rate.
 
-    Example:
-
     >>> low, high = cm.clopper_pearson(97, 100)
     >>> round(low, 3), round(high, 3)
     (0.915, 0.994)
@@ -116,8 +114,6 @@ class RateEstimate:
 
 def rate_estimate(flags: Any, level: float = 0.95) -> RateEstimate:
     """Share of True flags with its Clopper-Pearson interval.
-
-    Example:
 
     >>> est = cm.rate_estimate([True] * 97 + [False] * 3)
     >>> est.rate, round(est.low, 3), round(est.high, 3)

@@ -242,8 +242,6 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
     explicit ``seed`` reproduces another run's draws but gives that up (the error is then alpha on average over
     seeds, not for every text).
 
-    Example:
-
     >>> config = cm.ChainMarkConfig(b'example key', S=5)
     >>> found = cm.detect_segments(list(range(100, 300)), config, draws=99)
     >>> found.segments  # unwatermarked ids: no span
