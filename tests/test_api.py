@@ -78,3 +78,12 @@ def test_the_built_api_page_renders_every_name_with_its_example():
     assert not missing, f"the API page renders no entry for: {', '.join(missing)}"
     assert html.count("&gt;&gt;&gt;") >= len(cm.TOP_LEVEL)  # the examples are shown
     assert "Failed to import" not in html and ".. autofunction::" not in html  # rendered, not shown raw
+
+
+def test_the_names_the_page_cites_beside_the_top_exist():
+    """The page's prose names a few module-level functions (``cm.calibrate.s_star_exact``): each one exists."""
+    import importlib
+
+    for dotted in re.findall(r"`cm\.(\w+)\.(\w+)`", PAGE.read_text("utf-8")):
+        module = importlib.import_module(f"chainmark.{dotted[0]}")
+        assert hasattr(module, dotted[1]), f"cm.{dotted[0]}.{dotted[1]} does not exist"
