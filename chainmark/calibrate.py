@@ -29,15 +29,15 @@ from scipy.stats import binom, norm
 from .checks import check_alpha, check_int, check_length, check_null_scores, check_rho_positive
 from .verdict import decide
 
-__all__ = ["HEAVY_TAIL_KURTOSIS", "PAPER_ALPHAS", "PAPER_NS", "PAPER_RHOS", "calibration_table", "critical_count",
+__all__ = ["HEAVY_TAIL_KURTOSIS", "calibration_table", "critical_count",
            "exact_fpr", "excess_kurtosis", "hoeffding_fpr_bound", "midpoint_exact_fpr", "midpoint_threshold",
-           "midpoint_z", "min_null_samples", "null_p0", "predicted_z", "recalibrate", "s_star", "s_star_exact",
+           "midpoint_z", "min_null_samples", "predicted_z", "recalibrate", "s_star", "s_star_exact",
            "z_alpha"]
 
 #: The paper's lookup-table grid (section "Reference tables").
-PAPER_NS = (100, 200, 500, 1000)
-PAPER_RHOS = (0.3, 0.5)
-PAPER_ALPHAS = (1e-3, 1e-6)
+_PAPER_NS = (100, 200, 500, 1000)
+_PAPER_RHOS = (0.3, 0.5)
+_PAPER_ALPHAS = (1e-3, 1e-6)
 
 _RECALIBRATION_METHODS = ("sd", "quantile")
 
@@ -48,7 +48,7 @@ _EPS = 1e-9
 # ---------------------------------------------------------------------------
 # input checks
 # ---------------------------------------------------------------------------
-def null_p0(S: object, k: object = 1) -> float:
+def _null_p0(S: object, k: object = 1) -> float:
     """The null share of valid transitions, p0 = k / S, for a k-regular topology."""
     S = check_int(S, "S", 2)
     k = check_int(k, "k", 1)
@@ -81,7 +81,7 @@ def predicted_z(n: int, rho: float, S: int, k: int = 1) -> float:
     """
     n = check_length(n)
     rho = check_rho_positive(rho)
-    p0 = null_p0(S, k)
+    p0 = _null_p0(S, k)
     return rho * math.sqrt((1.0 - p0) * (n - 1) / p0)
 
 
@@ -96,7 +96,7 @@ def midpoint_threshold(rho: float, S: int, k: int = 1) -> float:
     0.4
     """
     rho = check_rho_positive(rho)
-    p0 = null_p0(S, k)
+    p0 = _null_p0(S, k)
     return p0 + 0.5 * rho * (1.0 - p0)
 
 
@@ -153,7 +153,7 @@ def hoeffding_fpr_bound(n: int, rho: float, S: int, k: int = 1) -> float:
     True
     """
     n = check_length(n)
-    gap = midpoint_threshold(rho, S, k) - null_p0(S, k)
+    gap = midpoint_threshold(rho, S, k) - _null_p0(S, k)
     m = (n - 1) // 2
     return 2.0 * math.exp(-2.0 * m * gap * gap)
 
@@ -167,7 +167,7 @@ def critical_count(n: int, S: int, alpha: float, k: int = 1) -> int:
     """
     n = check_length(n)
     alpha = check_alpha(alpha)
-    p0 = null_p0(S, k)
+    p0 = _null_p0(S, k)
     m = n - 1
     sd = math.sqrt(p0 * (1.0 - p0) / m)
 
@@ -196,7 +196,7 @@ def exact_fpr(n: int, S: int, alpha: float, k: int = 1) -> float:
     0.0143
     """
     c = critical_count(n, S, alpha, k)
-    return float(binom.sf(c - 1, n - 1, null_p0(S, k)))
+    return float(binom.sf(c - 1, n - 1, _null_p0(S, k)))
 
 
 def midpoint_exact_fpr(n: int, rho: float, S: int, k: int = 1) -> float:
@@ -212,7 +212,7 @@ def midpoint_exact_fpr(n: int, rho: float, S: int, k: int = 1) -> float:
     n = check_length(n)
     tau = midpoint_threshold(rho, S, k)
     m = n - 1
-    return float(binom.sf(math.ceil(tau * m - _EPS) - 1, m, null_p0(S, k)))
+    return float(binom.sf(math.ceil(tau * m - _EPS) - 1, m, _null_p0(S, k)))
 
 
 def s_star_exact(n: int, rho: float, alpha: float, k: int = 1, max_states: int = 1_000_000) -> int:
@@ -238,9 +238,9 @@ def s_star_exact(n: int, rho: float, alpha: float, k: int = 1, max_states: int =
 
 
 def calibration_table(
-    ns: Iterable[int] = PAPER_NS,
-    rhos: Iterable[float] = PAPER_RHOS,
-    alphas: Iterable[float] = PAPER_ALPHAS,
+    ns: Iterable[int] = _PAPER_NS,
+    rhos: Iterable[float] = _PAPER_RHOS,
+    alphas: Iterable[float] = _PAPER_ALPHAS,
     k: int = 1,
 ) -> "Any":
     """Lookup table of S*(n, rho, alpha): rows n, columns (alpha, rho).

@@ -40,7 +40,7 @@ from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
 
-__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "SignalRecorder", "calibrate_gate",
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "calibrate_gate",
            "chat_prompt", "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
@@ -66,7 +66,7 @@ def chat_prompt(tokenizer: Any, user_message: str, system: str | None = None) ->
     return user_message  # base models without a template get the raw text
 
 
-class SignalRecorder(LogitsProcessor):
+class _SignalRecorder(LogitsProcessor):
     """Records the gate signal (entropy and top-2 gap) at every step; changes nothing.
 
     Used for unwatermarked runs (pilots, baselines); a watermarked run records
@@ -518,12 +518,12 @@ def generate(
         batch = list(prompts[b:b + batch_size])
         texts = [chat_prompt(tokenizer, p) for p in batch]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-        recorder: SignalRecorder | ChainMarkLogitsProcessor
+        recorder: _SignalRecorder | ChainMarkLogitsProcessor
         if cm is not None:
             cm.reset()
             recorder = cm
         else:
-            recorder = SignalRecorder()
+            recorder = _SignalRecorder()
         processors: list[LogitsProcessor] = [recorder, *extra_processors]
         torch.manual_seed(seed + b // batch_size)
         with torch.no_grad():

@@ -34,8 +34,7 @@ from .detection import valid_transitions
 from .partition import Key, as_token_array, key_bytes, states_of
 from .topology import Topology
 
-__all__ = ["RandomisationResult", "key_randomisation_test", "key_seed", "legal_count", "legal_transitions_null",
-           "monte_carlo_p_value"]
+__all__ = ["RandomisationResult", "key_randomisation_test", "key_seed", "legal_transitions_null"]
 
 #: A statistic maps a (rows, transitions) boolean legal matrix to one value per row.
 Statistic = Callable[[np.ndarray], np.ndarray]
@@ -62,7 +61,7 @@ def key_seed(key: Key, context: str = "") -> int:
     return int.from_bytes(digest[:16], "big")
 
 
-def legal_count(legal: np.ndarray) -> np.ndarray:
+def _legal_count(legal: np.ndarray) -> np.ndarray:
     """The default statistic: how many transitions of each row are legal."""
     return np.count_nonzero(legal, axis=-1)
 
@@ -127,7 +126,7 @@ def legal_transitions_null(token_ids: object, config: ChainMarkConfig, draws: in
     return np.concatenate(list(_redrawn_blocks(ids, config.topo, _check_draws(draws), seed)))
 
 
-def monte_carlo_p_value(observed: float, null: np.ndarray) -> float:
+def _monte_carlo_p_value(observed: float, null: np.ndarray) -> float:
     """(1 + #{null >= observed}) / (len(null) + 1): a p-value that is valid however few the draws."""
     null = np.asarray(null, dtype=float)
     return float((1 + np.count_nonzero(null >= observed)) / (null.size + 1))
@@ -155,7 +154,7 @@ class RandomisationResult:
 
 
 @takes_config()
-def key_randomisation_test(token_ids: object, config: ChainMarkConfig, *, statistic: Statistic = legal_count,
+def key_randomisation_test(token_ids: object, config: ChainMarkConfig, *, statistic: Statistic = _legal_count,
                            mask: object = None, draws: int = 999, seed: int | None = None,
                            vocab_size: int | None = None) -> RandomisationResult:
     """The Monte Carlo p-value of ``statistic`` on this text under ``draws`` re-drawn keys.

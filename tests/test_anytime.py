@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid, default_prior
+from chainmark.auditor.anytime import _GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid, _default_prior
 from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
 from chainmark.auditor.rates import clopper_pearson_lower, clopper_pearson_upper
 from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect, valid_transitions
-from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
+from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV, write_key_file
 from chainmark.keys import hkdf, key_fingerprint
 from chainmark.partition import state_table
 from chainmark.significance import spanning_forest
@@ -221,11 +221,11 @@ def test_empty_and_one_token_input_score_nothing():
 
 def test_the_prior_follows_rho_and_the_grid_lies_above_p0():
     grid = bet_grid(0.2, 0.5)
-    assert grid.q.size == GRID_POINTS and grid.q.min() > 0.2 and grid.q.max() < 1
+    assert grid.q.size == _GRID_POINTS and grid.q.min() > 0.2 and grid.q.max() < 1
     assert math.isclose(np.exp(grid.log_weights).sum(), 1.0)
-    assert default_prior(0.5) == (2.0, 2.0) and default_prior(1.0)[0] > default_prior(0.25)[0]
+    assert _default_prior(0.5) == (2.0, 2.0) and _default_prior(1.0)[0] > _default_prior(0.25)[0]
     config = ChainMarkConfig(key=KEY, S=S, rho=0.25)
-    assert AnytimeDetector(config).grid.prior == default_prior(0.25)
+    assert AnytimeDetector(config).grid.prior == _default_prior(0.25)
     assert AnytimeDetector(ChainMarkConfig(KEY, S=S), prior=(1.0, 1.0)).grid.prior == (1.0, 1.0)
 
 
@@ -315,7 +315,7 @@ FIELDS = {"file", "crossed", "is_watermarked", "crossing_token", "crossing_char"
 def fake_tokenizer(monkeypatch):
     import chainmark.auditor.tokenizer
 
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     monkeypatch.setattr(chainmark.auditor.tokenizer, "load_tokenizer",
                         lambda name=None, revision=None: ArrayByteTokenizer())
@@ -475,7 +475,7 @@ def _marked_text_for_the_embedded_tokenizer(key: bytes, n: int = 150) -> str:
 
 def _program(tmp_path: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    env.pop(KEY_ENV, None)
+    env.pop(_KEY_ENV, None)
     env.pop(KEY_FILE_ENV, None)
     return subprocess.Popen([sys.executable, "-m", "chainmark.cli", "detect", *args], cwd=tmp_path, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -13,7 +13,7 @@ from cmlab.comparison import attacks as A
 from cmlab.comparison import rewrites as R
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
-from cmlab.harness.grids import simulate_watermarked_ids
+from cmlab.harness.grids import _simulate_watermarked_ids
 from chainmark.partition import state_table
 from chainmark.topology import Topology
 
@@ -28,7 +28,7 @@ CONFIG = ChainMarkConfig(KEY, S=S)  # what the keyed adversary holds: the key, S
 
 def watermarked_sequences(count: int, n: int, rho: float, seed: int = 7) -> np.ndarray:
     """Synthetic ChainMark output: each step is forced to the next state with probability rho."""
-    return simulate_watermarked_ids(count, n, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=seed)
+    return _simulate_watermarked_ids(count, n, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=seed)
 
 
 def mean_ratio_and_se(seqs: np.ndarray, attack) -> tuple[float, float]:

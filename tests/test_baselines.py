@@ -31,9 +31,9 @@ def test_config_hides_the_key_and_describes_with_fingerprint():
 
 
 def test_hashing_key_is_derived_deterministically_and_fits_torch_seeds():
-    a, b = B.kgw_hashing_key(KEY), B.kgw_hashing_key(KEY)
+    a, b = B._kgw_hashing_key(KEY), B._kgw_hashing_key(KEY)
     assert a == b and 0 <= a < 2**56
-    assert B.kgw_hashing_key(KEY + b"!") != a
+    assert B._kgw_hashing_key(KEY + b"!") != a
     torch.Generator().manual_seed(a)  # accepted
 
 
@@ -163,16 +163,16 @@ def test_sweet_scores_only_high_entropy_positions():
     sweet = B.SweetConfig(KEY, Gate("high_entropy", 1.0))
     ids = _green_chain(sweet.kgw, 30)
     ent = np.where(np.arange(30) % 3 == 0, 2.0, 0.5)  # every third position above tau
-    r = B.sweet_detect(ids, sweet, V, ent)
+    r = B._sweet_detect(ids, sweet, V, ent)
     expected = (ent[1:] > 1.0)
     assert np.array_equal(r.scored_mask, expected)
     assert r.n_scored == int(expected.sum()) == r.n_green
     assert r.z == pytest.approx(math.sqrt(r.n_scored))
     # NaN entropies (unknown) are never scored; no scored position -> z = 0
-    r0 = B.sweet_detect(ids, sweet, V, np.full(30, np.nan))
+    r0 = B._sweet_detect(ids, sweet, V, np.full(30, np.nan))
     assert (r0.n_scored, r0.z, r0.p_value) == (0, 0.0, 1.0)
     with pytest.raises(ValueError, match="entropies"):
-        B.sweet_detect(ids, sweet, V, ent[:-1])
+        B._sweet_detect(ids, sweet, V, ent[:-1])
 
 
 def test_a_baseline_result_is_a_verdict_with_its_own_names_and_record_form():
@@ -235,7 +235,7 @@ def test_kgw_processor_runs_batched_on_the_model(model_and_tokenizer):
     results = [B.kgw_detect(g.token_ids, cfg, width, masks=True) for g in gens]
     green, scored = sum(r.n_green for r in results), sum(r.n_scored for r in results)
     # pooled over the batch the green share must clear the 1% test (a broken bias fails with p > 0.99)
-    assert B.green_z(green, scored, 0.5) > norm.isf(0.01)
+    assert B._green_z(green, scored, 0.5) > norm.isf(0.01)
 
 
 #: Slack of the SWEET gate-rate test on top of 3 binomial standard errors. The binomial SE treats

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from chainmark.calibrate import (PAPER_ALPHAS, PAPER_NS, PAPER_RHOS, calibration_table, critical_count, exact_fpr,
-                                 hoeffding_fpr_bound, midpoint_threshold, midpoint_z, min_null_samples, null_p0,
+from chainmark.calibrate import (_PAPER_ALPHAS, _PAPER_NS, _PAPER_RHOS, calibration_table, critical_count, exact_fpr,
+                                 hoeffding_fpr_bound, midpoint_threshold, midpoint_z, min_null_samples, _null_p0,
                                  predicted_z, recalibrate, s_star, z_alpha)
 from chainmark.auditor.rates import clopper_pearson, rate_estimate
 from cmlab.stats import lifted_threshold, split_halves
@@ -43,8 +43,8 @@ def test_z_alpha_known_values():
 
 def test_calibration_table_reproduces_paper_cell_by_cell():
     table = calibration_table()
-    assert list(table.index) == list(PAPER_NS)
-    assert list(table.columns) == [(a, r) for a in PAPER_ALPHAS for r in PAPER_RHOS]
+    assert list(table.index) == list(_PAPER_NS)
+    assert list(table.columns) == [(a, r) for a in _PAPER_ALPHAS for r in _PAPER_RHOS]
     for n, row in PAPER_TABLE.items():
         for (alpha, rho), expected in zip(table.columns, row):
             assert table.loc[n, (alpha, rho)] == expected, (n, alpha, rho)
@@ -325,7 +325,7 @@ def test_bad_n_S_k_and_types():
     with pytest.raises(ValueError, match=r"k .* \[1, S - 1\]"):
         predicted_z(100, 0.5, 3, k=3)
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
-        null_p0(5, 0)
+        _null_p0(5, 0)
     with pytest.raises(ValueError, match="ns must name"):
         calibration_table(ns=[])
 
@@ -353,13 +353,13 @@ def test_bad_corpora():
 
 # ---------------------------------------------------------------- corpus
 def test_python_reference_corpus_is_prose():
-    from cmlab.harness.corpora import CORPUS_LICENSE, corpus_summary, python_reference_documents
+    from cmlab.harness.corpora import _CORPUS_LICENSE, corpus_summary, python_reference_documents
 
     docs = python_reference_documents()
     summary = corpus_summary(docs)
     assert summary["documents"] == len(docs) > 20
     assert summary["words"] > 10_000
-    assert summary["license"] == CORPUS_LICENSE and "PSF" in CORPUS_LICENSE
+    assert summary["license"] == _CORPUS_LICENSE and "PSF" in _CORPUS_LICENSE
     for doc in docs:
         assert "::=" not in doc.text and ">>>" not in doc.text
         assert all(not para[:1].isspace() for para in doc.text.split("\n\n"))
@@ -367,13 +367,13 @@ def test_python_reference_corpus_is_prose():
 
 
 def test_token_windows_do_not_straddle_sequences():
-    from cmlab.harness.corpora import token_windows
+    from cmlab.harness.corpora import _token_windows
 
-    windows = token_windows([list(range(10)), list(range(100, 107))], n=3)
+    windows = _token_windows([list(range(10)), list(range(100, 107))], n=3)
     assert [w.tolist() for w in windows] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [100, 101, 102], [103, 104, 105]]
-    assert len(token_windows([list(range(10))], n=3, max_windows=2)) == 2
+    assert len(_token_windows([list(range(10))], n=3, max_windows=2)) == 2
     with pytest.raises(ValueError, match="n must be an integer >= 2"):
-        token_windows([[1, 2, 3]], n=1)
+        _token_windows([[1, 2, 3]], n=1)
 
 
 def test_human_windows_through_a_tokenizer():

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cmlab.teaching import claims
-from cmlab.teaching.claims import ClaimFailed, book_configuration, claim, _claim_outcomes, claims_mode, claims_report
+from cmlab.teaching.claims import ClaimFailed, book_configuration, claim, _claim_outcomes, _claims_mode, claims_report
 
 
 @pytest.fixture(autouse=True)
@@ -24,27 +24,27 @@ def _book_config_on_cpu(monkeypatch):
 
 def test_strict_exactly_in_the_books_configuration(monkeypatch):
     _book_config_on_cpu(monkeypatch)
-    assert all(book_configuration().values()) and claims_mode() == "strict"
+    assert all(book_configuration().values()) and _claims_mode() == "strict"
     for var, value in (("CHAINMARK_KEY", bytes(range(32)).hex()), ("CHAINMARK_MODEL", "some/other-model"),
                        ("CHAINMARK_SCALE", "full")):
         monkeypatch.setenv(var, value)
-        assert claims_mode() == "soft", var
+        assert _claims_mode() == "soft", var
         monkeypatch.delenv(var)
     monkeypatch.setattr("cmlab.harness.settings._cuda_available", lambda: True)
     monkeypatch.setenv("CHAINMARK_SCALE", "smoke")
-    assert not book_configuration()["CPU"] and claims_mode() == "soft"
+    assert not book_configuration()["CPU"] and _claims_mode() == "soft"
 
 
 def test_the_environment_forces_either_mode_and_refuses_others(monkeypatch):
     _book_config_on_cpu(monkeypatch)
     monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
-    assert claims_mode() == "soft"
+    assert _claims_mode() == "soft"
     monkeypatch.setenv("CHAINMARK_KEY", bytes(range(32)).hex())
     monkeypatch.setenv("CHAINMARK_CLAIMS", "STRICT")
-    assert claims_mode() == "strict"
+    assert _claims_mode() == "strict"
     monkeypatch.setenv("CHAINMARK_CLAIMS", "lenient")
     with pytest.raises(ValueError, match="strict"):
-        claims_mode()
+        _claims_mode()
 
 
 def test_strict_mode_fails_with_the_sentence_and_what_the_run_shows(monkeypatch):

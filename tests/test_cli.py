@@ -21,13 +21,13 @@ import pytest
 
 from chainmark import calibrate as cal
 from chainmark import cli
-from chainmark.auditor.regime import (REGIME_FORMAT, Regime, regime_digest, regime_document, regime_problems,
+from chainmark.auditor.regime import (_REGIME_FORMAT, Regime, _regime_digest, regime_document, _regime_problems,
                                       tokenizer_fingerprint)
 from chainmark.auditor.tokenizer import load_tokenizer as real_load_tokenizer
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_DETECTED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from chainmark.partition import state_table
-from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, write_key_file
+from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV, write_key_file
 from chainmark.keys import derive_key, key_fingerprint
 from cli_support import KEY, ByteTokenizer, watermarked_text
 
@@ -42,7 +42,7 @@ def fake_tokenizer(monkeypatch):
     """Use the byte tokenizer unless a test asks for another; no key from the environment."""
     import chainmark.auditor.tokenizer
 
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     loaded = []
 
@@ -241,7 +241,7 @@ def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(cap
     # a regime written before tests had names says only "distinct_pairs": true, and still means the distinct test
     document = json.loads(regime.read_text())
     del document["test"]
-    document["digest"] = regime_digest(document)
+    document["digest"] = _regime_digest(document)
     regime.unlink()
     regime.write_text(json.dumps(document))
     assert test_of("--regime", regime)[0] == "distinct"
@@ -253,7 +253,7 @@ def test_the_default_test_is_exact_unless_a_regime_or_z_option_names_another(cap
     document = json.loads(regime.read_text())
     del document["test"]
     document["distinct_pairs"] = False
-    document["digest"] = regime_digest(document)
+    document["digest"] = _regime_digest(document)
     regime.unlink()
     regime.write_text(json.dumps(document))
     assert test_of("--regime", regime)[0] == "z"
@@ -300,7 +300,7 @@ def test_detect_stdin_only_once(capsys, key_file):
 
 def test_key_from_environment(capsys, tmp_path, monkeypatch):
     path = write(tmp_path, "m.txt", watermarked_text(KEY))
-    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    monkeypatch.setenv(_KEY_ENV, KEY.hex())
     code, out, err = run(capsys, "detect", "--json", path)
     assert code == 0 and json.loads(out)["key_fingerprint"] == key_fingerprint(KEY)
     assert_no_key(KEY, out + err)
@@ -334,7 +334,7 @@ def test_missing_key_file(capsys, tmp_path):
 def test_no_key_at_all(capsys, tmp_path):
     path = write(tmp_path, "t.txt", "hello")
     code, _, err = run(capsys, "detect", path)
-    assert code == EXIT_USAGE and "--key-file" in err and KEY_ENV in err
+    assert code == EXIT_USAGE and "--key-file" in err and _KEY_ENV in err
 
 
 def test_empty_key_file(capsys, tmp_path):
@@ -409,7 +409,7 @@ def test_regime_document_and_detect_with_it(capsys, tmp_path, key_file):
     assert code == 0, err
     doc = json.loads(regime.read_text())
     assert doc == json.loads(out)
-    assert doc["format"] == REGIME_FORMAT and doc["S"] == 5 and doc["threshold"] == 2.9
+    assert doc["format"] == _REGIME_FORMAT and doc["S"] == 5 and doc["threshold"] == 2.9
     assert doc["key_fingerprint"] == key_fingerprint(KEY) and doc["n_min"] == 50
     assert doc["tokenizer_fingerprint"] == tokenizer_fingerprint(ByteTokenizer())
     assert_no_key(KEY, regime.read_text() + out + err)
@@ -449,7 +449,7 @@ def test_regime_file_problems(capsys, tmp_path, key_file):
     assert code == EXIT_USAGE and "not JSON" in err
     other = write(tmp_path, "other.json", json.dumps({"S": 5}))
     code, _, err = run(capsys, "detect", "--regime", other, "--key-file", key_file, text)
-    assert code == EXIT_USAGE and REGIME_FORMAT in err
+    assert code == EXIT_USAGE and _REGIME_FORMAT in err
 
 
 def test_regime_document_validates():
@@ -647,9 +647,9 @@ def test_no_command_prints_the_key(capsys, tmp_path, key_file, monkeypatch):
     for argv in runs:
         code, out, err = run(capsys, *argv)
         seen.append(out + err)
-    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    monkeypatch.setenv(_KEY_ENV, KEY.hex())
     seen.append("".join(run(capsys, "detect", "--json", marked)[1:]))
-    monkeypatch.setenv(KEY_ENV, "not-hex-" + KEY.hex())
+    monkeypatch.setenv(_KEY_ENV, "not-hex-" + KEY.hex())
     seen.append("".join(run(capsys, "detect", marked)[1:]))
     blob = "\n".join(seen) + regime.read_text()
     assert_no_key(KEY, blob)
@@ -679,7 +679,7 @@ def test_console_script_help():
 def test_console_script_end_to_end_with_real_tokenizer(tmp_path):
     """detect through the installed script with the embedded tokenizer."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop(KEY_ENV, None)
+    env.pop(_KEY_ENV, None)
     env.pop(KEY_FILE_ENV, None)
     script = _script()
     key_path = tmp_path / "k.key"
@@ -716,7 +716,7 @@ def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_pa
     assert code == 0, err
     doc = json.loads(regime.read_text())
     assert doc["tokenizer"] == "org/tok" and doc["tokenizer_revision"] == "0123abcd"
-    assert regime_problems(doc) == []
+    assert _regime_problems(doc) == []
     marked = write(tmp_path, "marked.txt", watermarked_text(KEY))
     fake_tokenizer.clear()
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, marked)
@@ -726,7 +726,7 @@ def test_a_regime_pins_the_tokenizer_revision_and_detect_loads_it(capsys, tmp_pa
     code, _, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--tokenizer", "org/tok", marked)
     assert not any(isinstance(x, tuple) for x in fake_tokenizer)
     doc["tokenizer_revision"] = 5
-    assert any("tokenizer_revision" in p for p in regime_problems(doc))
+    assert any("tokenizer_revision" in p for p in _regime_problems(doc))
 
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cmlab.harness.models import memory_needed
-from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, READ_BACK, chapter_timings,
-                                  chapter_titles, colab_forecast, colab_forecast_table, gpu_table)
+from cmlab.teaching.colab import (CHAPTER_WORK, COLAB_GPUS, FORECAST_MODELS, _READ_BACK, chapter_timings,
+                                  chapter_titles, _colab_forecast, colab_forecast_table, gpu_table)
 from cmlab.teaching.forecast import Step, step_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def test_step_seconds_is_the_forecast_lines_model():
 
 def test_the_forecast_is_complete_and_says_what_does_not_fit():
     timings = chapter_timings(ROOT)
-    rows = colab_forecast(timings)
+    rows = _colab_forecast(timings)
     assert len(rows) == len(timings) * len(FORECAST_MODELS) * len(COLAB_GPUS) * 2
     fits = {(m.label, g.name): memory_needed(2 * m.params) <= g.memory_gb * 1e9
             for m in FORECAST_MODELS for g in COLAB_GPUS}
@@ -71,9 +71,9 @@ def test_the_forecast_is_complete_and_says_what_does_not_fit():
     # generating them, as its Colab notebook, starting on its own, does
     cpu = {r["chapter"]: r["cpu_seconds"] for r in rows}
     for chapter, measured in timings.items():
-        assert cpu[chapter] == measured if chapter not in READ_BACK else cpu[chapter] >= measured
+        assert cpu[chapter] == measured if chapter not in _READ_BACK else cpu[chapter] >= measured
         assert by[(chapter, embedded, "T4", "smoke")] <= cpu[chapter] * 1.01, chapter
-    read_back = colab_forecast({"book/05a_false_positives": 1.0})  # one second: its texts were read back
+    read_back = _colab_forecast({"book/05a_false_positives": 1.0})  # one second: its texts were read back
     assert all(r["cpu_seconds"] > 1.0 for r in read_back)
 
     # a larger model is never forecast faster on the same GPU, and the A100 is never slower than the T4
@@ -81,7 +81,7 @@ def test_the_forecast_is_complete_and_says_what_does_not_fit():
         assert by[(chapter, "Qwen2.5-1.5B-Instruct", "T4", "full")] >= by[(chapter, embedded, "T4", "full")]
         assert by[(chapter, embedded, "A100", "full")] <= by[(chapter, embedded, "T4", "full")]
     with pytest.raises(ValueError, match="CHAPTER_WORK"):
-        colab_forecast({"book/99_new_chapter": 10.0})
+        _colab_forecast({"book/99_new_chapter": 10.0})
 
 
 def test_the_table_has_a_row_per_chapter_and_a_total():
@@ -165,7 +165,7 @@ def test_the_chapters_that_read_back_follow_the_chapter_they_read_in_their_group
     from execute_parallel import chapter_group
 
     order = toc_chapters()
-    for chapter, source in READ_BACK.items():
+    for chapter, source in _READ_BACK.items():
         cells = json.loads((ROOT / f"{chapter}.ipynb").read_text("utf-8"))["cells"]
         code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         assert "generate_once(" in code or "generate_resumable(" in code, chapter

@@ -41,9 +41,9 @@ def test_pair_codes_and_states_are_chainmarks_partition_of_pairs_under_a_derived
     codes = CK.pair_codes(ids)
     assert codes.tolist() == [(7 << 32) | 3, (3 << 32) | 3, (3 << 32) | 49151]
     pairs = CK.context_config(CONFIG)
-    assert pairs.key == hkdf(CONFIG.key, CK.CONTEXT_INFO) != CONFIG.key
+    assert pairs.key == hkdf(CONFIG.key, CK._CONTEXT_INFO) != CONFIG.key
     assert (pairs.S, pairs.rho, pairs.topology) == (CONFIG.S, CONFIG.rho, CONFIG.topology)
-    assert CK.context_states(ids, CONFIG).tolist() == [state_of(int(c), pairs.key, S) for c in codes]
+    assert CK._context_states(ids, CONFIG).tolist() == [state_of(int(c), pairs.key, S) for c in codes]
     assert CK.pair_codes([5]).size == 0 and CK.pair_codes([]).size == 0
 
 

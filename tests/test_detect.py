@@ -20,7 +20,7 @@ from chainmark.detection import (DetectionResult, detect, detect_batch, detect_t
 from chainmark.checks import check_alpha
 from chainmark.config import ChainMarkConfig
 from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
-from cmlab.comparison.lrdetect import (gate_probabilities, llr_weights, lr_detect, simulate_llr_null,
+from cmlab.comparison.lrdetect import (gate_probabilities, _llr_weights, lr_detect, _simulate_llr_null,
                                        teacher_forced_signal)
 from chainmark.gates import Gate
 from chainmark.partition import state_table
@@ -513,15 +513,15 @@ def test_detect_text_tokenizes_without_special_tokens():
 
 def test_llr_weights_and_null_moments():
     q = np.array([0.0, 0.5, 0.95])
-    pi, w1, w0 = llr_weights(q, 0.2)
+    pi, w1, w0 = _llr_weights(q, 0.2)
     assert pi.tolist() == pytest.approx([0.2, 0.6, 0.96])
     assert w1[0] == 0.0 and w0[0] == 0.0  # an ungated step carries no evidence
     assert w1[2] == pytest.approx(math.log(0.96 / 0.2)) and w0[2] == pytest.approx(math.log(0.04 / 0.8))
     with pytest.raises(ValueError):
-        llr_weights(np.array([1.0]), 0.2)
+        _llr_weights(np.array([1.0]), 0.2)
     q = np.random.default_rng(0).uniform(0, 0.95, 64)
-    draws = simulate_llr_null(q, 0.2, n_null=20000, seed=1)
-    _, w1, w0 = llr_weights(q, 0.2)
+    draws = _simulate_llr_null(q, 0.2, n_null=20000, seed=1)
+    _, w1, w0 = _llr_weights(q, 0.2)
     mean = (0.2 * w1 + 0.8 * w0).sum()
     sd = math.sqrt((0.16 * (w1 - w0) ** 2).sum())
     assert abs(draws.mean() - mean) < 5 * sd / math.sqrt(draws.size)

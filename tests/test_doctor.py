@@ -42,9 +42,9 @@ def test_disk_and_memory(tmp_path):
 
 def test_time_estimate_scales_the_measured_chapters():
     chapters = {"a.ipynb": 60.0, "b.ipynb": 120.0}
-    same = doctor.estimate(doctor.REFERENCE_TOKENS_PER_SECOND, chapters)
+    same = doctor.estimate(doctor._REFERENCE_TOKENS_PER_SECOND, chapters)
     assert same.status == "ok" and "about 3 min" in same.found and "1.0x" in same.found
-    slow = doctor.estimate(doctor.REFERENCE_TOKENS_PER_SECOND / 4, chapters)
+    slow = doctor.estimate(doctor._REFERENCE_TOKENS_PER_SECOND / 4, chapters)
     assert slow.status == "warn" and "about 12 min" in slow.found and "Colab" in slow.advice
     assert doctor.estimate(None, chapters).status == "warn"
     assert set(doctor._chapter_seconds()) >= {"book/00_first_run.ipynb", "book/09_audit.ipynb"}

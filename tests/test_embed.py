@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import ChainMarkLogitsProcessor, Sampling, SignalRecorder, _candidate_table, generate
+from chainmark.embed import ChainMarkLogitsProcessor, Sampling, _SignalRecorder, _candidate_table, generate
 from chainmark.gates import Gate
 from chainmark.gate_signals import entropy, entropy_signals, gate_flags, row_maxima, row_signals, top2_gap
 from chainmark.partition import state_table
@@ -126,7 +126,7 @@ def test_recorded_signals_are_the_gates_fused_signals(row_path):
         opened = gap < 0.2
     assert torch.equal(proc.entropy[0], h) and torch.equal(proc.gap[0], gap)
     assert torch.equal(proc.gated[0], opened) and 0 < int(opened.sum()) < 4
-    recorder = SignalRecorder()
+    recorder = _SignalRecorder()
     recorder(ids, scores)
     assert torch.equal(recorder.entropy[0], entropy_signals(scores, fused=True).entropy)
 

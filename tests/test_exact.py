@@ -116,9 +116,9 @@ def test_exact_p_value_is_the_binomial_tail_and_decides():
 
 
 def test_watermarked_walks_are_found_by_the_exact_test():
-    from cmlab.harness.grids import simulate_watermarked_ids
+    from cmlab.harness.grids import _simulate_watermarked_ids
 
-    ids = simulate_watermarked_ids(50, 200, ChainMarkConfig(b"w" * 16, S=5, rho=0.5), vocab_size=4096, seed=3)
+    ids = _simulate_watermarked_ids(50, 200, ChainMarkConfig(b"w" * 16, S=5, rho=0.5), vocab_size=4096, seed=3)
     found = [detect(row, ChainMarkConfig(b"w" * 16, S=5), test="exact", vocab_size=4096).is_watermarked for row in ids]
     assert np.mean(found) > 0.9
 
@@ -158,9 +158,9 @@ def test_a_regime_records_the_exact_test_and_decides_by_its_p_value():
 
 def test_the_command_line_runs_the_exact_test_and_publishes_it(tmp_path, capsys, monkeypatch):
     from chainmark import cli
-    from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
+    from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV
 
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     key, text, regime = tmp_path / "k.key", tmp_path / "t.txt", tmp_path / "r.json"
     text.write_text("for i in range(10):\n    print(i)\n" * 20, "utf-8")

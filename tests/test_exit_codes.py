@@ -117,7 +117,7 @@ def test_the_reference_commands_refuse_a_missing_folder(tmp_path, capsys):
 def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
     import json
 
-    from chainmark.auditor.regime import regime_digest
+    from chainmark.auditor.regime import _regime_digest
 
     (tmp_path / "t.txt").write_text("Some text to score. " * 5, "utf-8")
     assert in_process("keygen", "--out", "k.key")[0] == 0
@@ -127,7 +127,7 @@ def test_a_tampered_published_regime_is_refused_by_detect(tmp_path, in_process):
     doc = json.loads(text)
     cases = {
         "twice.json": (text.rstrip()[:-1] + ', "threshold": -10}', "appears twice"),
-        "low.json": (json.dumps({**doc, "threshold": -10, "digest": regime_digest({**doc, "threshold": -10})}),
+        "low.json": (json.dumps({**doc, "threshold": -10, "digest": _regime_digest({**doc, "threshold": -10})}),
                      "lies below z_alpha"),
         "edited.json": (json.dumps({**doc, "threshold": 3.0}), '"digest" does not match'),
         "bare.json": (json.dumps({"format": "chainmark-regime/1"}), "is missing"),

@@ -1,8 +1,9 @@
-"""Every name a module of ``chainmark`` or the book's lab ``cmlab`` exports is used outside it.
+"""Every name a module of ``chainmark`` or the book's lab ``cmlab`` exports is used outside it, and not by tests alone.
 
 An exported name that nothing outside its module uses becomes private or goes. "Used" means reached as code (an
 imported name or an attribute, not prose, docstrings or strings) by another module of either package, by tests/,
-tools/ or benchmarks/, by a chapter's code cell, or named by an entry point in a pyproject.toml.
+tools/ or benchmarks/, by a chapter's code cell, or named by an entry point in a pyproject.toml. A name that only
+tests reach is not public API either: it becomes private (the tests may still reach it there) or goes.
 """
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from test_architecture import PACKAGE, ROOT, _cell_code, _dotted, _modules
 USERS = ("tests", "tools", "benchmarks")
 #: Exported names unused today, each with why it may stay for now. This list only ever gets shorter.
 UNUSED_EXPORTS_ALLOWED: dict[str, set[str]] = {}
+#: Exported names only tests reach as code, each with the user the checker cannot see.
+TEST_ONLY_ALLOWED: dict[str, dict[str, str]] = {
+    "cmlab.teaching.workshop": {
+        "participant_edition": "the participant edition's settings cell calls it; tools/participant_edition.py "
+                               "writes that cell as text, which the checker does not read as code",
+    },
+}
 
 
 def _names_reached(tree: ast.AST) -> set[str]:
@@ -110,10 +118,10 @@ def _unused_exports(modules: dict[str, str], users: list[str], top_level: dict[s
     return unused
 
 
-def _users_code(root: Path) -> list[str]:
-    """The code outside the packages: tests, tools, benchmarks, every chapter's code cells, and the code cells of
-    the book's MyST pages (``book/teaching.md``)."""
-    code = [p.read_text("utf-8") for folder in USERS for p in sorted((root / folder).rglob("*.py"))]
+def _users_code(root: Path, folders: tuple[str, ...] = USERS) -> list[str]:
+    """The code outside the packages: that of ``folders`` (tests, tools, benchmarks), every chapter's code cells,
+    and the code cells of the book's MyST pages (``book/teaching.md``)."""
+    code = [p.read_text("utf-8") for folder in folders for p in sorted((root / folder).rglob("*.py"))]
     for nb in sorted((root / "book").glob("*.ipynb")):
         code += [_cell_code(c) for c in json.loads(nb.read_text("utf-8"))["cells"] if c["cell_type"] == "code"]
     for page in sorted((root / "book").glob("*.md")):
@@ -181,3 +189,63 @@ def test_the_export_checker_finds_an_unused_name(tmp_path):
     assert _unused_exports(modules, users, {"pkg": {"lifted"}}, {"pkg.mod:main"}) == {"pkg.mod": ["lonely"]}
     assert _unused_exports(modules, [], {}, set()) == {"pkg.mod": ["attribute", "imported", "lifted", "lonely",
                                                                     "main", "make", "make_check"]}
+
+
+def _raised_exceptions(tree: ast.Module) -> set[str]:
+    """The exception classes a module defines and raises: the user meets them in an ``except`` without importing
+    them from a test, so they are public however few callers name them."""
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)
+               and any(isinstance(b, ast.Name) and b.id.endswith(("Error", "Exception")) for b in n.bases)}
+    raised = {n.exc.func.id for n in ast.walk(tree) if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call)
+              and isinstance(n.exc.func, ast.Name)}
+    return classes & raised
+
+
+def _test_only_exports(sources: dict[str, str], root: Path, top_level: dict[str, set[str]],
+                       entry_points: set[str]) -> dict[str, list[str]]:
+    """Each module's exported names that only tests reach: unused once tests/ is left out of the users, less the
+    exceptions the module raises."""
+    users = _users_code(root, tuple(folder for folder in USERS if folder != "tests"))
+    unused = _unused_exports(sources, users, top_level, entry_points)
+    found = {}
+    for module, names in unused.items():
+        raised = _raised_exceptions(ast.parse(sources[module]))
+        names = [n for n in names if n not in raised]
+        if names:
+            found[module] = names
+    return found
+
+
+def test_no_exported_name_is_reached_only_by_tests():
+    """A name in a module's ``__all__`` that nothing but tests reaches is private (``_name``) or gone: tests test
+    the public behaviour, and a name the tests alone need is no part of the API (the exceptions a module raises
+    excepted, and the few names of :data:`TEST_ONLY_ALLOWED`, whose users the checker cannot see)."""
+    sources = {_dotted(p): p.read_text("utf-8") for p in _modules()}
+    top_level = {name: set(_literal(ast.parse(source), "TOP_LEVEL") or ()) for name, source in sources.items()
+                 if (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file() and name.startswith("chainmark")}
+    found = _test_only_exports(sources, ROOT, top_level, _entry_points(ROOT))
+    unexcused = {module: sorted(set(names) - set(TEST_ONLY_ALLOWED.get(module, {})))
+                 for module, names in found.items()}
+    unexcused = {module: names for module, names in unexcused.items() if names}
+    assert unexcused == {}, "exported but reached only by tests (make them private, or remove them):\n" \
+        + "\n".join(f"  {module}: {', '.join(names)}" for module, names in sorted(unexcused.items()))
+    stale = {module: sorted(set(names) - set(found.get(module, ()))) for module, names in TEST_ONLY_ALLOWED.items()}
+    assert {module: names for module, names in stale.items() if names} == {}, "allowed but now used or gone"
+
+
+def test_the_test_only_checker_finds_a_name_only_tests_reach(tmp_path):
+    """A name only a test imports is caught; one a tool imports, and an exception the module raises, are not."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "book").mkdir()
+    source = textwrap.dedent('''\
+        __all__ = ["Broken", "for_tests", "for_tools"]
+        class Broken(ValueError): ...
+        def for_tests(): ...
+        def for_tools(): raise Broken("no")
+        ''')
+    (tmp_path / "tests" / "test_mod.py").write_text("from pkg.mod import Broken, for_tests, for_tools\n", "utf-8")
+    (tmp_path / "tools" / "tool.py").write_text("from pkg.mod import for_tools\n", "utf-8")
+    assert _test_only_exports({"pkg.mod": source}, tmp_path, {}, set()) == {"pkg.mod": ["for_tests"]}
+    (tmp_path / "tools" / "tool.py").write_text("from pkg.mod import for_tests, for_tools\n", "utf-8")
+    assert _test_only_exports({"pkg.mod": source}, tmp_path, {}, set()) == {}

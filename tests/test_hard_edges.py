@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from chainmark import cli
-from chainmark.auditor.regime import Regime, regime_document, regime_problems
+from chainmark.auditor.regime import Regime, regime_document, _regime_problems
 from chainmark.cli import detect_commands
 from chainmark.cli.common import EXIT_INTERNAL, EXIT_USAGE
 from cmlab.harness import runner as R
@@ -31,7 +31,7 @@ from chainmark.config import ChainMarkConfig
 from chainmark.detection import _circulant_offsets, detect, detect_batch
 from chainmark.embed import Generation
 from cmlab.comparison.lrdetect import lr_detect
-from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
+from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
 from chainmark.keys import key_fingerprint
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
 from chainmark.partition import state_table
@@ -47,7 +47,7 @@ def fake_tokenizer(monkeypatch):
     """The byte tokenizer for every command; no key from the environment."""
     import chainmark.auditor.tokenizer
 
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     monkeypatch.setattr(chainmark.auditor.tokenizer, "load_tokenizer", lambda name=None, revision=None: ByteTokenizer())
 
@@ -180,19 +180,19 @@ def test_2_bad_regime_fields_are_refused_by_name(capsys, tmp_path, key_file, reg
 
 
 def test_2_a_valid_regime_still_applies(capsys, tmp_path, key_file, regime):
-    from chainmark.auditor.regime import regime_digest
+    from chainmark.auditor.regime import _regime_digest
 
     _edit_regime(regime, "threshold", "2.5")
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                        write(tmp_path, "marked.txt", watermarked_text()))
     assert code == EXIT_USAGE and '"digest" does not match' in err  # an edit without a new digest
     doc = json.loads(regime.read_text())
-    doc["digest"] = regime_digest(doc)  # the deployer re-publishes it
+    doc["digest"] = _regime_digest(doc)  # the deployer re-publishes it
     regime.write_text(json.dumps(doc))
     code, out, _ = run(capsys, "detect", "--regime", regime, "--key-file", key_file, "--json",
                        write(tmp_path, "marked.txt", watermarked_text()))
     assert code == 0 and json.loads(out)["threshold"] == 2.5 and json.loads(out)["is_watermarked"]
-    assert regime_problems(json.loads(regime.read_text())) == []
+    assert _regime_problems(json.loads(regime.read_text())) == []
 
 
 # ---------------------------------------------------------------------------
@@ -414,7 +414,7 @@ def test_8_a_key_file_passed_as_regime_or_null_file_is_not_quoted(capsys, tmp_pa
 # 9. hex key files and short keys are refused; every key file is checked for permissions
 # ---------------------------------------------------------------------------
 @pytest.mark.parametrize("content, words", [
-    (KEY.hex().encode() + b"\n", ["hexadecimal text", "xxd -r -p", KEY_ENV]),
+    (KEY.hex().encode() + b"\n", ["hexadecimal text", "xxd -r -p", _KEY_ENV]),
     (KEY.hex().upper().encode(), ["hexadecimal text"]),
     (b"kq7zp", ["5 bytes", "at least 16 bytes", "keygen"]),
 ])
@@ -432,7 +432,7 @@ def test_9_hex_text_and_short_key_files_are_refused(capsys, tmp_path, content, w
 
 
 def test_9_short_hex_key_in_the_environment_is_refused(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "0a0b0c0d0e")
+    monkeypatch.setenv(_KEY_ENV, "0a0b0c0d0e")
     code, _, err = run(capsys, "detect", write(tmp_path, "t.txt", "hello there"))
     assert code == EXIT_USAGE and "5-byte key" in err and "0a0b0c0d0e" not in err
 

@@ -8,8 +8,8 @@ from scipy import stats
 from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from chainmark.keys import hkdf
-from chainmark.randomisation import (key_randomisation_test, legal_count, legal_transitions_null,
-                                     monte_carlo_p_value)
+from chainmark.randomisation import (key_randomisation_test, _legal_count, legal_transitions_null,
+                                     _monte_carlo_p_value)
 from chainmark.significance import forest_mask
 
 KEY = b"\x07" * 32
@@ -56,9 +56,9 @@ def test_the_observed_value_and_the_null_use_the_key_and_the_texts_copies():
     res = key_randomisation_test(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
     assert res.observed == detect(ids, ChainMarkConfig(KEY, S=3)).n_hits
     assert res.null.shape == (99,) and res.exceedances == int((res.null >= res.observed).sum())
-    assert res.p_value == monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
+    assert res.p_value == _monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
     legal = legal_transitions_null(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
-    assert legal.shape == (99, 199) and np.array_equal(legal_count(legal), res.null)
+    assert legal.shape == (99, 199) and np.array_equal(_legal_count(legal), res.null)
     # copies of a token share a state: two positions holding the same pair are legal together in every draw
     a, b = ids[:2]
     twins = [i for i in range(1, 199) if ids[i] == a and ids[i + 1] == b]
@@ -107,7 +107,7 @@ def seed_zero_size(ids: np.ndarray, draws: int = 999, alpha: float = 0.01) -> fl
     """The exact rate at which a text of distinct tokens is flagged over a random key when the null is drawn
     with seed 0: its count of legal transitions is Binomial(n - 1, 1/5) under a random key, the seed-0 null
     fixed, so the test flags exactly the counts whose Monte Carlo p-value is at most alpha."""
-    null = legal_count(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=draws, seed=0))
+    null = _legal_count(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=draws, seed=0))
     counts = np.arange(ids.size)
     p = (1 + (null[None, :] >= counts[:, None]).sum(axis=1)) / (draws + 1)
     return float(stats.binom.pmf(counts, ids.size - 1, 0.2)[p <= alpha].sum())
@@ -143,7 +143,7 @@ def test_the_default_seed_is_the_keys_and_an_explicit_seed_reproduces_it():
         key_seed(KEY, 3)
     # the null's rows are the draws the test makes for that configuration: seeded from its key unless told
     null = legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=99)
-    assert np.array_equal(legal_count(null), a.null)
+    assert np.array_equal(_legal_count(null), a.null)
     assert np.array_equal(legal_transitions_null(ids, ChainMarkConfig(KEY, S=5), draws=99, seed=key_seed(KEY)), null)
     with pytest.raises(TypeError, match="takes one ChainMarkConfig"):
         legal_transitions_null(ids, 5, draws=9)  # a bare S: the configuration carries S and the topology

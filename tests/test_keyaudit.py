@@ -9,11 +9,11 @@ import pytest
 from chainmark import cli
 from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
-from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, SCOPE,
+from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, _CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, _SCOPE,
                                        CertificationTarget,
                                        KeySelection, audit_key, certificate_problems, certify, _corpus_fingerprint,
-                                       format_audit, minimum_documents, read_certificate, recheck_certificate, seal)
-from chainmark.auditor.keyfiles import KEY_ENV, KEY_FILE_ENV
+                                       format_audit, _minimum_documents, read_certificate, recheck_certificate, seal)
+from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV
 from chainmark.config import ChainMarkConfig
 from chainmark.keys import key_fingerprint
 
@@ -50,7 +50,7 @@ def test_an_audit_reports_every_test_with_its_interval_and_a_threshold():
 
 
 def test_a_pass_certifies_alpha_by_the_upper_bound_and_needs_about_300_documents():
-    assert minimum_documents(0.01) == 299 and minimum_documents(0.05) == 59 and minimum_documents(0.001) == 2995
+    assert _minimum_documents(0.01) == 299 and _minimum_documents(0.05) == 59 and _minimum_documents(0.001) == 2995
     assert certify(0, 299, 0.01) == "pass" and certify(0, 298, 0.01) == "inconclusive"
     # the old rule ("not significantly above alpha") passed 3 of 100 at alpha = 1%; a certificate does not
     assert certify(3, 100, 0.01) != "pass" and certify(3, 1000, 0.01) == "pass"
@@ -200,7 +200,7 @@ def test_a_certificate_says_what_it_does_not_certify_and_the_public_output_budge
     cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), CertificationTarget(public_output_budget=2_000),
                              vocab_size=400))
     assert certificate_problems(cert) == []
-    assert cert["scope"] == SCOPE and "forgery" in cert["scope"]["does_not_certify"]
+    assert cert["scope"] == _SCOPE and "forgery" in cert["scope"]["does_not_certify"]
     assert cert["public_output_budget"]["tokens"] == 2_000
     assert "public-output budget: 2,000 tokens (declared, not verified)" in format_audit(cert)
     assert "does not certify: that flagged text came from the deployment" in format_audit(cert)
@@ -216,7 +216,7 @@ def test_a_certificate_says_what_it_does_not_certify_and_the_public_output_budge
 
 
 def test_a_certificate_states_its_bound_at_95_percent_or_more():
-    assert CERTIFICATE_LEVEL == 0.95
+    assert _CERTIFICATE_LEVEL == 0.95
     corpus = repetitive_corpus(30)
     for level in (0.5, 0.9, 1.0, float("nan"), True):
         with pytest.raises(ValueError, match="level must be at least 0.95"):
@@ -231,7 +231,7 @@ def test_a_certificate_states_its_bound_at_95_percent_or_more():
     cert = _sealed(audit_key(CONFIG, corpus, vocab_size=400))
     rows = {test: {**row, **_row(np.arange(418) < 3, 418, 0.01, 0.5), "texts_flagged": 3}
             for test, row in cert["tests"].items()}
-    resealed = seal({**cert, "level": 0.5, "minimum_documents": minimum_documents(0.01, 0.5), "tests": rows,
+    resealed = seal({**cert, "level": 0.5, "minimum_documents": _minimum_documents(0.01, 0.5), "tests": rows,
                      "corpus": {**cert["corpus"], "texts": 418, "documents": 418}, "verdict": "pass"})
     assert all(row["certified"] for row in resealed["tests"].values())
     assert certificate_problems(resealed) == [
@@ -258,7 +258,7 @@ def test_the_settings_travel_as_a_config_a_target_and_a_selection():
         CertificationTarget(alpha=1.5)
     with pytest.raises(ValueError, match="test must be one of"):
         CertificationTarget(test="t")
-    assert CertificationTarget() == CertificationTarget("exact", 0.01, CERTIFICATE_LEVEL)
+    assert CertificationTarget() == CertificationTarget("exact", 0.01, _CERTIFICATE_LEVEL)
     assert KeySelection() == KeySelection(1, None)
 
 
@@ -294,7 +294,7 @@ def test_certificate_problems_name_every_mismatch():
 
 @pytest.fixture
 def keys(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
     paths = {}
     for name in ("a", "b"):

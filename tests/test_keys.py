@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chainmark.auditor.keyfiles import (KEY_ENV, KEY_FILE_ENV, book_key, key_file_is_private, load_key, read_key_file,
+from chainmark.auditor.keyfiles import (_KEY_ENV, KEY_FILE_ENV, book_key, key_file_is_private, load_key, read_key_file,
                                 write_key_file)
 from chainmark.keys import _hkdf_extract, derive_key, generate_key, hkdf, hkdf_expand, key_fingerprint
 
@@ -174,10 +174,10 @@ def test_load_key_precedence(tmp_path, monkeypatch):
     file_key = write_key_file(tmp_path / "f.key")
     env_key = bytes(range(5, 37))
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    with pytest.raises(LookupError, match=KEY_ENV):
+    monkeypatch.delenv(_KEY_ENV, raising=False)
+    with pytest.raises(LookupError, match=_KEY_ENV):
         load_key()
-    monkeypatch.setenv(KEY_ENV, env_key.hex())
+    monkeypatch.setenv(_KEY_ENV, env_key.hex())
     assert load_key() == env_key
     monkeypatch.setenv(KEY_FILE_ENV, str(tmp_path / "f.key"))
     assert load_key() == file_key
@@ -188,26 +188,26 @@ def test_load_key_precedence(tmp_path, monkeypatch):
 def test_load_key_bad_hex_does_not_echo_the_value(monkeypatch):
     secret = "zz" + "ab" * 15
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.setenv(KEY_ENV, secret)
+    monkeypatch.setenv(_KEY_ENV, secret)
     with pytest.raises(ValueError) as err:
         load_key()
     assert secret not in str(err.value) and "hexadecimal" in str(err.value)
 
 
 def test_book_key_is_the_public_teaching_key_unless_the_reader_names_one(tmp_path, monkeypatch):
-    from chainmark.auditor.keyfiles import TEACHING_LABEL, book_key_source, teaching_key
+    from chainmark.auditor.keyfiles import _TEACHING_LABEL, book_key_source, teaching_key
     from chainmark.keys import hkdf
 
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     monkeypatch.setenv("CHAINMARK_CACHE", str(tmp_path))
     key = book_key()
     # derived from the published label, so anyone can re-derive it; nothing written to disk
-    assert key == teaching_key() == hkdf(TEACHING_LABEL.encode(), b"chainmark/v1/teaching-key")
+    assert key == teaching_key() == hkdf(_TEACHING_LABEL.encode(), b"chainmark/v1/teaching-key")
     assert len(key) == 32 and book_key_source() == "teaching" and not list(tmp_path.iterdir())
     assert key_fingerprint(key) == "7bed3cf33e6cb5cb"  # the fingerprint the book's banner shows
     own = bytes(range(40, 72))
-    monkeypatch.setenv(KEY_ENV, own.hex())
+    monkeypatch.setenv(_KEY_ENV, own.hex())
     assert book_key() == own and book_key_source() == "environment"
     path = tmp_path / "reader.key"
     write_key_file(path, bytes(range(1, 33)))
@@ -217,7 +217,7 @@ def test_book_key_is_the_public_teaching_key_unless_the_reader_names_one(tmp_pat
 
 def test_deployment_paths_never_fall_back_to_the_teaching_key(monkeypatch):
     monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(_KEY_ENV, raising=False)
     with pytest.raises(LookupError):
         load_key()
 

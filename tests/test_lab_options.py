@@ -17,7 +17,7 @@ from cmlab.harness import runner as R
 from cmlab.harness import runs as RS
 from cmlab.harness.options import GridOptions, RunOptions, named_sampling
 from cmlab.teaching import widgets as W
-from cmlab.teaching.playground import PLAYGROUND
+from cmlab.teaching.playground import _PLAYGROUND
 from test_records import _FakeModel, _fake_generate, _run, _strip
 
 KEY = b"lab-options-test-key-not-secret!"
@@ -92,11 +92,11 @@ def test_the_model_free_functions_take_their_options_either_way():
     with pytest.raises(TypeError):
         lr_detect(ids, CONFIG, q, n_nul=500)
     null = [rng.integers(0, V, 40).tolist() for _ in range(240)]
-    wm = E.simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=1.0), V, seed=1).tolist()
+    wm = E._simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=1.0), V, seed=1).tolist()
     groups = np.arange(240) // 2
     assert fpr_recipes(null, groups, wm, CONFIG, fit=RecipeFit(alpha=0.05, vocab_size=V, seed=2)) == \
         fpr_recipes(null, groups, wm, CONFIG, alpha=0.05, vocab_size=V, seed=2)
-    texts = E.simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
+    texts = E._simulate_watermarked_ids(4, 40, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
     sweep = E.AttackSweep(deltas=(0.0, 0.3), mc_trials=20, seed=5)
     config = ChainMarkConfig(KEY, S=5, rho=0.8)
     assert json.dumps(E.robustness_grid(texts, config, V, sweep=sweep)) == \
@@ -104,10 +104,10 @@ def test_the_model_free_functions_take_their_options_either_way():
 
 
 def test_a_browser_block_inlines_its_assets_code():
-    block = W.browser_block(W.EXPLORERS, "cm-x", "A title", "", {"a": 1}, attrs=' data-kind="x"')
+    block = W.browser_block(W._EXPLORERS, "cm-x", "A title", "", {"a": 1}, attrs=' data-kind="x"')
     assert block.startswith('<div class="cm-explorer" id="cm-x-') and 'data-kind="x"' in block
     assert "window.ChainMarkExplorers.mountFrom" in block and "This explorer runs" in block
-    block = W.browser_block(PLAYGROUND, "cm-playground", "P", "a note", {"b": math.pi})
+    block = W.browser_block(_PLAYGROUND, "cm-playground", "P", "a note", {"b": math.pi})
     assert 'class="cm-playground tex2jax_ignore mathjax_ignore"' in block and "This playground runs" in block
     assert "window.ChainMarkPlayground.mountFrom" in block and "a note" in block
 

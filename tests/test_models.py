@@ -148,7 +148,7 @@ def test_cpu_load_keeps_host_path(fake_from_pretrained):
 
 def test_banner_is_silent_in_the_pages_configuration_and_one_line_elsewhere(monkeypatch):
     """The banner shows nothing for a run like the page's, and one line naming what differs otherwise."""
-    from cmlab.teaching.plots import BANNER_CLASS, banner
+    from cmlab.teaching.plots import _BANNER_CLASS, banner
 
     monkeypatch.setattr("cmlab.harness.settings._cuda_available", lambda: False)
     for var in ("CHAINMARK_KEY", "CHAINMARK_KEY_FILE", "CHAINMARK_MODEL", "CHAINMARK_SCALE"):
@@ -157,7 +157,7 @@ def test_banner_is_silent_in_the_pages_configuration_and_one_line_elsewhere(monk
     monkeypatch.setenv("CHAINMARK_MODEL", "some-org/some-model")
     monkeypatch.setenv("CHAINMARK_SCALE", "full")
     text = banner().data
-    assert BANNER_CLASS in text and "some-org/some-model" in text and "full scale" in text
+    assert _BANNER_CLASS in text and "some-org/some-model" in text and "full scale" in text
     assert text.count("<p") == 1 and "key" not in text and "GPU" not in text
     for word in ("claims", "strict", "torch", "dtype", "seeds"):
         assert word not in text, word

@@ -29,7 +29,7 @@ import pytest
 from browser_support import GuardedPage, non_local, serve
 from chainmark.config import ChainMarkConfig
 from cmlab.teaching.playground import (
-    CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, Sample, build_playground, _bytes_to_unicode,
+    _CHALLENGE_BUDGET, PLAYGROUND_S, attack_bounds, Playground, PlaygroundError, _Sample, _build_playground, _bytes_to_unicode,
     _distinct_share, _pick_samples, _state_payload, _tokenizer_payload,
 )
 
@@ -225,8 +225,8 @@ def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
 
 
 def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
-    samples = [Sample("a </script><b>", "human", "Text with </script> & <tags>\u2028 in it.")]
-    pg = build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S), samples)
+    samples = [_Sample("a </script><b>", "human", "Text with </script> & <tags>\u2028 in it.")]
+    pg = _build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S), samples)
     block = pg.html
     assert isinstance(pg, Playground) and pg._repr_html_().startswith('<div class="cm-playground ')
     assert not re.search(r"""\b(src|href)\s*=""", block), "the block must not load anything"
@@ -237,12 +237,12 @@ def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> 
     assert len(block.encode("utf-8")) < 3_000_000
     payload = re.search(r'<script type="application/json" class="cm-data">(.*?)</script>', block, re.S).group(1)
     assert json.loads(payload)["samples"][0]["text"] == samples[0].text
-    assert pg.data["budget"] == CHALLENGE_BUDGET and pg.data["S"] == PLAYGROUND_S
+    assert pg.data["budget"] == _CHALLENGE_BUDGET and pg.data["S"] == PLAYGROUND_S
     assert "config" not in vars(pg) and "key" not in vars(pg)  # the key made the table and was not kept
     with pytest.raises(ValueError, match="clockwork"):  # the page's detector scores the clockwork only
-        build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle"), samples)
+        _build_playground(tokenizer, ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle"), samples)
     with pytest.raises(TypeError, match="ChainMarkConfig"):
-        build_playground(tokenizer, reference_key, samples)
+        _build_playground(tokenizer, reference_key, samples)
 
 
 # --------------------------------------------------------------------------- browser helpers
@@ -538,13 +538,13 @@ def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference
     from chainmark.detection import valid_transitions
     from chainmark.config import ChainMarkConfig
     from chainmark.partition import state_table, states_of
-    from chainmark.auditor.segments import spans_above, window_lengths
-    from cmlab.teaching.playground import segment_thresholds
+    from chainmark.auditor.segments import _spans_above, window_lengths
+    from cmlab.teaching.playground import _segment_thresholds
     from chainmark.topology import resolve_topology
 
     browser, _, _ = standalone
     page = Page(browser)
-    seg = segment_thresholds()
+    seg = _segment_thresholds()
     table = state_table(reference_key, 49152, PLAYGROUND_S)
     rng = np.random.default_rng(9)
     topo = resolve_topology("clockwork", PLAYGROUND_S)
@@ -564,7 +564,7 @@ def test_browser_segments_are_the_packages_scan(standalone, tokenizer, reference
     for ids, spans in zip(cases, got):
         legal = valid_transitions(states_of(ids, reference_key, PLAYGROUND_S), topo)
         threshold = next((t for L, t in zip(seg["lengths"], seg["thresholds"]) if len(ids) <= L), seg["thresholds"][-1])
-        expect = spans_above(legal, topo.p0, window_lengths(len(ids) - 1), threshold)
+        expect = _spans_above(legal, topo.p0, window_lengths(len(ids) - 1), threshold)
         assert [[a, b, w] for a, b, _, w in expect] == [[sp[0], sp[1], sp[3]] for sp in spans], (len(ids), expect, spans)
         assert all(math.isclose(z, sp[2], rel_tol=1e-12) for (_, _, z, _), sp in zip(expect, spans))
         found += len(spans)
@@ -610,7 +610,7 @@ def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
     short texts and texts that repeat themselves the same log E at the end and at its largest, crossing token,
     scored and legal counts as anytime_detect, and after every token the log E of an AnytimeDetector fed one
     token at a time."""
-    from chainmark.auditor.anytime import GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid
+    from chainmark.auditor.anytime import _GRID_POINTS, AnytimeDetector, anytime_detect, bet_grid
     from chainmark.config import ChainMarkConfig
     from cmlab.harness.reference.protocol import PROTOCOL
     from chainmark.partition import state_table
@@ -623,7 +623,7 @@ def test_browser_anytime_is_the_packages(standalone, reference_key) -> None:
         grid = bet_grid(p0, r)
         got = page.js(f"""(() => {{ const g = ChainMarkPlayground.math.betGrid({p0!r}, {r!r});
             return [Array.from(g.q), Array.from(g.logWeights), g.prior]; }})()""")
-        assert len(got[0]) == GRID_POINTS and tuple(got[2]) == grid.prior
+        assert len(got[0]) == _GRID_POINTS and tuple(got[2]) == grid.prior
         assert np.allclose(got[0], grid.q, rtol=1e-15, atol=0) and np.allclose(got[1], grid.log_weights, rtol=1e-12, atol=0)
         counts = [(0, 1), (1, 1), (0, 40), (40, 40), (9, 40), (300, 1000), (0, 5000), (5000, 5000), (1900, 6000)]
         log_e = page.js(f"{json.dumps(counts)}.map(([h, m]) => ChainMarkPlayground.math.logE("
@@ -780,7 +780,7 @@ def test_challenges_score_what_they_say(standalone, tokenizer, reference_key) ->
         need = (c - 0.2 * (n - 1) - 2.3263 * sd if mode == "erase" else 0.2 * (n - 1) + 2.3263 * sd - c) + 8
         page.js(f"{TARGETED % page.inst}({json.dumps([mode, math.ceil(need)])})")
         shown = _check_against_python(page, tokenizer, reference_key, original)
-        budget = page.js(f"{page.inst}.state.budget") if mode == "erase" else CHALLENGE_BUDGET
+        budget = page.js(f"{page.inst}.state.budget") if mode == "erase" else _CHALLENGE_BUDGET
         assert bool(shown["verdict"]) == (mode == "forge"), f"the targeted {mode} did not flip the verdict"
         assert shown["delta"] <= budget, f"the targeted {mode} needed δ = {shown['delta']:.3f} > {budget}"
         assert page.js(f"{page.root}.querySelector('[data-challenge={mode}]').getAttribute('data-solved')") == "1"

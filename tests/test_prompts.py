@@ -15,11 +15,11 @@ def test_every_domain_has_100_distinct_prompts(domain):
 
 
 def test_code_prompts_are_humaneval_stems_in_file_order():
-    problems = P.humaneval_problems()
+    problems = P._humaneval_problems()
     assert len(problems) == 164 and problems[0]["task_id"] == "HumanEval/0"
     first = P.load_prompts("code", 1)[0]
     assert problems[0]["prompt"] in first
-    assert first == P.CODE_TEMPLATE.format(stem=problems[0]["prompt"])
+    assert first == P._CODE_TEMPLATE.format(stem=problems[0]["prompt"])
     assert P._domain_size("code") == 164
 
 

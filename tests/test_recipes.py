@@ -6,7 +6,7 @@ import pytest
 
 from chainmark.config import ChainMarkConfig
 from chainmark.partition import state_table
-from cmlab.comparison.fpr_recipes import PAPER_FPR_RECIPES, RECIPES, fpr_recipes, hac_z, iid_z, k_skip_z, weighted_z
+from cmlab.comparison.fpr_recipes import PAPER_FPR_RECIPES, _RECIPES, fpr_recipes, _hac_z, _iid_z, _k_skip_z, _weighted_z
 from chainmark.topology import Topology
 
 KEY = b"recipes-test-key-0123456789abcdef"
@@ -17,22 +17,22 @@ V = 2000
 def test_weighted_z_with_equal_weights_is_the_detectors_z() -> None:
     rng = np.random.default_rng(0)
     valid = rng.random(199) < 0.3
-    assert weighted_z(valid, np.full(199, 2.5), 0.2) == pytest.approx(iid_z(valid, 0.2))
+    assert _weighted_z(valid, np.full(199, 2.5), 0.2) == pytest.approx(_iid_z(valid, 0.2))
 
 
 def test_hac_shrinks_z_when_legal_steps_come_in_runs() -> None:
     """Runs of legal steps (positive autocorrelation) make the iid z overconfident; HAC widens the error."""
     valid = np.repeat(np.random.default_rng(1).random(40) < 0.35, 5)    # blocks of 5 equal indicators
-    assert abs(hac_z(valid, 0.2)) < abs(iid_z(valid, 0.2))
+    assert abs(_hac_z(valid, 0.2)) < abs(_iid_z(valid, 0.2))
     independent = np.random.default_rng(2).random(5000) < 0.2
-    assert hac_z(independent, 0.2) == pytest.approx(iid_z(independent, 0.2), abs=0.6)
+    assert _hac_z(independent, 0.2) == pytest.approx(_iid_z(independent, 0.2), abs=0.6)
 
 
 def test_k_skip_sees_no_walk_three_steps_apart() -> None:
     walk = np.arange(200) % 5                                          # a perfect clockwork walk
     clock = Topology.clockwork(5)
-    assert iid_z(np.diff(walk) % 5 == 1, 0.2) > 10
-    assert k_skip_z(walk, clock, k=3) < 0                              # s_{i+3} = s_i + 3, never + 1
+    assert _iid_z(np.diff(walk) % 5 == 1, 0.2) > 10
+    assert _k_skip_z(walk, clock, k=3) < 0                              # s_{i+3} = s_i + 3, never + 1
 
 
 def _texts(n: int, length: int, rng: np.random.Generator, walk: bool) -> list[np.ndarray]:
@@ -53,7 +53,7 @@ def test_fpr_recipes_on_random_null_and_perfect_walks() -> None:
     null = _texts(240, 120, rng, walk=False)
     wm = _texts(20, 120, rng, walk=True)
     results = {r.recipe: r for r in fpr_recipes(null, np.arange(240) // 2, wm, CONFIG, vocab_size=V)}
-    assert list(results) == list(RECIPES) and set(PAPER_FPR_RECIPES) <= set(RECIPES)
+    assert list(results) == list(_RECIPES) and set(PAPER_FPR_RECIPES) <= set(_RECIPES)
     for name in ("iid", "sd", "quantile", "lift", "hac", "stopword", "hdd_lite"):
         assert results[name].tpr.rate == 1.0, name                      # a perfect walk is always found
         assert results[name].fpr.trials == 120 and results[name].fpr.high < 0.2, name
@@ -80,4 +80,4 @@ def test_the_iid_recipe_is_the_detectors_z() -> None:
 
     ids = np.random.default_rng(6).integers(0, V, size=150)
     valid = valid_transitions(states_of(ids, KEY, 5), Topology.clockwork(5))
-    assert iid_z(valid, 0.2) == detect(ids, CONFIG).z
+    assert _iid_z(valid, 0.2) == detect(ids, CONFIG).z

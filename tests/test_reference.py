@@ -12,7 +12,7 @@ import pytest
 
 from cmlab.harness import reference as ref
 from cmlab.harness.reference import compare as rcmp
-from cmlab.harness.reference import store, verification
+from cmlab.harness.reference import read, store, verification
 from cmlab.harness.reference.protocol import PROTOCOL, Protocol, cells
 from cmlab.harness.runs import RunControl
 
@@ -74,7 +74,7 @@ def test_unknown_experiment_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="unknown experiment 'headtohead'"):
         cells(PROTOCOL, ("headtohead",))
     with pytest.raises(ValueError, match="unknown reference experiment"):
-        ref.load_frame("nope", tmp_path)
+        read._load_frame("nope", tmp_path)
 
 
 def test_status_of_an_empty_folder_lists_everything_missing(tmp_path):
@@ -118,19 +118,19 @@ def test_a_stopped_run_resumes_and_completes(tiny_run):
 @pytest.mark.slow
 def test_frames_have_one_row_per_scored_text(tiny_run):
     root = tiny_run[0]
-    h2h = ref.load_frame("head_to_head", root, TINY)
+    h2h = read._load_frame("head_to_head", root, TINY)
     for col in ("method", "domain", "attack", "n_tokens", "z", "p_value", "detector", "rewrite_failed"):
         assert col in h2h.columns
     clean = h2h[(h2h.attack == "clean") & (h2h.detector == h2h.method)]
     assert clean.groupby("method").size().to_dict() == {"chainmark": 4, "kgw": 4, "sweet": 4}
     assert set(h2h[h2h.method != "none"].attack) == {"clean", "sub0.1", "sub0.2", "sub0.3", "paraphrase"}
-    null = ref.load_frame("null", root, TINY)
+    null = read._load_frame("null", root, TINY)
     assert set(null.detector) == {"chainmark", "kgw", "sweet"} and len(null) == 3 * (4 + 4)
-    cal = ref.load_frame("calibration", root, TINY)
+    cal = read._load_frame("calibration", root, TINY)
     assert set(cal[cal.method == "none"].S) == {2, 3} and set(cal[cal.method == "chainmark"].S) == {2, 3}
-    kreg = ref.load_frame("kregular", root, TINY)
+    kreg = read._load_frame("kregular", root, TINY)
     assert set(kreg.k) == {1, 2}
-    exp = ref.load_frame("explorer", root, TINY)
+    exp = read._load_frame("explorer", root, TINY)
     assert set(exp[exp.method == "chainmark"].rho) == {0.5, 1.0}
     assert exp[exp.method == "chainmark"].n_tokens.max() <= TINY.explorer_tokens
 
@@ -143,7 +143,7 @@ def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_t
 
     root, tok = tiny_run[0], model_and_tokenizer[1]
     grid = ref.explorer_grid(tok, root, TINY, example=("wiki", 0))
-    frame = ref.load_frame("explorer", root, TINY)
+    frame = read._load_frame("explorer", root, TINY)
     assert grid["S_values"] == [2] and grid["rho_values"] == [0.5, 1.0] and len(grid["cells"]) == 2
     baseline = [r["self_ppl"] for r in ref.load_texts("explorer", root, TINY) if r["cell"] == "none"]
     assert len(baseline) == 2 and grid["baseline_ppl"] == pytest.approx(sum(baseline) / 2)
@@ -277,15 +277,15 @@ def test_a_run_refuses_to_resume_with_other_weights(tiny_run, model_and_tokenize
 def test_pending_batches_follow_the_experiments_in_the_order_given(tmp_path):
     """`--experiments null head_to_head` fills the null first; within an experiment, batch-major."""
     from cmlab.harness.reference.protocol import PROTOCOL
-    from cmlab.harness.reference.generation import pending
+    from cmlab.harness.reference.generation import _pending
 
-    todo = pending(tmp_path, PROTOCOL, ["null", "head_to_head"])
+    todo = _pending(tmp_path, PROTOCOL, ["null", "head_to_head"])
     kinds = [c.experiment for c, _ in todo]
     assert kinds[0] == "null" and kinds[-1] == "head_to_head"
     assert kinds == sorted(kinds, key=["null", "head_to_head"].index)
     first_h2h = [(c.name, b.index) for c, b in todo if c.experiment == "head_to_head"][:4]
     assert [b for _, b in first_h2h] == [0, 0, 0, 0]          # every method of batch 0 before batch 1
-    default = pending(tmp_path, PROTOCOL)
+    default = _pending(tmp_path, PROTOCOL)
     assert [c.experiment for c, _ in default][0] == "head_to_head"
 
 
@@ -303,7 +303,7 @@ def test_verify_accepts_float_rounding_within_the_stated_tolerance():
     # perplexity moved at 1e-8 (AMD EPYC against the Intel Xeon that made the run)
     fresh = [_record(gate_signal=[1.2346, 0.5, 2.0, 0.1], self_ppl=3.1737226896180176)]
     assert rcmp.compare_records(stored, fresh) == []
-    assert rcmp.VERIFY_FIELDS["gate_signal"]["abs"] >= 1e-4  # one step of the 4-decimal rounding
+    assert rcmp._VERIFY_FIELDS["gate_signal"]["abs"] >= 1e-4  # one step of the 4-decimal rounding
 
 
 def test_verify_is_exact_for_tokens_gates_counts_and_verdicts():
@@ -396,14 +396,14 @@ def test_an_unknown_float_field_is_compared_exactly():
     fresh = [_record(new_score=0.25 + 1e-15, detection={"chainmark": {"z": 4.2, "new_stat": 3.0 * (1 + 1e-12)}})]
     out = rcmp.compare_records(stored, fresh)
     assert len(out) == 2 and all("no rule in VERIFY_FIELDS" in d for d in out), out
-    assert "new_score" not in rcmp.VERIFY_FIELDS and "new_stat" not in rcmp.VERIFY_FIELDS
+    assert "new_score" not in rcmp._VERIFY_FIELDS and "new_stat" not in rcmp._VERIFY_FIELDS
     same = [_record(new_score=0.25, detection={"chainmark": {"z": 4.2, "new_stat": 3.0}})]
     assert rcmp.compare_records(stored, same) == []
 
 
 def test_a_kernel_p_value_is_compared_on_a_log_scale():
     """No stored p-value comes from the logits today; a detector that did (the LR detector) would be named by path."""
-    rules = {**rcmp.VERIFY_FIELDS, "detection.lr.p_value": {"rule": "log10_p", "log10": 1e-3}}
+    rules = {**rcmp._VERIFY_FIELDS, "detection.lr.p_value": {"rule": "log10_p", "log10": 1e-3}}
 
     def rec(p_lr, p_chainmark=1e-12):
         return [_record(detection={"lr": {"p_value": p_lr}, "chainmark": {"p_value": p_chainmark}})]

@@ -15,8 +15,8 @@ import pytest
 from chainmark.calibrate import z_alpha
 from chainmark.detection import detect
 from chainmark.keys import key_fingerprint
-from chainmark.auditor.regime import (REGIME_FORMAT, Regime, RegimeError, published_regime_problems, regime_digest,
-                                      regime_document, regime_problems, tokenizer_fingerprint)
+from chainmark.auditor.regime import (_REGIME_FORMAT, Regime, RegimeError, published_regime_problems, _regime_digest,
+                                      regime_document, _regime_problems, tokenizer_fingerprint)
 from chainmark.topology import TOPOLOGY_K
 from chainmark.topology import Topology, cycle_topology, resolve_topology
 from chainmark.verdict import Verdict
@@ -55,7 +55,7 @@ def test_a_published_document_round_trips_through_its_json():
            (3, "soft_cycle", 2, 0.001, 3.5, True, 200)
     assert back.key_fingerprint == key_fingerprint(KEY)
     assert back.tokenizer_fingerprint == tokenizer_fingerprint(_Vocab())
-    assert "key" not in doc and regime_problems(doc) == []
+    assert "key" not in doc and _regime_problems(doc) == []
 
 
 def test_a_regime_without_a_threshold_publishes_z_alpha():
@@ -68,7 +68,7 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
     exact_promise = regime_document(KEY, Regime(S=5, alpha=0.01, test="exact"), _Vocab())["guarantee"]
     assert "normal approximation" in doc["guarantee"] and doc["guarantee"] != exact_promise
     inflated = {**doc, "guarantee": exact_promise}
-    inflated["digest"] = regime_digest(inflated)
+    inflated["digest"] = _regime_digest(inflated)
     assert any('"guarantee"' in p for p in published_regime_problems(inflated))
     assert "over a uniformly random key" in exact_promise and "key audit" in exact_promise
     assert Regime(alpha=0.01).operating_threshold == z_alpha(0.01)
@@ -79,7 +79,7 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
 
 def test_older_and_sparser_documents_still_read():
     """Fields a document leaves out, or sets to null, take the defaults; derived ones are recomputed."""
-    regime = Regime.from_document({"format": REGIME_FORMAT, "S": 4, "threshold": None, "tokenizer": None})
+    regime = Regime.from_document({"format": _REGIME_FORMAT, "S": 4, "threshold": None, "tokenizer": None})
     assert regime == Regime(S=4)
     assert (regime.topology, regime.alpha, regime.threshold, regime.n_min, regime.topo.k) == \
            ("clockwork", 0.01, None, None, 1)
@@ -99,7 +99,7 @@ def test_the_test_has_one_spelling_and_distinct_pairs_is_derived_from_it():
         assert doc["distinct_pairs"] is (test == "distinct") and doc["test"] == test
         assert Regime.from_document(doc).effective_test == test
         flipped = {**doc, "distinct_pairs": test != "distinct"}
-        flipped["digest"] = regime_digest(flipped)  # even a recomputed digest cannot make the two disagree
+        flipped["digest"] = _regime_digest(flipped)  # even a recomputed digest cannot make the two disagree
         with pytest.raises(RegimeError, match='"distinct_pairs" follows from "test"'):
             Regime.from_document(flipped)
         assert any('"distinct_pairs" follows from "test"' in p for p in published_regime_problems(flipped))
@@ -113,7 +113,7 @@ def test_an_older_document_that_says_only_distinct_pairs_means_the_distinct_test
     old = {key: value for key, value in z_doc.items() if key != "digest"}
     old.update(distinct_pairs=True, guarantee=regime_document(KEY, Regime(S=5, alpha=0.01, test="distinct"),
                                                               _Vocab())["guarantee"])
-    old["digest"] = regime_digest(old)
+    old["digest"] = _regime_digest(old)
     assert published_regime_problems(old) == []
     regime = Regime.from_document(old)
     assert regime.test == "distinct" and regime.effective_test == "distinct" and regime.distinct_pairs
@@ -130,7 +130,7 @@ def test_bad_documents_are_refused_by_name():
         Regime.from_document({**good, "threshold": float("nan"), "distinct_pairs": 1})
     with pytest.raises(RegimeError, match="unknown field"):
         Regime.from_document({**good, "thresold": 3.0})
-    with pytest.raises(RegimeError, match=REGIME_FORMAT):
+    with pytest.raises(RegimeError, match=_REGIME_FORMAT):
         Regime.from_document({"S": 5})
     assert issubclass(RegimeError, ValueError)
 
@@ -239,10 +239,10 @@ def _published(**kw):
 
 
 def test_a_published_regime_refuses_every_silent_edit():
-    from chainmark.auditor.regime import published_regime_problems, regime_digest
+    from chainmark.auditor.regime import published_regime_problems, _regime_digest
 
     doc = _published()
-    assert published_regime_problems(doc) == [] and doc["digest"] == regime_digest(doc)
+    assert published_regime_problems(doc) == [] and doc["digest"] == _regime_digest(doc)
 
     def problems_after(**edits):
         bad = {**doc, **edits}
@@ -255,7 +255,7 @@ def test_a_published_regime_refuses_every_silent_edit():
         published_regime_problems({k: v for k, v in doc.items() if k != "tokenizer_fingerprint"}))
     assert '"p0" is 0.5' in problems_after(p0=0.5)
     assert '"z_alpha" is 1.0' in problems_after(z_alpha=1.0)
-    assert "missing" in " ".join(published_regime_problems({"format": REGIME_FORMAT}))
+    assert "missing" in " ".join(published_regime_problems({"format": _REGIME_FORMAT}))
     # a lower threshold is published only when the regime says so, and then it is signed like the rest
     traded = _published(threshold=1.5, trades_fpr_for_power=True)
     assert traded["trades_fpr_for_power"] is True and published_regime_problems(traded) == []
@@ -267,7 +267,7 @@ def test_a_published_regime_refuses_every_silent_edit():
     exact = _published(test="exact")
     assert exact["threshold"] is None and published_regime_problems(exact) == []
     assert "must be null for the exact test" in " ".join(
-        published_regime_problems({**exact, "threshold": 3.0, "digest": regime_digest({**exact, "threshold": 3.0})}))
+        published_regime_problems({**exact, "threshold": 3.0, "digest": _regime_digest({**exact, "threshold": 3.0})}))
 
 
 def test_a_regime_file_with_a_field_twice_or_nested_deep_is_refused():
@@ -320,25 +320,25 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
     from chainmark import cli
     from chainmark.cli.common import EXIT_USAGE
     from chainmark.auditor.keyfiles import write_key_file
-    from chainmark.auditor.regime import published_regime_problems, regime_digest
+    from chainmark.auditor.regime import published_regime_problems, _regime_digest
 
-    base = {"format": REGIME_FORMAT, "scheme": "chainmark"}
+    base = {"format": _REGIME_FORMAT, "scheme": "chainmark"}
     for doc, says in [({**base, "S": 3, "k": 3}, '"k" is 3, but k must be below S = 3'),
                       ({**base, "S": 5, "k": 9}, '"k" is 9, but k must be below S = 5'),
                       ({**base, "S": 2, "topology": "soft_cycle"}, "soft_cycle topology has k = 2, which must be "
                                                                   "below S = 2"),
                       ({**base, "S": 2, "topology": "soft_cycle", "k": 2}, '"k" is 2, but k must be below S = 2')]:
-        problems = regime_problems(doc)
+        problems = _regime_problems(doc)
         assert len(problems) == 1 and says in problems[0] and "1 <= k <= S - 1" in problems[0], problems
         assert "p0 must lie" not in problems[0]
         with pytest.raises(RegimeError, match="must be below S"):
             Regime.from_document(doc)
-    assert regime_problems({**base, "S": 4, "k": 3}) == []
-    assert regime_problems({**base, "S": 3, "topology": "soft_cycle"}) == []
+    assert _regime_problems({**base, "S": 4, "k": 3}) == []
+    assert _regime_problems({**base, "S": 3, "topology": "soft_cycle"}) == []
     # a published document edited to k = S (digest recomputed) names the rule too
     doc = regime_document(KEY, Regime(S=3, alpha=0.01, topology="soft_cycle"), _Vocab())
     edited = {**doc, "S": 2, "p0": 0.5}
-    edited["digest"] = regime_digest(edited)
+    edited["digest"] = _regime_digest(edited)
     assert "k must be below S = 2" in " ".join(published_regime_problems(edited))
     # and the command line refuses such a regime file with exit 2, saying so
     key = tmp_path / "k.key"
@@ -350,7 +350,7 @@ def test_k_not_below_S_is_refused_in_plain_words(tmp_path, capsys):
 
 
 def test_every_entry_point_taking_k_and_S_apart_says_k_must_be_below_S():
-    from chainmark.calibrate import null_p0, predicted_z
+    from chainmark.calibrate import _null_p0, predicted_z
     from cmlab.comparison.quality import kl_bound
     from cmlab.harness.reference.protocol import topology_for
 
@@ -360,7 +360,7 @@ def test_every_entry_point_taking_k_and_S_apart_says_k_must_be_below_S():
             call()
     with pytest.raises(TypeError, match="k"):
         cycle_topology(5, 1.0)
-    for call in (lambda: null_p0(4, 4), lambda: predicted_z(100, 0.5, 3, k=3)):
+    for call in (lambda: _null_p0(4, 4), lambda: predicted_z(100, 0.5, 3, k=3)):
         with pytest.raises(ValueError, match=r"k \(successors per state\) must lie in \[1, S - 1\]"):
             call()
     with pytest.raises(ValueError, match=r"k must be an integer in \[1, S-1\]"):

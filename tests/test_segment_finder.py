@@ -10,7 +10,7 @@ from cmlab.harness.mixed import (MIXED_FILE, load_mixed_documents, match_segment
                                      read_segment_records, segment_summary)
 from chainmark.keys import hkdf
 from chainmark.partition import state_table
-from chainmark.auditor.segments import detect_segments, scan_maximum, window_lengths, window_z
+from chainmark.auditor.segments import detect_segments, scan_maximum, window_lengths, _window_z
 from cmlab.comparison.segments_peer import cover_segments
 
 KEY = b"\x05" * 32
@@ -88,9 +88,9 @@ def test_the_statistic_is_the_largest_window_z_and_windows_double():
     from chainmark.topology import resolve_topology
     topo = resolve_topology("clockwork", 3)
     legal = valid_transitions(states_of(doc, KEY, 3), topo)
-    best = max(window_z(legal[None, :], w, topo.p0)[1].max() for w in res.windows)
+    best = max(_window_z(legal[None, :], w, topo.p0)[1].max() for w in res.windows)
     assert res.statistic == pytest.approx(best) == pytest.approx(scan_maximum(res.windows, topo.p0)(legal)[0])
-    starts, _ = window_z(legal[None, :], 128, topo.p0)
+    starts, _ = _window_z(legal[None, :], 128, topo.p0)
     assert starts[0] == 0 and starts[-1] == legal.size - 128 and np.all(np.diff(starts) <= 32)
 
 

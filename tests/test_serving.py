@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from chainmark import ChainMarkConfig, ChainMarkLogitsProcessor, Gate, generate_key, write_key_file
-from chainmark.serving.batch import KEY_ID_ARG, SERVING_ENV, RequestWatermarks, ServingConfig, request_key_id
+from chainmark.serving.batch import KEY_ID_ARG, SERVING_ENV, RequestWatermarks, ServingConfig, _request_key_id
 
 V = 600
 
@@ -26,13 +26,13 @@ def server(tmp_path):
 @pytest.mark.parametrize("args, expected", [(None, None), ({}, None), ({KEY_ID_ARG: None}, None),
                                             ({KEY_ID_ARG: "acct-17"}, "acct-17"), ({KEY_ID_ARG: "a.b_c-9"}, "a.b_c-9")])
 def test_a_request_names_its_key_by_id(args, expected):
-    assert request_key_id(args) == expected
+    assert _request_key_id(args) == expected
 
 
 @pytest.mark.parametrize("bad", ["", "../acct", "a/b", ".hidden", "a..b", "x" * 129, 17, ["acct"]])
 def test_a_malformed_key_id_is_refused_naming_the_argument(bad):
     with pytest.raises(ValueError, match=KEY_ID_ARG):
-        request_key_id({KEY_ID_ARG: bad})
+        _request_key_id({KEY_ID_ARG: bad})
 
 
 def test_the_configuration_file_is_read_with_its_key_folder_beside_it(server, tmp_path):

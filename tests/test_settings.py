@@ -8,18 +8,18 @@ from cmlab.harness import settings as settings_mod
 from chainmark.auditor.keyfiles import read_key_file, teaching_key
 from chainmark.keys import key_fingerprint
 from chainmark.auditor.tokenizer import DEFAULT_MODEL
-from cmlab.harness.settings import SETTING_ENV, default_dtype, get_settings, use_settings
+from cmlab.harness.settings import _SETTING_ENV, default_dtype, get_settings, use_settings
 
 
 @pytest.fixture(autouse=True)
 def fresh_settings(monkeypatch):
-    for name in (*SETTING_ENV.values(), "CHAINMARK_KEY"):
+    for name in (*_SETTING_ENV.values(), "CHAINMARK_KEY"):
         # set, then delete: monkeypatch then restores the original on teardown even though use_settings
         # writes os.environ itself (nothing a test sets may leak into the next test)
         monkeypatch.setenv(name, "placeholder")
         monkeypatch.delenv(name)
     # use_settings(None) returns to the environment the process started with: here, none of these set
-    monkeypatch.setattr(settings_mod, "_STARTING_ENV", {name: None for name in SETTING_ENV.values()})
+    monkeypatch.setattr(settings_mod, "_STARTING_ENV", {name: None for name in _SETTING_ENV.values()})
     monkeypatch.setattr(settings_mod, "_cuda_available", lambda: False)
     yield
 
@@ -90,7 +90,7 @@ def test_the_settings_cell_sets_every_value_and_none_returns_to_the_start(tmp_pa
     s = use_settings()
     assert (s.model, s.scale, s.key_file) == (DEFAULT_MODEL, "smoke", None)
     assert book_key_source() == "teaching" and book_key() == teaching_key()
-    assert all(os.environ.get(name) is None for name in SETTING_ENV.values())
+    assert all(os.environ.get(name) is None for name in _SETTING_ENV.values())
 
 
 def test_none_keeps_what_the_environment_said_at_start(monkeypatch):

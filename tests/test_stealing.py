@@ -13,9 +13,9 @@ from chainmark.config import ChainMarkConfig
 from chainmark.detection import detect
 from chainmark.partition import state_table
 from cmlab.comparison import stealing as ST
-from cmlab.harness.stealing import first_tokens, true_key_map
+from cmlab.harness.stealing import first_tokens, _true_key_map
 
-from cmlab.harness.grids import simulate_watermarked_ids
+from cmlab.harness.grids import _simulate_watermarked_ids
 from cmlab.harness.stealing import attacker_pool, reference_config
 
 V, S, RHO = 49152, 5, 0.5
@@ -74,7 +74,7 @@ def test_the_editor_forges_under_the_stolen_key_and_only_that_key(world, stolen)
     assert forged_share(held, lambda ids: ST.forge_path(ids, stolen), CONFIG, 0.2) >= 0.8
     other = ChainMarkConfig(b"another-account-key", S=S)
     assert forged_share(held, lambda ids: ST.forge_path(ids, stolen), other, 0.2) <= 0.1
-    ceiling = true_key_map(CONFIG, V)
+    ceiling = _true_key_map(CONFIG, V)
     assert forged_share(held, lambda ids: ST.forge_path(ids, ceiling), CONFIG, 0.1) >= 0.9
 
 
@@ -96,7 +96,7 @@ def test_the_scrubber_lowers_z_and_the_key_holder_scrubs_with_fewer_edits(world,
     before = np.mean([detect(t, CONFIG).z for t in texts])
     after = np.mean([detect(ST.apply_path(t, ST.scrub_path(t, stolen), budget=0.2), CONFIG).z for t in texts])
     assert after < before - 2
-    ceiling = true_key_map(CONFIG, V)
+    ceiling = _true_key_map(CONFIG, V)
     stolen_edits = [ST.edits_to_flip(t, ST.scrub_path(t, stolen), CONFIG, want_flagged=False) for t in texts]
     key_edits = [ST.edits_to_flip(t, ST.scrub_path(t, ceiling), CONFIG, want_flagged=False) for t in texts]
     assert all(e is not None for e in key_edits)
@@ -145,7 +145,7 @@ def test_the_generators_processor_forces_believed_successors_at_high_entropy_onl
 
 def test_detection_over_a_key_set_names_the_key_that_watermarked():
     configs = [ChainMarkConfig(f"account-{i}".encode(), S=S) for i in range(20)]
-    texts = simulate_watermarked_ids(10, 200, ChainMarkConfig(configs[7].key, S=S, rho=RHO), V, seed=6).tolist()
+    texts = _simulate_watermarked_ids(10, 200, ChainMarkConfig(configs[7].key, S=S, rho=RHO), V, seed=6).tolist()
     verdicts = [detect_over_keys(t, configs) for t in texts]
     assert all(v.is_watermarked and v.best == 7 for v in verdicts)
     assert all(v.key_fingerprint == configs[7].fingerprint for v in verdicts)

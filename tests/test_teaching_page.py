@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from cmlab.teaching.talks import OUTLINES_FILE, TalkOutline, chapter_figures, load_outlines, outline_markdown
+from cmlab.teaching.talks import OUTLINES_FILE, TalkOutline, _chapter_figures, load_outlines, outline_markdown
 
 from book_pipeline import toc_entries
 
@@ -39,7 +39,7 @@ def test_every_chapter_and_every_build_it_has_a_complete_outline():
     for o in outlines:
         assert 10 <= o.minutes <= 15 and 2 <= len(o.objectives) <= 3 and len(o.questions) == 2, o.chapter
         assert o.figure_note and o.formula and o.formula_note, o.chapter
-        figures = chapter_figures(ROOT / f"{o.chapter}.ipynb")
+        figures = _chapter_figures(ROOT / f"{o.chapter}.ipynb")
         # the one figure is a numbered figure of that very page; a page without figures names none
         if o.figure is None:
             assert not figures, (o.chapter, figures)

@@ -147,9 +147,9 @@ CASES = [
      ["token_ids", "integers"]),
     ("kgw_detect 2-D", lambda: baselines.kgw_detect([[1, 2], [3, 4]], baselines.KGWConfig(KEY), 100), ValueError,
      ["token_ids", "one-dimensional"]),
-    ("green_mask bools", lambda: baselines.green_mask([True, False], baselines.KGWConfig(KEY), 100), TypeError,
+    ("green_mask bools", lambda: baselines._green_mask([True, False], baselines.KGWConfig(KEY), 100), TypeError,
      ["token_ids", "integers"]),
-    ("sweet_detect text", lambda: baselines.sweet_detect("abc", baselines.SweetConfig(KEY), 100, [0.0] * 3),
+    ("sweet_detect text", lambda: baselines._sweet_detect("abc", baselines.SweetConfig(KEY), 100, [0.0] * 3),
      TypeError, ["token_ids", "tokenize"]),
     ("detect_text bytes", lambda: detect_text(b"bytes", ByteTokenizer(), CONFIG), TypeError, ["text", "str"]),
     ("detect_text a key with S", lambda: detect_text("x", ByteTokenizer(), KEY, S=5), TypeError,
@@ -200,13 +200,13 @@ CASES = [
      lambda: adversary.keyed_forge(list(range(20)), CONFIG, 100, candidates=lambda j: [500]), ValueError,
      ["candidates", "500", "vocab_size = 100"]),
     # ---- baselines ---------------------------------------------------------
-    ("green_z gamma 0", lambda: baselines.green_z(5, 10, 0.0), ValueError, ["gamma", "(0, 1)"]),
-    ("green_z gamma 1.5", lambda: baselines.green_z(5, 10, 1.5), ValueError, ["gamma", "(0, 1)"]),
-    ("green_z gamma nan", lambda: baselines.green_z(5, 10, float("nan")), ValueError, ["gamma", "(0, 1)"]),
-    ("green_z green > scored", lambda: baselines.green_z(11, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
-    ("green_z green < 0", lambda: baselines.green_z(-1, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
-    ("green_z scored < 0", lambda: baselines.green_z(0, -1, 0.5), ValueError, ["n_scored", ">= 0"]),
-    ("green_z scored float", lambda: baselines.green_z(3, 10.0, 0.5), TypeError, ["n_scored", "integer"]),
+    ("green_z gamma 0", lambda: baselines._green_z(5, 10, 0.0), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z gamma 1.5", lambda: baselines._green_z(5, 10, 1.5), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z gamma nan", lambda: baselines._green_z(5, 10, float("nan")), ValueError, ["gamma", "(0, 1)"]),
+    ("green_z green > scored", lambda: baselines._green_z(11, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
+    ("green_z green < 0", lambda: baselines._green_z(-1, 10, 0.5), ValueError, ["n_green", "[0, 10]"]),
+    ("green_z scored < 0", lambda: baselines._green_z(0, -1, 0.5), ValueError, ["n_scored", ">= 0"]),
+    ("green_z scored float", lambda: baselines._green_z(3, 10.0, 0.5), TypeError, ["n_scored", "integer"]),
     ("tail_p_values green > scored", lambda: baselines.tail_p_values(30, 10), ValueError, ["n_green", "[0, 10]"]),
     ("tail_p_values gamma 1", lambda: baselines.tail_p_values(3, 10, 1.0), ValueError, ["gamma", "(0, 1)"]),
     # ---- embedding ---------------------------------------------------------
@@ -364,6 +364,6 @@ def test_valid_edge_values_are_accepted():
     assert attacks.n_edits(0.5, 0) == 0 and attacks.n_edits(0.5, np.int64(3)) == 2
     assert len(adversary.random_walk_text(1, CONFIG, 100)) == 1
     assert adversary.keyed_scrub([0, 99, 5], CONFIG, 100) is not None  # the last id of the vocabulary is fine
-    assert baselines.green_z(0, 0, 0.5) == 0.0
-    assert baselines.green_z(10, 10, 0.5) == pytest.approx(math.sqrt(10))
+    assert baselines._green_z(0, 0, 0.5) == 0.0
+    assert baselines._green_z(10, 10, 0.5) == pytest.approx(math.sqrt(10))
     assert baselines.tail_p_values(10, 10)["binomial"] == pytest.approx(0.5 ** 10)

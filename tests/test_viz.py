@@ -1,11 +1,11 @@
 import pytest
 
 from chainmark.detection import detect
-from cmlab.teaching.plots import source_html, state_colour, tokens_html
+from cmlab.teaching.plots import _source_html, state_colour, tokens_html
 
 
 def test_source_html_shows_the_real_source():
-    html = source_html(detect)
+    html = _source_html(detect)
     assert "chainmark.detection.detect" in html
     assert "def" in html and "vocab_size" in html
 
@@ -56,10 +56,10 @@ def test_the_state_palette_survives_simulated_colour_blindness():
 
     import numpy as np
 
-    from cmlab.teaching.plots import LEGAL_STEP_COLOUR, STATE_COLOURS
+    from cmlab.teaching.plots import _LEGAL_STEP_COLOUR, STATE_COLOURS
 
-    colours = [*STATE_COLOURS[:5], LEGAL_STEP_COLOUR]
-    assert LEGAL_STEP_COLOUR not in STATE_COLOURS
+    colours = [*STATE_COLOURS[:5], _LEGAL_STEP_COLOUR]
+    assert _LEGAL_STEP_COLOUR not in STATE_COLOURS
     for deficiency in (None, "protanopia", "deuteranopia", "tritanopia"):
         seen = [_lab_seen(c, deficiency) for c in colours]
         worst = min(float(np.linalg.norm(a - b)) for a, b in itertools.combinations(seen, 2))
@@ -73,12 +73,12 @@ def test_every_tile_prints_its_state_digit():
 
 
 def test_every_attack_has_its_own_colour_and_marker_across_the_book():
-    from cmlab.teaching.plots import ATTACK_STYLE, STATE_COLOURS, attack_style
+    from cmlab.teaching.plots import _ATTACK_STYLE, STATE_COLOURS, attack_style
 
-    colours = [c for c, _ in ATTACK_STYLE.values()]
-    markers = [m for _, m in ATTACK_STYLE.values()]
+    colours = [c for c, _ in _ATTACK_STYLE.values()]
+    markers = [m for _, m in _ATTACK_STYLE.values()]
     assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers)
-    assert attack_style("back-translation (fr)") == ATTACK_STYLE["back-translation"]
+    assert attack_style("back-translation (fr)") == _ATTACK_STYLE["back-translation"]
     with pytest.raises(ValueError, match="no style"):
         attack_style("rot13")
 

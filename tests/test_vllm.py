@@ -29,7 +29,7 @@ import pytest
 from chainmark import ChainMarkConfig, clopper_pearson, generate_key, state_table
 from cmlab.harness.reference.protocol import reference_key
 from cmlab.harness.models import vllm_checkpoint
-from cmlab.harness.serving import (VLLM_PYTHON, complete, mixed_requests, reference_requests, run_vllm,
+from cmlab.harness.serving import (_VLLM_PYTHON, complete, mixed_requests, reference_requests, run_vllm,
                                    serving_folder, vllm_server)
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,8 @@ OTHER = 16  # prompts served once more under the second account's key, in the sa
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    if not VLLM_PYTHON.exists():
-        pytest.fail(f"vLLM's environment is missing: run `make vllm` (make test builds it) [{VLLM_PYTHON}]")
+    if not _VLLM_PYTHON.exists():
+        pytest.fail(f"vLLM's environment is missing: run `make vllm` (make test builds it) [{_VLLM_PYTHON}]")
     work = tmp_path_factory.mktemp("vllm")
     keys = {"reference": reference_key(), "acct-b": generate_key()}
     serving = serving_folder(work / "server", keys)
@@ -173,7 +173,7 @@ def test_where_the_gate_opened_on_the_models_own_distribution_the_token_is_legal
 def test_the_openai_compatible_server_watermarks_per_key_and_refuses_a_bad_key_id(served, tmp_path,
                                                                                  model_and_tokenizer):
     flags = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--gpu-memory-utilization", "0.3"]
-    with vllm_server(VLLM_PYTHON, served["model"], served["serving"], tmp_path / "server.log", flags) as base:
+    with vllm_server(_VLLM_PYTHON, served["model"], served["serving"], tmp_path / "server.log", flags) as base:
         prompts = [r["prompt_ids"] for r in served["reference"][:4]]
         status, reply = complete(base, served["model"], prompts, "acct-b")
         assert status == 200, reply

@@ -35,7 +35,7 @@ def test_static_block_is_self_contained():
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
     assert 'data-kind="calibration"' in html and "ChainMarkExplorers.mountFrom" in html
     data = _payload(html)
-    assert data["alphas"] == list(W.ALPHAS) and data["ns"] == list(W.LENGTHS)
+    assert data["alphas"] == list(W._ALPHAS) and data["ns"] == list(W.LENGTHS)
 
 
 def test_both_pages_share_one_mount_script():
@@ -59,19 +59,19 @@ def test_data_cannot_break_out_of_the_script_element():
                      "examples": [{"tokens": ["</script><b>x</b>", "\u2028&"], "states": [0, 1],
                                    "substituted": [0, 0]}]},
             "mc": {"ratio": [1.0], "tpr": [1.0]}, "deltas": [0.0], "alpha": 0.01, "start": {"delta": 0.0}}
-    html = W.StaticExplorer("robustness", evil, "t").html
+    html = W._StaticExplorer("robustness", evil, "t").html
     assert html.count("</script>") == 2
     assert _payload(html)["text"]["examples"][0]["tokens"][0] == "</script><b>x</b>"
 
 
 def test_non_finite_numbers_become_null():
-    e = W.StaticExplorer("calibration", {"x": float("nan"), "y": [np.float64("inf"), np.int64(3)]}, "t")
+    e = W._StaticExplorer("calibration", {"x": float("nan"), "y": [np.float64("inf"), np.int64(3)]}, "t")
     assert e.data == {"x": None, "y": [None, 3]}
 
 
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="kind must be one of"):
-        W.StaticExplorer("sliders", {}, "t")
+        W._StaticExplorer("sliders", {}, "t")
 
 
 def test_start_values_snap_to_the_sliders():
@@ -96,7 +96,7 @@ def test_calibration_numbers_are_the_closed_forms(alpha, n, rho, k):
 def test_simulated_sequences_walk_at_the_right_rate():
     """Legal-transition share of the Monte Carlo is rho + (1 - rho)/S (binomial tolerance)."""
     S, rho, trials, n = 5, 0.4, 200, 50
-    ids = E.simulate_watermarked_ids(trials, n, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=7)
+    ids = E._simulate_watermarked_ids(trials, n, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=7)
     assert ids.shape == (trials, n) and ids.min() >= 0 and ids.max() < V
     st = states_of(ids.ravel(), KEY, S, V).reshape(trials, n)
     legal = int(((st[:, 1:] - st[:, :-1]) % S == 1).sum())
@@ -108,17 +108,17 @@ def test_simulated_sequences_walk_at_the_right_rate():
 
 def test_simulation_rejects_bad_sizes():
     with pytest.raises(ValueError):
-        E.simulate_watermarked_ids(0, 10, ChainMarkConfig(KEY, rho=0.5), V)
+        E._simulate_watermarked_ids(0, 10, ChainMarkConfig(KEY, rho=0.5), V)
     with pytest.raises(ValueError):
-        E.simulate_watermarked_ids(10, 1, ChainMarkConfig(KEY, rho=0.5), V)
+        E._simulate_watermarked_ids(10, 1, ChainMarkConfig(KEY, rho=0.5), V)
     with pytest.raises(ValueError, match="clockwork"):  # the theorem's model walks the cycle, nothing else
-        E.simulate_watermarked_ids(10, 20, ChainMarkConfig(KEY, rho=0.5, topology="soft_cycle"), V)
+        E._simulate_watermarked_ids(10, 20, ChainMarkConfig(KEY, rho=0.5, topology="soft_cycle"), V)
     with pytest.raises(TypeError, match="ChainMarkConfig"):  # the key alone is refused, with what to pass
-        E.simulate_watermarked_ids(10, 20, KEY, V)
+        E._simulate_watermarked_ids(10, 20, KEY, V)
 
 
 def test_robustness_grid_on_synthetic_texts():
-    texts = E.simulate_watermarked_ids(12, 80, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
+    texts = E._simulate_watermarked_ids(12, 80, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
     rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
     for part in ("mc", "text"):
         assert rob[part]["ratio"][0] == pytest.approx(1.0)
@@ -137,7 +137,7 @@ def _fake_grid() -> dict:
     cells = []
     for S in (2, 5):
         for rho in (0.5, 1.0):
-            ids = E.simulate_watermarked_ids(1, 30, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=S).tolist()[0]
+            ids = E._simulate_watermarked_ids(1, 30, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=S).tolist()[0]
             d = detect(ids, ChainMarkConfig(KEY, S=S))
             ex = {"prompt": "p", "token_ids": ids, "tokens": [f"t{t}" for t in ids],
                   "states": states_of(ids, KEY, S).tolist(), "forced": [0] * 30, "n_tokens": 30,
@@ -174,7 +174,7 @@ def test_live_twins_recompute_in_python():
     emb.children[0].children[0].value = 5
     assert view.value != before and f"{W._grid_cell(grid, 5, 0.5)['example']['z']:.2f}" in view.value
 
-    texts = E.simulate_watermarked_ids(6, 60, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=5).tolist()
+    texts = E._simulate_watermarked_ids(6, 60, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=5).tolist()
     rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.3), mc_trials=20)
     live = W.robustness_explorer(rob, delta=0.0, live=True, key=KEY)
     live.children[0].value = 0.3

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from chainmark import state_table
-from cmlab.teaching.workshop import (EDITION_ENV, BuildCheckFailed, check_build, in_participant_edition,
+from cmlab.teaching.workshop import (_EDITION_ENV, BuildCheckFailed, check_build, _in_participant_edition,
                                 participant_edition, same_array, same_arrays, same_values)
 
 KEY, V, S = b"workshop-test-key", 3000, 5
@@ -41,7 +41,7 @@ def test_agreement_returns_yours_and_says_so(capsys):
 
 
 def test_in_the_book_a_difference_or_an_unwritten_skeleton_stops_the_chapter():
-    assert not in_participant_edition()
+    assert not _in_participant_edition()
     with pytest.raises(BuildCheckFailed, match="at token id 0 yours gives state"):
         check_table(lambda: my_table(KEY, V, S, shift=1))
     with pytest.raises(BuildCheckFailed, match="not written yet"):
@@ -83,11 +83,11 @@ def test_participants_go_on_with_the_package_after_any_failure(participant, caps
 
 
 def test_the_environment_variable_also_selects_the_participant_edition(monkeypatch, capsys):
-    monkeypatch.setenv(EDITION_ENV, "participant")
-    assert in_participant_edition()
+    monkeypatch.setenv(_EDITION_ENV, "participant")
+    assert _in_participant_edition()
     assert check_table(unwritten).status == "not written"
-    monkeypatch.setenv(EDITION_ENV, "book")
-    assert not in_participant_edition()
+    monkeypatch.setenv(_EDITION_ENV, "book")
+    assert not _in_participant_edition()
 
 
 def test_same_values_names_the_case_and_the_field(participant, capsys):

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = len(timings)
     else:
         # in the book's order from an empty runs folder, as a reader's first pass: a chapter of a group reads what
-        # the one before it stored (cmlab.teaching.colab.READ_BACK), never records of an earlier pass
+        # the one before it stored (cmlab.teaching.colab._READ_BACK), never records of an earlier pass
         if not os.environ.get("CHAINMARK_RUNS"):
             import tempfile
 

@@ -19,10 +19,8 @@ from .anytime import (
     AnytimeDetector as AnytimeDetector,
     AnytimeResult as AnytimeResult,
     BetGrid as BetGrid,
-    GRID_POINTS as GRID_POINTS,
     anytime_detect as anytime_detect,
     bet_grid as bet_grid,
-    default_prior as default_prior,
 )
 from .corpus import (
     AuditExecution as AuditExecution,
@@ -41,24 +39,19 @@ from .corpus_input import (
     read_batch as read_batch,
 )
 from .keyaudit import (
-    CERTIFICATE_LEVEL as CERTIFICATE_LEVEL,
     CertificationTarget as CertificationTarget,
     KeySelection as KeySelection,
-    SCOPE as SCOPE,
     audit_key as audit_key,
     certificate_problems as certificate_problems,
     certify as certify,
     format_audit as format_audit,
     fpr_across_keys as fpr_across_keys,
-    minimum_documents as minimum_documents,
     read_certificate as read_certificate,
     recheck_certificate as recheck_certificate,
     seal as seal,
 )
 from .keyfiles import (
-    KEY_ENV as KEY_ENV,
     KEY_FILE_ENV as KEY_FILE_ENV,
-    TEACHING_LABEL as TEACHING_LABEL,
     book_key as book_key,
     book_key_source as book_key_source,
     key_file_is_private as key_file_is_private,
@@ -80,14 +73,11 @@ from .rates import (
     trials_to_bound as trials_to_bound,
 )
 from .regime import (
-    REGIME_FORMAT as REGIME_FORMAT,
     Regime as Regime,
     RegimeError as RegimeError,
     parse_regime_text as parse_regime_text,
     published_regime_problems as published_regime_problems,
-    regime_digest as regime_digest,
     regime_document as regime_document,
-    regime_problems as regime_problems,
     tokenizer_fingerprint as tokenizer_fingerprint,
 )
 from .repetition import (
@@ -103,9 +93,7 @@ from .segments import (
     SegmentsResult as SegmentsResult,
     detect_segments as detect_segments,
     scan_maximum as scan_maximum,
-    spans_above as spans_above,
     window_lengths as window_lengths,
-    window_z as window_z,
 )
 from .stream import (
     PIECE_CHARS as PIECE_CHARS,
@@ -129,4 +117,4 @@ from .tokenizer import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CERTIFICATE_LEVEL", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "GRID_POINTS", "KEY_ENV", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "REGIME_FORMAT", "RateEstimate", "Regime", "RegimeError", "SCOPE", "Segment", "SegmentsResult", "StreamingDetector", "TEACHING_LABEL", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "default_prior", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "minimum_documents", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_digest", "regime_document", "regime_problems", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "spans_above", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "window_z", "write_key_file"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_document", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "write_key_file"]

@@ -55,11 +55,11 @@ from ..partition import as_token_array, states_of
 from ..topology import Topology
 from .stream import ids_and_offsets, text_pieces
 
-__all__ = ["GRID_POINTS", "AnytimeDetector", "AnytimeResult", "BetGrid",
-           "anytime_detect", "bet_grid", "default_prior"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "BetGrid",
+           "anytime_detect", "bet_grid"]
 
 #: How many alternative rates the e-process bets on (evenly spaced in u = (q - p0)/(1 - p0)).
-GRID_POINTS = 100
+_GRID_POINTS = 100
 #: How many transitions' worth of belief the default Beta weights hold (a + b).
 _PRIOR_STRENGTH = 4.0
 #: Scored transitions whose log E is computed in one block (bounds the memory of a long piece).
@@ -70,7 +70,7 @@ _STREAM_PIECE_CHARS = 1 << 14
 _DENSE_IDS_MAX = 1 << 24
 
 
-def default_prior(rho: float) -> tuple[float, float]:
+def _default_prior(rho: float) -> tuple[float, float]:
     """The default Beta(a, b) weights in u = (q - p0)/(1 - p0): mean rho clipped into [0.05, 0.95], with
     a + b = :data:`_PRIOR_STRENGTH` (see the module docstring for why)."""
     mean = min(max(check_rho(rho), 0.05), 0.95)
@@ -123,18 +123,18 @@ def _logsumexp_rows(x: np.ndarray) -> np.ndarray:
 
 
 def bet_grid(p0: float, rho: float = 0.5, prior: tuple[float, float] | None = None) -> BetGrid:
-    """The grid of :data:`GRID_POINTS` rates q = p0 + (1 - p0) u, u at the midpoints of (0, 1), weighted by the
-    Beta(a, b) density in u: ``prior``, else :func:`default_prior` of ``rho``."""
+    """The grid of :data:`_GRID_POINTS` rates q = p0 + (1 - p0) u, u at the midpoints of (0, 1), weighted by the
+    Beta(a, b) density in u: ``prior``, else :func:`_default_prior` of ``rho``."""
     if not is_number(p0) or not 0.0 < float(p0) < 1.0:
         raise ValueError(f"p0 must lie in (0, 1), got {p0!r}")
-    return _grid(float(p0), default_prior(rho) if prior is None else _check_prior(prior))
+    return _grid(float(p0), _default_prior(rho) if prior is None else _check_prior(prior))
 
 
 @functools.lru_cache(maxsize=64)
 def _grid(p0: float, prior: tuple[float, float]) -> BetGrid:
     """The grid for checked arguments, built once (its arrays are read-only)."""
     a, b = prior
-    u = (np.arange(GRID_POINTS) + 0.5) / GRID_POINTS
+    u = (np.arange(_GRID_POINTS) + 0.5) / _GRID_POINTS
     log_density = (a - 1.0) * np.log(u) + (b - 1.0) * np.log1p(-u)
     log_weights = log_density - _logsumexp_rows(log_density[None, :])[0]
     q = p0 + (1.0 - p0) * u

@@ -4,7 +4,7 @@ A common token pair ("of the") is legal under some keys and not others, so one k
 text can sit above alpha, even for the exact test, whose guarantee is over a *random* key. :func:`audit_key`
 scores unwatermarked documents under one key with every test and *certifies* the key for the deployed test
 only when the one-sided upper confidence bound on its rate is at or below alpha (which needs at least
-:func:`minimum_documents` documents). The unit is the document: a document counts as flagged when any of its
+:func:`_minimum_documents` documents). The unit is the document: a document counts as flagged when any of its
 windows is. The certificate names the key by its fingerprint only, binds the tokenizer and the corpus (its
 texts and their grouping into documents) and carries a digest; :func:`certificate_problems` recomputes its
 verdict from its counts, :func:`recheck_certificate` its counts from the key and the corpus.
@@ -34,13 +34,13 @@ from ..topology import TopologyLike, resolve_topology
 #: texts only).
 _CERTIFICATE_FORMAT = "chainmark-key-audit/4"
 #: The confidence of the bound a certificate states (one-sided): the least a certificate may use.
-CERTIFICATE_LEVEL = 0.95
+_CERTIFICATE_LEVEL = 0.95
 #: What a certificate says of ``keys_tried`` and ``selected_on``: nothing in it can check them.
 _KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the audit, not verified: a key chosen "
                     "among more keys than declared has a rate biased low")
 #: What every certificate says it certifies and what it does not: an audit on natural text measures mislabelling,
 #: not an adversary who reads the deployment's outputs (the book's chapter 9.5 measures that one).
-SCOPE = {"certifies": "this key's false-positive rate on natural text: unwatermarked documents like the corpus's "
+_SCOPE = {"certifies": "this key's false-positive rate on natural text: unwatermarked documents like the corpus's "
                       "are flagged at most alpha of the time (a one-sided bound at the stated level)",
          "does_not_certify": "that flagged text came from the deployment: anyone who collects this key's outputs can "
                              "learn the states of its frequent tokens, then make any text look watermarked "
@@ -77,24 +77,24 @@ def _corpus_fingerprint(texts: Sequence[Sequence[int]], documents: Sequence[Any]
 
 
 def _check_level(level: Any) -> float:
-    """A certificate's confidence level: at least :data:`CERTIFICATE_LEVEL` and below 1, else a ``ValueError``."""
+    """A certificate's confidence level: at least :data:`_CERTIFICATE_LEVEL` and below 1, else a ``ValueError``."""
     number = not isinstance(level, bool) and isinstance(level, (int, float, np.floating))
-    if not number or not CERTIFICATE_LEVEL <= level < 1:
-        raise ValueError(f"level must be at least {CERTIFICATE_LEVEL:g} (CERTIFICATE_LEVEL) and below 1, got "
+    if not number or not _CERTIFICATE_LEVEL <= level < 1:
+        raise ValueError(f"level must be at least {_CERTIFICATE_LEVEL:g} and below 1, got "
                          f"{level!r}: a bound at lower confidence passes keys whose rate lies above alpha")
     return float(level)
 
 
-def minimum_documents(alpha: float, level: float = CERTIFICATE_LEVEL) -> int:
+def _minimum_documents(alpha: float, level: float = _CERTIFICATE_LEVEL) -> int:
     """Fewest documents on which a key can be certified at ``alpha``: even with none flagged, a smaller
     corpus leaves the one-sided upper bound above alpha (299 at alpha = 1% and 95%)."""
     return trials_to_bound(alpha, level)
 
 
-def certify(flagged: int, documents: int, alpha: float, level: float = CERTIFICATE_LEVEL) -> str:
+def certify(flagged: int, documents: int, alpha: float, level: float = _CERTIFICATE_LEVEL) -> str:
     """The verdict on a key that flagged ``flagged`` of ``documents`` unwatermarked documents: ``"pass"`` when
     the one-sided upper confidence bound on its rate is at or below alpha, ``"fail"`` when the lower bound lies
-    above alpha, ``"inconclusive"`` otherwise. A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``."""
+    above alpha, ``"inconclusive"`` otherwise. A ``level`` below :data:`_CERTIFICATE_LEVEL` is a ``ValueError``."""
     alpha, level = check_alpha(alpha), _check_level(level)
     if clopper_pearson_upper(flagged, documents, level) <= alpha:
         return "pass"
@@ -150,12 +150,12 @@ def seal(cert: Mapping[str, Any]) -> dict[str, Any]:
 class CertificationTarget:
     """What a key audit certifies: that the key's false-positive rate under the deployed ``test``
     (:data:`chainmark.detection.TESTS`) is at most ``alpha``, by a one-sided upper bound at confidence
-    ``level``. A ``level`` below :data:`CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the
+    ``level``. A ``level`` below :data:`_CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the
     certificate pass keys whose rate lies above alpha."""
 
     test: str = "exact"
     alpha: float = 0.01
-    level: float = CERTIFICATE_LEVEL
+    level: float = _CERTIFICATE_LEVEL
     #: the tokens of output the deployer will publish under the key before retiring it (None: not stated)
     public_output_budget: int | None = None
 
@@ -243,7 +243,7 @@ def audit_key(
         "format": _CERTIFICATE_FORMAT,
         "key_fingerprint": key_fingerprint(key),
         "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "level": level,
-        "minimum_documents": minimum_documents(alpha, level),
+        "minimum_documents": _minimum_documents(alpha, level),
         "corpus": {"texts": len(kept), "documents": n_docs, "tokens": int(sum(t.size for t in kept)),
                    "fingerprint": fingerprint, "texts_fingerprint": texts_fingerprint, "unit": "document",
                    "grouping": grouping or _default_grouping(documents is None, len(kept), n_docs),
@@ -254,7 +254,7 @@ def audit_key(
         "tests": tests,
         "deploy_test": deploy_test,
         "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
-        "scope": dict(SCOPE),
+        "scope": dict(_SCOPE),
         "public_output_budget": {"tokens": target.public_output_budget, "note": _BUDGET_NOTE},
     }
 
@@ -340,12 +340,12 @@ def _older_format(cert: Any) -> str | None:
 
 
 def _level_problem(level: Any) -> str | None:
-    """The problem with a certificate's level (below :data:`CERTIFICATE_LEVEL`, or not a number), else None."""
+    """The problem with a certificate's level (below :data:`_CERTIFICATE_LEVEL`, or not a number), else None."""
     try:
         _check_level(level)
     except ValueError:
         return (f"the certificate's level is {level!r}, but a certificate states its bound at a confidence of "
-                f"at least {CERTIFICATE_LEVEL:g}: at a lower level its verdict passes keys whose rate lies "
+                f"at least {_CERTIFICATE_LEVEL:g}: at a lower level its verdict passes keys whose rate lies "
                 "above alpha")
     return None
 
@@ -359,7 +359,7 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
     problems = [f"the certificate's corpus lacks {', '.join(missing)}"] if missing else []
     if cert["selection"].get("note") != _KEYS_TRIED_NOTE:
         problems.append("the certificate's selection lacks its note that keys_tried is declared, not verified")
-    if cert["scope"] != SCOPE:
+    if cert["scope"] != _SCOPE:
         problems.append("the certificate's scope is not the one every certificate states (what it certifies and "
                         "what it does not)")
     budget = cert["public_output_budget"]
@@ -370,9 +370,9 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
         problems.append("the certificate's public_output_budget must hold tokens (an integer >= 1, or null) and "
                         "its note")
     alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
-    if cert["minimum_documents"] != minimum_documents(alpha, level):
+    if cert["minimum_documents"] != _minimum_documents(alpha, level):
         problems.append(f"minimum_documents is {cert['minimum_documents']}, but alpha {alpha:g} at level "
-                        f"{level:g} needs {minimum_documents(alpha, level)}")
+                        f"{level:g} needs {_minimum_documents(alpha, level)}")
     tests = cert["tests"]
     if cert["deploy_test"] not in tests:
         return problems + [f"the certificate has no row for its deploy_test {cert['deploy_test']!r}"]
@@ -497,5 +497,5 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CERTIFICATE_LEVEL", "SCOPE", "CertificationTarget", "KeySelection", "audit_key", "certificate_problems",
-           "certify", "format_audit", "fpr_across_keys", "minimum_documents", "read_certificate", "recheck_certificate", "seal"]
+__all__ = ["CertificationTarget", "KeySelection", "audit_key", "certificate_problems",
+           "certify", "format_audit", "fpr_across_keys", "read_certificate", "recheck_certificate", "seal"]

@@ -19,10 +19,10 @@ from ..keys import generate_key, hkdf
 from ..limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
 from ..partition import key_bytes
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "TEACHING_LABEL", "book_key", "book_key_source", "key_file_is_private",
+__all__ = ["KEY_FILE_ENV", "book_key", "book_key_source", "key_file_is_private",
            "load_key", "read_key_file", "teaching_key", "write_key_file"]
 
-KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
+_KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
 KEY_FILE_ENV = "CHAINMARK_KEY_FILE"  # path of a file holding the raw key bytes
 
 _HEX_TEXT = re.compile(rb"\s*[0-9A-Fa-f]+\s*")
@@ -35,7 +35,7 @@ def _check_key_bytes(key: bytes, source: str) -> bytes:
                          "(create one with `chainmark keygen --out FILE`)")
     if _HEX_TEXT.fullmatch(key):
         raise ValueError(f"{source} is hexadecimal text, not raw key bytes, so it would act as another key: "
-                         f"decode it (`xxd -r -p HEXFILE > KEYFILE`) or put the hex in ${KEY_ENV} instead")
+                         f"decode it (`xxd -r -p HEXFILE > KEYFILE`) or put the hex in ${_KEY_ENV} instead")
     return key
 
 
@@ -159,34 +159,34 @@ def load_key(path: str | os.PathLike | None = None) -> bytes:
         return read_key_file(path)
     if os.environ.get(KEY_FILE_ENV):
         return read_key_file(os.environ[KEY_FILE_ENV])
-    if os.environ.get(KEY_ENV, "").strip():
+    if os.environ.get(_KEY_ENV, "").strip():
         try:
-            key = bytes.fromhex(os.environ[KEY_ENV].strip())
+            key = bytes.fromhex(os.environ[_KEY_ENV].strip())
         except ValueError:
-            raise ValueError(f"{KEY_ENV} must hold the key as hexadecimal") from None
+            raise ValueError(f"{_KEY_ENV} must hold the key as hexadecimal") from None
         if len(key) < MIN_KEY_BYTES:
-            raise ValueError(f"{KEY_ENV} holds a {len(key)}-byte key; keys need at least {MIN_KEY_BYTES} bytes "
+            raise ValueError(f"{_KEY_ENV} holds a {len(key)}-byte key; keys need at least {MIN_KEY_BYTES} bytes "
                              f"({2 * MIN_KEY_BYTES} hex digits)")
         return key
-    raise LookupError(f"no key: pass a key file, or set {KEY_FILE_ENV} or {KEY_ENV}")
+    raise LookupError(f"no key: pass a key file, or set {KEY_FILE_ENV} or {_KEY_ENV}")
 
 
 #: The published label the book's teaching key is derived from (HKDF-SHA-256). It is public by
 #: design: every reader who runs a chapter with the defaults uses the same key, so a CPU run shows
 #: the numbers the site shows. It protects nothing and must never be deployed.
-TEACHING_LABEL = "chainmark-book/teaching-key/v1"
+_TEACHING_LABEL = "chainmark-book/teaching-key/v1"
 
 
 def teaching_key() -> bytes:
-    """The book's public teaching key: HKDF of :data:`TEACHING_LABEL` (anyone can derive it)."""
-    return hkdf(TEACHING_LABEL.encode("utf-8"), b"chainmark/v1/teaching-key")
+    """The book's public teaching key: HKDF of :data:`_TEACHING_LABEL` (anyone can derive it)."""
+    return hkdf(_TEACHING_LABEL.encode("utf-8"), b"chainmark/v1/teaching-key")
 
 
 def book_key_source() -> str:
     """Where :func:`book_key` takes its key from: ``"key file"``, ``"environment"`` or ``"teaching"``."""
     if os.environ.get(KEY_FILE_ENV):
         return "key file"
-    if os.environ.get(KEY_ENV, "").strip():
+    if os.environ.get(_KEY_ENV, "").strip():
         return "environment"
     return "teaching"
 

@@ -2,7 +2,7 @@
 
 A :class:`Regime` holds everything that decides a verdict (S, topology, alpha, the z threshold, the test, the
 shortest text judged, the tokenizer by name and vocabulary fingerprint, the key by its fingerprint only) and owns
-the decision. :func:`regime_document` writes the published document; :func:`regime_problems` and
+the decision. :func:`regime_document` writes the published document; :func:`_regime_problems` and
 :func:`published_regime_problems` check a parsed one field by field, so that a regime file can never silently
 change a verdict. ``chainmark regime`` and ``chainmark detect --regime`` are thin layers over these.
 """
@@ -25,7 +25,7 @@ from ..topology import TOPOLOGY_K, Topology, resolve_topology
 from ..verdict import Verdict, decide
 
 #: Format tag of the published regime document.
-REGIME_FORMAT = "chainmark-regime/1"
+_REGIME_FORMAT = "chainmark-regime/1"
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -98,7 +98,7 @@ _GUARANTEES = {
 #: Every field of a regime document: (accepts the value, what it must be). None is
 #: allowed only where the description says so.
 _REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "format": (lambda v: v == REGIME_FORMAT, f"the string {REGIME_FORMAT!r}"),
+    "format": (lambda v: v == _REGIME_FORMAT, f"the string {_REGIME_FORMAT!r}"),
     "scheme": (lambda v: v == "chainmark", "the string 'chainmark'"),
     "S": (lambda v: _is_int(v, 2, MAX_STATES), f"an integer in [2, {MAX_STATES}]"),
     "topology": (lambda v: v in TOPOLOGY_K, f"one of {sorted(TOPOLOGY_K)}"),
@@ -134,10 +134,10 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (bool, int, float)) or value is None else type(value).__name__
 
 
-def regime_problems(doc: Any) -> list[str]:
+def _regime_problems(doc: Any) -> list[str]:
     """Everything wrong with a parsed regime document, field by field (empty when it is valid)."""
-    if not isinstance(doc, dict) or doc.get("format") != REGIME_FORMAT:
-        return [f"not a {REGIME_FORMAT} document"]
+    if not isinstance(doc, dict) or doc.get("format") != _REGIME_FORMAT:
+        return [f"not a {_REGIME_FORMAT} document"]
     unknown = sorted(set(doc) - set(_REGIME_FIELDS))
     problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
     for name, value in doc.items():
@@ -207,7 +207,7 @@ def parse_regime_text(text: str) -> Any:
         raise ValueError(f"not JSON ({exc.msg}, line {exc.lineno})") from None
 
 
-def regime_digest(doc: Mapping[str, Any]) -> str:
+def _regime_digest(doc: Mapping[str, Any]) -> str:
     """SHA-256 of a regime's canonical form (every field but the digest, sorted keys, no spaces)."""
     body = {k: v for k, v in doc.items() if k != "digest"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -215,12 +215,12 @@ def regime_digest(doc: Mapping[str, Any]) -> str:
 
 
 def published_regime_problems(doc: Any) -> list[str]:
-    """:func:`regime_problems`, plus what a published regime must satisfy: the required fields present and
+    """:func:`_regime_problems`, plus what a published regime must satisfy: the required fields present and
     not null, k, p0 and z_alpha equal to what S, the topology and alpha give, a threshold no lower than
     z_alpha unless a ``recalibration`` or ``trades_fpr_for_power`` says why (none for the exact test), and
     the digest. The digest is not a signature (anyone can recompute it): it catches an edit made by
     mistake, and the rules above keep even a recomputed edit from flipping a verdict silently."""
-    problems = regime_problems(doc)
+    problems = _regime_problems(doc)
     if problems:
         return problems
     test = _document_test(doc) or "z"
@@ -250,7 +250,7 @@ def published_regime_problems(doc: Any) -> list[str]:
                         'as the analytic null describes it, it would flag more than alpha; a regime publishes '
                         'such a threshold only with the "recalibration" that fitted it on a null corpus, or '
                         'saying "trades_fpr_for_power": true')
-    if not problems and doc["digest"] != regime_digest(doc):
+    if not problems and doc["digest"] != _regime_digest(doc):
         problems.append('"digest" does not match the document: it was changed after it was written')
     return problems
 
@@ -409,13 +409,13 @@ class Regime:
 
     @classmethod
     def from_document(cls, doc: Any) -> "Regime":
-        """The regime of a parsed regime document, checked field by field (:func:`regime_problems`).
+        """The regime of a parsed regime document, checked field by field (:func:`_regime_problems`).
 
         Fields the document leaves out (or sets to null) take the defaults; ``k``, ``p0`` and ``z_alpha`` follow
         from S, the topology and alpha, and ``distinct_pairs`` from the test (an older document that says
         ``"distinct_pairs": true`` and names no test means the distinct test).
         """
-        problems = regime_problems(doc)
+        problems = _regime_problems(doc)
         if problems:
             raise RegimeError("; ".join(problems))
         settings = {name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None}
@@ -435,7 +435,7 @@ class Regime:
         exact test), optional fields are written when set; a ``RegimeError`` when it cannot be published."""
         topo = self.topo
         doc: dict[str, Any] = {
-            "format": REGIME_FORMAT,
+            "format": _REGIME_FORMAT,
             "scheme": "chainmark",
             "S": self.S,
             "topology": topo.name,
@@ -453,7 +453,7 @@ class Regime:
         for name in ("recalibration", "key_audit"):
             if doc.get(name) is not None:
                 doc[name] = json.loads(json.dumps(doc[name]))  # a copy the caller cannot change
-        doc["digest"] = regime_digest(doc)
+        doc["digest"] = _regime_digest(doc)
         problems = published_regime_problems(doc)
         if problems:
             raise RegimeError("this regime cannot be published: " + "; ".join(problems))
@@ -485,5 +485,4 @@ class Regime:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
 
 
-__all__ = ["REGIME_FORMAT", "Regime", "RegimeError", "parse_regime_text", "published_regime_problems", "regime_digest",
-           "regime_document", "regime_problems", "tokenizer_fingerprint"]
+__all__ = ["Regime", "RegimeError", "parse_regime_text", "published_regime_problems", "regime_document", "tokenizer_fingerprint"]

@@ -8,7 +8,7 @@ calibration: the null distribution of that maximum is simulated for this very te
 (:mod:`chainmark.randomisation`, its draws seeded from the key), so over a random key the family-wise error (any
 span reported on a text without the watermark) is at most alpha for every text, repeated tokens and all (a
 single-step max-T adjustment in the sense of Westfall and Young). Flagged windows are joined into regions, each
-segmented where the legal rate changes (:func:`spans_above`), so a span's ends come from the legal transitions
+segmented where the legal rate changes (:func:`_spans_above`), so a span's ends come from the legal transitions
 around the passage, not from the window that flagged it. A passage is found from 17 tokens (16 transitions, the
 shortest window) on. Its peer, the geometry cover with a Bonferroni correction, is the book's
 (:mod:`cmlab.comparison.segments_peer`).
@@ -28,8 +28,7 @@ from ..partition import Key, as_token_array, states_of
 from ..randomisation import key_randomisation_test
 from ..topology import Topology
 
-__all__ = ["Segment", "SegmentsResult", "detect_segments", "scan_maximum", "spans_above",
-           "window_lengths", "window_z"]
+__all__ = ["Segment", "SegmentsResult", "detect_segments", "scan_maximum", "window_lengths"]
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def _row_cumsum(legal: np.ndarray) -> np.ndarray:
     return csum
 
 
-def window_z(legal: np.ndarray, w: int, p0: float) -> tuple[np.ndarray, np.ndarray]:
+def _window_z(legal: np.ndarray, w: int, p0: float) -> tuple[np.ndarray, np.ndarray]:
     """(starts, z) of every window of ``w`` transitions (the scan looks at all of them); ``legal`` is (rows, m),
     z is (rows, windows)."""
     csum = _row_cumsum(legal)
@@ -170,7 +169,7 @@ def _regions(flagged: Sequence[tuple[float, int, int]]) -> list[tuple[int, int]]
     return [(a, b) for a, b in regions]
 
 
-def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
+def _spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
                 min_window: int = 16) -> list[tuple[int, int, float, int]]:
     """Disjoint token spans ``(start, end, z, window)`` where windows with z above ``threshold`` lie.
 
@@ -189,7 +188,7 @@ def spans_above(legal: Any, p0: float, windows: Sequence[int], threshold: float,
     csum = np.concatenate([[0], np.cumsum(legal, dtype=np.int64)])
     flagged = []
     for w in windows:
-        starts, z = window_z(legal, w, p0)
+        starts, z = _window_z(legal, w, p0)
         flagged += [(float(z[0, i]), int(starts[i]), int(w)) for i in np.flatnonzero(z[0] > threshold)]
     flagged.sort(key=lambda f: (-f[0], f[1], f[2]))  # the strongest first: a span's evidence is the first it meets
     penalty = math.log(max(m, 2))
@@ -236,7 +235,7 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
 
     Every window gets the p-value (1 + #{null maxima >= its z}) / (draws + 1), the null maxima coming from
     ``draws`` re-drawn keys; windows at or below ``alpha`` are flagged and resolved into disjoint spans by
-    :func:`spans_above`. A span carries the z and family-wise p-value of the strongest flagged window behind
+    :func:`_spans_above`. A span carries the z and family-wise p-value of the strongest flagged window behind
     it; ``offsets`` (one (char_start, char_end) per token) add character spans. The re-drawn keys are seeded
     from the key (:func:`chainmark.randomisation.key_seed`), which makes the guarantee hold for every text; an
     explicit ``seed`` reproduces another run's draws but gives that up (the error is then alpha on average over
@@ -266,7 +265,7 @@ def detect_segments(token_ids: object, config: ChainMarkConfig, *, alpha: float 
     # p <= alpha for a window exactly when its z exceeds the K-th largest null maximum, K = floor(alpha (B + 1))
     threshold = float(null[null.size - math.floor(alpha * (draws + 1) + 1e-9)])
     segments = []
-    for start, end, z, w in spans_above(legal, topo.p0, windows, threshold, min_window):
+    for start, end, z, w in _spans_above(legal, topo.p0, windows, threshold, min_window):
         p = (1 + (null.size - np.searchsorted(null, z, side="left"))) / (draws + 1)
         segments.append(Segment(start, end, z, float(p), w, *_char_span(offsets, start, end)))
     return SegmentsResult(segments, test.observed, test.p_value, alpha, int(ids.size), windows, "scan", draws)

@@ -9,8 +9,7 @@ from .batch import (
     RequestWatermarks as RequestWatermarks,
     SERVING_ENV as SERVING_ENV,
     ServingConfig as ServingConfig,
-    request_key_id as request_key_id,
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["KEY_ID_ARG", "RequestWatermarks", "SERVING_ENV", "ServingConfig", "request_key_id"]
+__all__ = ["KEY_ID_ARG", "RequestWatermarks", "SERVING_ENV", "ServingConfig"]

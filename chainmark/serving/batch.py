@@ -38,7 +38,7 @@ from ..config import ChainMarkConfig
 from ..embed import ChainMarkLogitsProcessor
 from ..gates import Gate
 
-__all__ = ["KEY_ID_ARG", "SERVING_ENV", "RequestWatermarks", "ServingConfig", "request_key_id"]
+__all__ = ["KEY_ID_ARG", "SERVING_ENV", "RequestWatermarks", "ServingConfig"]
 
 #: The environment variable naming the server's configuration file (JSON, the fields of :class:`ServingConfig`).
 SERVING_ENV = "CHAINMARK_SERVING"
@@ -52,7 +52,7 @@ _KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _UNKEYED = ("plain", "refuse")
 
 
-def request_key_id(extra_args: Mapping[str, Any] | None) -> str | None:
+def _request_key_id(extra_args: Mapping[str, Any] | None) -> str | None:
     """The key id a request names in its extra arguments, or None; a malformed id is a ValueError.
 
     A key id is 1 to 128 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or digit (so it can
@@ -151,14 +151,14 @@ class ServingConfig:
 
         The key is read now; an engine keeps the configuration while it serves (a rotated or removed key file
         takes effect when the server restarts)."""
-        request_key_id({KEY_ID_ARG: key_id})
+        _request_key_id({KEY_ID_ARG: key_id})
         return ChainMarkConfig(read_key_file(self._key_path(key_id)), self.S, self.rho, self.gate.kind,
                                self.topology)
 
     def check_request(self, extra_args: Mapping[str, Any] | None) -> str | None:
         """The request's key id after checking it can be served (its key exists; or no key and unkeyed requests
         are served plain); the errors a server returns to the client."""
-        key_id = request_key_id(extra_args)
+        key_id = _request_key_id(extra_args)
         if key_id is None:
             if self.unkeyed == "refuse":
                 raise ValueError(f"this server watermarks every reply: name your key with {KEY_ID_ARG}")

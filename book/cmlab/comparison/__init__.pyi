@@ -22,12 +22,7 @@ from .adversary import (
     simulate_walks as simulate_walks,
 )
 from .anytime_peer import (
-    PEER_CAP as PEER_CAP,
-    PEER_COMPONENTS as PEER_COMPONENTS,
-    PEER_ENDPOINT_WEIGHT as PEER_ENDPOINT_WEIGHT,
-    peer_bets as peer_bets,
     peer_crossing as peer_crossing,
-    peer_log_e as peer_log_e,
 )
 from .attacks import (
     ATTACK_SEED as ATTACK_SEED,
@@ -48,25 +43,19 @@ from .baselines import (
     KGWConfig as KGWConfig,
     KGWLogitsProcessor as KGWLogitsProcessor,
     SweetConfig as SweetConfig,
-    green_mask as green_mask,
-    green_z as green_z,
     kgw_detect as kgw_detect,
-    kgw_hashing_key as kgw_hashing_key,
-    sweet_detect as sweet_detect,
     sweet_detect_batch as sweet_detect_batch,
     tail_p_values as tail_p_values,
     text_entropies as text_entropies,
     transformers_p_value as transformers_p_value,
 )
 from .context_keyed import (
-    CONTEXT_INFO as CONTEXT_INFO,
     ContextKeyedLogitsProcessor as ContextKeyedLogitsProcessor,
     ReplayProcessor as ReplayProcessor,
     StolenPairMap as StolenPairMap,
     StolenPairProcessor as StolenPairProcessor,
     context_config as context_config,
     context_detect as context_detect,
-    context_states as context_states,
     forge_pairs as forge_pairs,
     legal_share as legal_share,
     pair_codes as pair_codes,
@@ -77,25 +66,18 @@ from .context_keyed import (
 )
 from .fpr_recipes import (
     PAPER_FPR_RECIPES as PAPER_FPR_RECIPES,
-    RECIPES as RECIPES,
     RECIPE_NOTES as RECIPE_NOTES,
     RecipeFit as RecipeFit,
     RecipeFitArgs as RecipeFitArgs,
     RecipeResult as RecipeResult,
     fpr_recipes as fpr_recipes,
-    hac_z as hac_z,
-    iid_z as iid_z,
-    k_skip_z as k_skip_z,
-    weighted_z as weighted_z,
 )
 from .lrdetect import (
     LikelihoodRatioResult as LikelihoodRatioResult,
     SimulatedNull as SimulatedNull,
     SimulatedNullArgs as SimulatedNullArgs,
     gate_probabilities as gate_probabilities,
-    llr_weights as llr_weights,
     lr_detect as lr_detect,
-    simulate_llr_null as simulate_llr_null,
     teacher_forced_signal as teacher_forced_signal,
 )
 from .model_check import (
@@ -137,4 +119,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "CONTEXT_INFO", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "Paraphrase", "RECIPES", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "context_states", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "green_mask", "green_z", "hac_z", "iid_z", "k_skip_z", "keyed_forge", "keyed_scrub", "kgw_detect", "kgw_hashing_key", "kl_bound", "kl_cost", "legal_share", "llr_weights", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_bets", "peer_crossing", "peer_log_e", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_llr_null", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback", "weighted_z"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback"]

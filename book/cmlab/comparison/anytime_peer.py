@@ -71,7 +71,7 @@ would have null mean p0 (-log p0) < 1 (0.32 at p0 = 0.2) and, at a legal rate
 of 0.6, a mean still below 1 (0.97): WA would never bet. That is why the
 randomised p-value, averaged, is the mapping used.
 
-Model-free: numpy only. :func:`peer_log_e` gives log E after every scored
+Model-free: numpy only. :func:`_peer_log_e` gives log E after every scored
 transition for one row of indicators or many (one per re-drawn key, say);
 :func:`peer_crossing` the first index at which E reaches 1/alpha.
 """
@@ -84,14 +84,14 @@ import numpy as np
 
 from chainmark.checks import check_alpha, is_number
 
-__all__ = ["PEER_CAP", "PEER_COMPONENTS", "PEER_ENDPOINT_WEIGHT", "peer_bets", "peer_crossing", "peer_log_e"]
+__all__ = ["peer_crossing"]
 
 #: The largest weight WA puts on the log calibrator (the paper's experiments use 1/2).
-PEER_CAP = 0.5
+_PEER_CAP = 0.5
 #: The weight of each pseudo-observation (at p = 0 and p = 1) in the online Grenander fit.
-PEER_ENDPOINT_WEIGHT = 0.5
-#: The e-processes :func:`peer_log_e` returns: the paper's recommended average and its two parts.
-PEER_COMPONENTS = ("average", "weight_adaptive", "grenander")
+_PEER_ENDPOINT_WEIGHT = 0.5
+#: The e-processes :func:`_peer_log_e` returns: the paper's recommended average and its two parts.
+_PEER_COMPONENTS = ("average", "weight_adaptive", "grenander")
 #: Rows scored together: bounds memory at about ten float arrays of this many rows.
 _ROWS = 4096
 
@@ -106,9 +106,9 @@ def _check_p0(p0: object) -> float:
 
 
 def _check_component(component: object) -> str:
-    """One of :data:`PEER_COMPONENTS`."""
-    if component not in PEER_COMPONENTS:
-        raise ValueError(f"component must be one of {PEER_COMPONENTS}, got {component!r}")
+    """One of :data:`_PEER_COMPONENTS`."""
+    if component not in _PEER_COMPONENTS:
+        raise ValueError(f"component must be one of {_PEER_COMPONENTS}, got {component!r}")
     return str(component)
 
 
@@ -138,17 +138,17 @@ def _log_calibrator_steps(p0: float) -> tuple[float, float]:
 
 
 def _bets(hits: np.ndarray, scored: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray]:
-    """The WA and OG rates for checked float arrays of counts (see :func:`peer_bets`)."""
+    """The WA and OG rates for checked float arrays of counts (see :func:`_peer_bets`)."""
     up, down = _log_calibrator_steps(p0)
     with np.errstate(divide="ignore", invalid="ignore"):
         root = (hits * up + (scored - hits) * down) / (scored * up * -down)
-    eta = np.clip(np.where(scored > 0, root, 0.0), 0.0, PEER_CAP)
-    w = PEER_ENDPOINT_WEIGHT
+    eta = np.clip(np.where(scored > 0, root, 0.0), 0.0, _PEER_CAP)
+    w = _PEER_ENDPOINT_WEIGHT
     grenander = np.where(hits > 0, np.maximum(p0, (hits + w) / (scored + 2.0 * w)), p0)
     return p0 * (1.0 + eta * up), grenander
 
 
-def peer_bets(hits: Any, scored: Any, p0: float) -> tuple[np.ndarray, np.ndarray]:
+def _peer_bets(hits: Any, scored: Any, p0: float) -> tuple[np.ndarray, np.ndarray]:
     """The legal rates q the WA and OG parts bet on after ``hits`` legal among ``scored`` transitions (counts,
     arrays broadcast together); a valid e-process passes the counts *before* the transition it bets on."""
     p0 = _check_p0(p0)
@@ -178,7 +178,7 @@ def _rows_log_e(x: np.ndarray, p0: float, component: str) -> np.ndarray:
     return np.logaddexp(np.cumsum(_log_factors(x, q_wa, p0), axis=1), log_og) - math.log(2.0)
 
 
-def peer_log_e(legal: Any, p0: float, component: str = "average") -> np.ndarray:
+def _peer_log_e(legal: Any, p0: float, component: str = "average") -> np.ndarray:
     """log E of the peer after each scored transition, the same shape as ``legal`` (one text's indicators, or
     one row per key); ``component`` picks the average (the paper's recommendation) or one of its two parts."""
     x, p0, component = _as_indicators(legal), _check_p0(p0), _check_component(component)
@@ -194,7 +194,7 @@ def peer_crossing(legal: Any, p0: float, alpha: float = 0.01, component: str = "
     """The index of the first scored transition at which E reaches 1/alpha, or -1 where it never does: an int
     for one text, an array with one entry per row for a 2-D input."""
     alpha = check_alpha(alpha)
-    log_e = peer_log_e(legal, p0, component)
+    log_e = _peer_log_e(legal, p0, component)
     rows = log_e.reshape(1, -1) if log_e.ndim == 1 else log_e
     over = rows >= math.log(1.0 / alpha)
     first = np.full(rows.shape[0], -1, dtype=np.int64)

@@ -82,7 +82,7 @@ def _one_thread():
         torch.set_num_threads(n)
 
 
-def kgw_hashing_key(key: Key) -> int:
+def _kgw_hashing_key(key: Key) -> int:
     """The integer hashing key ``transformers``' KGW needs, derived from ``key`` (HKDF).
 
     56 bits, so that it (and the seeds computed from it) stay inside the range
@@ -123,7 +123,7 @@ class KGWConfig:
 
     @property
     def hashing_key(self) -> int:
-        return kgw_hashing_key(self.key)
+        return _kgw_hashing_key(self.key)
 
     @property
     def fingerprint(self) -> str:
@@ -279,7 +279,7 @@ def _check_counts(n_green: object, n_scored: object) -> tuple[int, int]:
     return int(n_green), int(n_scored)
 
 
-def green_z(n_green: int, n_scored: int, gamma: float) -> float:
+def _green_z(n_green: int, n_scored: int, gamma: float) -> float:
     """KGW's one-proportion z-score (0 when nothing is scored).
 
     ``n_green`` green positions among ``n_scored`` scored ones, so
@@ -297,7 +297,7 @@ def _result(method: str, n_tokens: int, n_green: int, n_scored: int, gamma: floa
             p_transformers: float = math.nan, green: np.ndarray | None = None,
             scored: np.ndarray | None = None) -> BaselineResult:
     m, g = int(n_scored), int(n_green)
-    z = green_z(g, m, gamma)
+    z = _green_z(g, m, gamma)
     p = float(norm.sf(z)) if m else 1.0
     p_exact = float(binom.sf(g - 1, m, gamma)) if m else 1.0
     empty = np.zeros(0, dtype=bool)
@@ -308,7 +308,7 @@ def _result(method: str, n_tokens: int, n_green: int, n_scored: int, gamma: floa
                           scored_mask=empty if scored is None else scored)
 
 
-def green_mask(token_ids: Sequence[int], config: KGWConfig, vocab_size: int) -> np.ndarray:
+def _green_mask(token_ids: Sequence[int], config: KGWConfig, vocab_size: int) -> np.ndarray:
     """Entry ``i - 1`` says whether token ``i`` is green given token ``i - 1`` (length n - 1).
 
     Uses the same green lists as generation (``transformers``' own draw, on
@@ -371,7 +371,7 @@ def kgw_detect(token_ids: Any, config: KGWConfig, vocab_size: int, alpha: float 
     p_hf = float(np.asarray(out.p_value).ravel()[0])
     green = scored = None
     if masks:
-        green, scored = green_mask(ids, config, vocab_size), np.ones(n - 1, dtype=bool)
+        green, scored = _green_mask(ids, config, vocab_size), np.ones(n - 1, dtype=bool)
         if int(green.sum()) != g or scored.size != m:
             raise RuntimeError("transformers' detector and our green lists disagree")
     return _result("kgw", n, g, m, config.gamma, alpha, p_hf, green, scored)
@@ -409,7 +409,7 @@ def text_entropies(model: Any, token_ids: Sequence[Sequence[int]],
     return [np.asarray(e) for e in out]  # type: ignore[arg-type]
 
 
-def sweet_detect(token_ids: Any, config: SweetConfig, vocab_size: int, entropies: Any,
+def _sweet_detect(token_ids: Any, config: SweetConfig, vocab_size: int, entropies: Any,
                  alpha: float = 0.01) -> BaselineResult:
     """SWEET's detector, given the text's entropies (from :func:`text_entropies`).
 
@@ -426,7 +426,7 @@ def sweet_detect(token_ids: Any, config: SweetConfig, vocab_size: int, entropies
         raise ValueError(f"entropies has {ent.size} entries for {len(ids)} tokens")
     if len(ids) < 2:
         return _result("sweet", len(ids), 0, 0, config.gamma, alpha)
-    green = green_mask(ids, config.kgw, vocab_size)
+    green = _green_mask(ids, config.kgw, vocab_size)
     with np.errstate(invalid="ignore"):
         scored = np.asarray(config.gate.flags_from_signal(ent[1:]), dtype=bool) & np.isfinite(ent[1:])
     return _result("sweet", len(ids), int((green & scored).sum()), int(scored.sum()), config.gamma,
@@ -438,7 +438,7 @@ def sweet_detect_batch(token_ids: Sequence[Sequence[int]], config: SweetConfig, 
                        alpha: float = 0.01, batch_size: int = 8) -> list[BaselineResult]:
     """SWEET detection of several texts: one batched forward pass for the entropies, then scoring."""
     ents = text_entropies(model, token_ids, prompt_ids, batch_size=batch_size)
-    return [sweet_detect(ids, config, vocab_size, e, alpha) for ids, e in zip(token_ids, ents)]
+    return [_sweet_detect(ids, config, vocab_size, e, alpha) for ids, e in zip(token_ids, ents)]
 
 
 # --------------------------------------------------------------------------- p-values in the tail
@@ -461,9 +461,9 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dic
     the null, ``P(Bin(m, gamma) >= g)``; ``confidence``: the detector's
     ``1 - p``, which rounds to exactly 1 long before the p-value underflows.
     ``n_green`` counts green positions among ``n_scored`` scored ones
-    (0 <= n_green <= n_scored) and ``gamma`` lies in (0, 1), as for :func:`green_z`.
+    (0 <= n_green <= n_scored) and ``gamma`` lies in (0, 1), as for :func:`_green_z`.
     """
-    z = green_z(n_green, n_scored, gamma)
+    z = _green_z(n_green, n_scored, gamma)
     n_green, n_scored = int(n_green), int(n_scored)
     hf = float(transformers_p_value(z))
     # log of the exact tail by summing pmf terms in log space (binom.logsf underflows far out)
@@ -473,6 +473,6 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dic
             "log10_norm_sf": float(norm.logsf(z) / math.log(10)), "confidence": 1.0 - hf}
 
 
-__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "green_mask", "green_z", "kgw_detect",
-           "kgw_hashing_key", "sweet_detect", "sweet_detect_batch", "tail_p_values", "text_entropies",
+__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "kgw_detect",
+           "sweet_detect_batch", "tail_p_values", "text_entropies",
            "transformers_p_value"]

@@ -38,7 +38,7 @@ from chainmark.keys import hkdf
 from chainmark.partition import as_token_array, key_bytes, states_of
 
 #: The HKDF label that derives the pairs' key from the deployment's key.
-CONTEXT_INFO = b"chainmark/v1/context-keyed"
+_CONTEXT_INFO = b"chainmark/v1/context-keyed"
 #: Token ids must fit 4 bytes: a pair is coded a * 2**32 + b.
 _ID_BITS = 32
 #: A stolen pair's state counts as known at this posterior (as for ChainMark's stolen map).
@@ -55,7 +55,7 @@ def context_config(config: ChainMarkConfig) -> ChainMarkConfig:
     """
     if not isinstance(config, ChainMarkConfig):
         raise TypeError(f"config must be a ChainMarkConfig, got {type(config).__name__}")
-    return ChainMarkConfig(hkdf(key_bytes(config.key), CONTEXT_INFO), S=config.S, rho=config.rho,
+    return ChainMarkConfig(hkdf(key_bytes(config.key), _CONTEXT_INFO), S=config.S, rho=config.rho,
                            gate=config.gate, topology=config.topology)
 
 
@@ -68,7 +68,7 @@ def pair_codes(token_ids: Any) -> np.ndarray:
     return (ids[:-1] << _ID_BITS) | ids[1:]
 
 
-def context_states(token_ids: Any, config: ChainMarkConfig) -> np.ndarray:
+def _context_states(token_ids: Any, config: ChainMarkConfig) -> np.ndarray:
     """The state of every token but the first, given its predecessor: ``sigma(t[i-1], t[i])`` for i >= 1."""
     pairs = context_config(config)
     return states_of(pair_codes(token_ids), pairs.key, pairs.S)
@@ -452,6 +452,6 @@ def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float
     return _pair_forger_class()(stolen, tau, min_confidence)
 
 
-__all__ = ["CONTEXT_INFO", "ContextKeyedLogitsProcessor", "ReplayProcessor", "StolenPairMap", "StolenPairProcessor",
-           "context_config", "context_detect", "context_states", "forge_pairs", "legal_share", "pair_codes",
+__all__ = ["ContextKeyedLogitsProcessor", "ReplayProcessor", "StolenPairMap", "StolenPairProcessor",
+           "context_config", "context_detect", "forge_pairs", "legal_share", "pair_codes",
            "replay_edit", "replay_table", "steal_pairs", "survival"]

@@ -48,7 +48,7 @@ RECIPE_NOTES = {
     "stopword": "Fix 4: transitions touching the 200 most frequent null tokens dropped, threshold z_alpha",
     "hdd_lite": "Fix 5: transitions weighted by the next token's inverse frequency (log form), threshold z_alpha",
 }
-RECIPES = tuple(RECIPE_NOTES)
+_RECIPES = tuple(RECIPE_NOTES)
 
 
 @dataclass(frozen=True)
@@ -69,13 +69,13 @@ def _z(hits: float, mean: float, var: float) -> float:
     return (hits - mean) / math.sqrt(var) if var > 0 else 0.0
 
 
-def iid_z(valid: np.ndarray, p0: float) -> float:
+def _iid_z(valid: np.ndarray, p0: float) -> float:
     """The detector's z (:func:`~chainmark.detection.z_score`): legal transitions against p0."""
     m = int(valid.size)
     return z_score(float(valid.sum()) / m, p0, m) if m else 0.0
 
 
-def hac_z(valid: np.ndarray, p0: float, maxlags: int | None = None) -> float:
+def _hac_z(valid: np.ndarray, p0: float, maxlags: int | None = None) -> float:
     """z of the mean of (legal - p0) with a Newey-West standard error (statsmodels, Bartlett kernel).
 
     ``maxlags`` defaults to floor(4 (m / 100)^(2/9)), the usual plug-in. The HAC
@@ -89,21 +89,21 @@ def hac_z(valid: np.ndarray, p0: float, maxlags: int | None = None) -> float:
     lags = int(4 * (m / 100) ** (2 / 9)) if maxlags is None else int(maxlags)
     x = valid.astype(float) - p0
     if np.all(x == x[0]):
-        return iid_z(valid, p0)
+        return _iid_z(valid, p0)
     fit = sm.OLS(x, np.ones(m)).fit(cov_type="HAC", cov_kwds={"maxlags": lags})
     se = float(fit.bse[0])
     return float(fit.params[0]) / se if se > 0 else 0.0
 
 
-def k_skip_z(states: np.ndarray, topology: Topology, k: int = 3) -> float:
+def _k_skip_z(states: np.ndarray, topology: Topology, k: int = 3) -> float:
     """z over pairs of tokens k apart, each checked with the one-step rule."""
     if states.size <= k:
         return 0.0
     valid = topology.is_valid(states[:-k], states[k:])
-    return iid_z(np.asarray(valid, dtype=bool), topology.p0)
+    return _iid_z(np.asarray(valid, dtype=bool), topology.p0)
 
 
-def weighted_z(valid: np.ndarray, weights: np.ndarray, p0: float) -> float:
+def _weighted_z(valid: np.ndarray, weights: np.ndarray, p0: float) -> float:
     """z of a weighted count: sum w (legal - p0) / sqrt(p0 (1 - p0) sum w^2)."""
     return _z(float(np.sum(weights * valid)), p0 * float(np.sum(weights)), p0 * (1 - p0) * float(np.sum(weights ** 2)))
 
@@ -114,10 +114,10 @@ def _statistics(ids: np.ndarray, key: bytes, topo: Topology, vocab_size: int | N
     valid = valid_transitions(states, topo)
     nxt = ids[1:]
     keep = ~(stop[ids[:-1]] | stop[nxt])
-    z = iid_z(valid, topo.p0)
-    return {"iid": z, "sd": z, "quantile": z, "lift": z, "hac": hac_z(valid, topo.p0),
-            "k_skip": k_skip_z(states, topo), "stopword": iid_z(valid[keep], topo.p0),
-            "hdd_lite": weighted_z(valid, idf[nxt], topo.p0)}
+    z = _iid_z(valid, topo.p0)
+    return {"iid": z, "sd": z, "quantile": z, "lift": z, "hac": _hac_z(valid, topo.p0),
+            "k_skip": _k_skip_z(states, topo), "stopword": _iid_z(valid[keep], topo.p0),
+            "hdd_lite": _weighted_z(valid, idf[nxt], topo.p0)}
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     wm_stats = [_statistics(np.asarray(t, dtype=np.int64), key, topo, vocab_size, stop, idf) for t in wm_ids]
     za = z_alpha(alpha)
     out = []
-    for recipe in RECIPES:
+    for recipe in _RECIPES:
         null_z = np.array([s[recipe] for s in null_stats])
         fit_z = null_z[in_fit]
         threshold = {"sd": lambda: recalibrate(fit_z, alpha, "sd"),
@@ -192,5 +192,5 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     return out
 
 
-__all__ = ["PAPER_FPR_RECIPES", "RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult",
-           "fpr_recipes", "hac_z", "iid_z", "k_skip_z", "weighted_z"]
+__all__ = ["PAPER_FPR_RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult",
+           "fpr_recipes"]

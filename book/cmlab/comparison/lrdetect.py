@@ -24,8 +24,7 @@ from chainmark.partition import as_token_array, states_of
 from chainmark.gate_signals import gate_signal
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
 
-__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "llr_weights",
-           "lr_detect", "simulate_llr_null", "teacher_forced_signal"]
+__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "lr_detect", "teacher_forced_signal"]
 
 
 def teacher_forced_signal(model: Any, token_ids: Sequence[int], kind: str = "high_entropy",
@@ -122,7 +121,7 @@ class LikelihoodRatioResult(Verdict):
     n_valid = alias("n_hits")
 
 
-def llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-step alternative probability pi and the LLR's weights for X = 1 and X = 0.
 
     Under the watermark a gated step is legal for sure and an ungated one
@@ -137,14 +136,14 @@ def llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.nd
     return pi, np.log(pi / p0), np.log((1.0 - pi) / (1.0 - p0))
 
 
-def simulate_llr_null(q: np.ndarray, p0: float, n_null: int = 20000, seed: int | None = 0) -> np.ndarray:
+def _simulate_llr_null(q: np.ndarray, p0: float, n_null: int = 20000, seed: int | None = 0) -> np.ndarray:
     """Draws of Lambda when the text carries no watermark under this key.
 
     Under the null each step is legal independently with probability p0
     (the random-oracle product law), whatever the model thinks of the text,
     because the states come from the key and the gate from the model.
     """
-    _, w1, w0 = llr_weights(q, p0)
+    _, w1, w0 = _llr_weights(q, p0)
     rng = np.random.default_rng(seed)
     legal = rng.random((int(n_null), w1.size)) < p0
     return legal @ (w1 - w0) + w0.sum()
@@ -153,7 +152,7 @@ def simulate_llr_null(q: np.ndarray, p0: float, n_null: int = 20000, seed: int |
 @dataclass(frozen=True)
 class SimulatedNull:
     """How :func:`lr_detect` judges Lambda: at level ``alpha``, against ``n_null`` draws of its null
-    (:func:`simulate_llr_null`, seeded with ``seed``, so results are reproducible)."""
+    (:func:`_simulate_llr_null`, seeded with ``seed``, so results are reproducible)."""
 
     alpha: float = 0.01
     n_null: int = 20000
@@ -208,9 +207,9 @@ def lr_detect(
                                      n_hits=0, p0=p0, alpha=alpha, llr=0.0, critical_value=0.0, expected_gated=0.0,
                                      n_null=int(n_null), pi=empty, valid_mask=empty.astype(bool))
     valid = valid_transitions(states_of(ids, config.key, S, vocab_size), topo)
-    pi, w1, w0 = llr_weights(q, p0)
+    pi, w1, w0 = _llr_weights(q, p0)
     llr = float(np.where(valid, w1, w0).sum())
-    draws = simulate_llr_null(q, p0, n_null, seed)
+    draws = _simulate_llr_null(q, p0, n_null, seed)
     critical = float(np.quantile(draws, 1.0 - alpha, method="higher"))
     p = (1.0 + np.count_nonzero(draws >= llr - 1e-12)) / (n_null + 1.0)
     mean = float((p0 * w1 + (1 - p0) * w0).sum())

@@ -314,7 +314,7 @@
     return Math.max(0, Math.floor((allowed - excess) / 2) + 1);
   }
 
-  /* The window scan of chainmark.auditor.segments.spans_above, step for step: windows of minWindow, 2 minWindow, ...
+  /* The window scan of chainmark.auditor.segments._spans_above, step for step: windows of minWindow, 2 minWindow, ...
      transitions at every start, flagged when z > threshold; flagged windows that overlap or touch joined into
      regions; each region, padded by its longest flagged window, segmented in two states (legal at p0, or at
      the rate of the region's strongest window; a switch costs log(m)); runs of at least minWindow that
@@ -398,7 +398,7 @@
      reaches a token's first occurrence in the text; after h legal among m scored transitions
        log E = logsumexp_i [log w_i + h log(q_i/p0) + (m - h) log((1 - q_i)/(1 - p0))]
      over GRID_POINTS rates q_i = p0 + (1 - p0) u_i, u_i = (i + 0.5)/GRID_POINTS, weighted by the Beta(a, b)
-     density in u (default_prior: mean rho clipped into [0.05, 0.95], a + b = PRIOR_STRENGTH). Sums are numpy's
+     density in u (_default_prior: mean rho clipped into [0.05, 0.95], a + b = PRIOR_STRENGTH). Sums are numpy's
      pairwise sums and logsumexp is scipy's (maximum split out, log1p of the rest), so the numbers agree with
      the package to rounding. */
   var GRID_POINTS = 100, PRIOR_STRENGTH = 4.0, DEFAULT_RHO = 0.5;
@@ -441,7 +441,7 @@
     return Math.log1p(s) + Math.log(ties) + top;
   }
 
-  /* chainmark.auditor.anytime.default_prior. */
+  /* chainmark.auditor.anytime._default_prior. */
   function defaultPrior(rho) {
     var mean = Math.min(Math.max(rho, 0.05), 0.95);
     return [PRIOR_STRENGTH * mean, PRIOR_STRENGTH * (1.0 - mean)];

@@ -37,14 +37,12 @@ from .context_keyed import (
     paired_replies as paired_replies,
 )
 from .corpora import (
-    CORPUS_LICENSE as CORPUS_LICENSE,
     Document as Document,
     corpus_summary as corpus_summary,
     human_windows as human_windows,
     key_audit_corpus as key_audit_corpus,
     python_reference_documents as python_reference_documents,
     shipped_texts as shipped_texts,
-    token_windows as token_windows,
 )
 from .grids import (
     AttackSweep as AttackSweep,
@@ -55,7 +53,6 @@ from .grids import (
     generate_example as generate_example,
     grid_cell as grid_cell,
     robustness_grid as robustness_grid,
-    simulate_watermarked_ids as simulate_watermarked_ids,
 )
 from .mixed import (
     BOUNDARY_CASES as BOUNDARY_CASES,
@@ -97,10 +94,8 @@ from .options import (
     named_sampling as named_sampling,
 )
 from .prompts import (
-    CODE_TEMPLATE as CODE_TEMPLATE,
     DOMAINS as DOMAINS,
     SOURCES as SOURCES,
-    humaneval_problems as humaneval_problems,
     load_prompts as load_prompts,
     prompt_grid as prompt_grid,
 )
@@ -128,7 +123,6 @@ from .runs import (
 )
 from .serving import (
     SERVING_RECORD as SERVING_RECORD,
-    VLLM_PYTHON as VLLM_PYTHON,
     account_key as account_key,
     complete as complete,
     load_serving as load_serving,
@@ -141,7 +135,6 @@ from .serving import (
 )
 from .settings import (
     RUNS_ENV as RUNS_ENV,
-    SETTING_ENV as SETTING_ENV,
     Settings as Settings,
     default_dtype as default_dtype,
     default_runs_dir as default_runs_dir,
@@ -174,8 +167,7 @@ from .stealing import (
     reference_config as reference_config,
     reference_gate as reference_gate,
     stealing_point as stealing_point,
-    true_key_map as true_key_map,
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CODE_TEMPLATE", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CORPUS_LICENSE", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SERVING_RECORD", "SETTING_ENV", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "VLLM_PYTHON", "account_key", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "complete", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "humaneval_problems", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "load_serving", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "mixed_requests", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "reference_requests", "repair", "robustness_grid", "run_batch", "run_grid", "run_vllm", "score_null_texts", "segment_summary", "serving_folder", "shipped_texts", "simulate_watermarked_ids", "stealing_point", "stored_gate", "token_windows", "tpr", "true_key_map", "use_settings", "vllm_checkpoint", "vllm_environment", "vllm_server", "write_meta", "write_mixed_documents"]
+__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SERVING_RECORD", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "account_key", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "complete", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "load_serving", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "mixed_requests", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "reference_requests", "repair", "robustness_grid", "run_batch", "run_grid", "run_vllm", "score_null_texts", "segment_summary", "serving_folder", "shipped_texts", "stealing_point", "stored_gate", "tpr", "use_settings", "vllm_checkpoint", "vllm_environment", "vllm_server", "write_meta", "write_mixed_documents"]

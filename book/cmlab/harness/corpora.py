@@ -19,11 +19,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["CORPUS_LICENSE", "Document", "corpus_summary", "human_windows", "key_audit_corpus",
-           "python_reference_documents", "shipped_texts", "token_windows"]
+__all__ = ["Document", "corpus_summary", "human_windows", "key_audit_corpus",
+           "python_reference_documents", "shipped_texts"]
 
 _CORPUS_NAME = "Python Language Reference prose (pydoc_data.topics)"
-CORPUS_LICENSE = "PSF License Agreement (Python Software Foundation License, version 2)"
+_CORPUS_LICENSE = "PSF License Agreement (Python Software Foundation License, version 2)"
 
 _UNDERLINE = re.compile(r"^\s*([*=\-~^])\1{2,}\s*$")
 _CODE_MARKS = ("::=", ">>>", "...:")
@@ -78,7 +78,7 @@ def corpus_summary(documents: Sequence[Document]) -> dict[str, Any]:
     """Name, licence, Python version and size (documents, words, characters)."""
     return {
         "corpus": _CORPUS_NAME,
-        "license": CORPUS_LICENSE,
+        "license": _CORPUS_LICENSE,
         "python": ".".join(map(str, sys.version_info[:3])),
         "documents": len(documents),
         "words": sum(len(d.text.split()) for d in documents),
@@ -86,7 +86,7 @@ def corpus_summary(documents: Sequence[Document]) -> dict[str, Any]:
     }
 
 
-def token_windows(sequences: Iterable[Sequence[int]], n: int, max_windows: int | None = None) -> list[np.ndarray]:
+def _token_windows(sequences: Iterable[Sequence[int]], n: int, max_windows: int | None = None) -> list[np.ndarray]:
     """Cut each token sequence into non-overlapping windows of exactly ``n`` tokens.
 
     Windows never straddle two sequences and the short remainder of each
@@ -112,7 +112,7 @@ def human_windows(tokenizer: Any, n: int, max_windows: int | None = None,
     """Token windows of n tokens from the human-written corpus, through ``tokenizer``."""
     docs = python_reference_documents() if documents is None else documents
     ids = [tokenizer(d.text, add_special_tokens=False)["input_ids"] for d in docs]
-    return token_windows(ids, n, max_windows)
+    return _token_windows(ids, n, max_windows)
 
 
 def shipped_texts() -> list[str]:
@@ -143,7 +143,7 @@ def key_audit_corpus(tokenizer: Any) -> tuple[str, str, list[list[int]], list[st
     human: list[list[int]] = []
     topics: list[str] = []
     for doc in python_reference_documents():
-        windows = token_windows([tokenizer(doc.text, add_special_tokens=False)["input_ids"]], 200)
+        windows = _token_windows([tokenizer(doc.text, add_special_tokens=False)["input_ids"]], 200)
         human += [w.tolist() for w in windows]
         topics += [f"topic {doc.name}"] * len(windows)
     name = (f"the reference null ({len(ids)} texts of the embedded model) and {len(human)} windows of "

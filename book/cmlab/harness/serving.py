@@ -29,14 +29,14 @@ from cmlab.harness.reference.protocol import PROTOCOL, reference_key
 from cmlab.harness.reference.read import load_texts
 from cmlab.harness.stealing import reference_gate
 
-__all__ = ["SERVING_RECORD", "VLLM_PYTHON", "account_key", "complete", "load_serving", "mixed_requests",
+__all__ = ["SERVING_RECORD", "account_key", "complete", "load_serving", "mixed_requests",
            "reference_requests", "run_vllm", "serving_folder", "vllm_environment", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed vLLM run the serving page reads (``tools/serving_record.py`` writes it).
 SERVING_RECORD = Path(__file__).resolve().parents[1] / "data" / "serving" / "vllm_run.json.gz"
 #: The Python of vLLM's environment, made by ``make vllm``.
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+_VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 _DRIVER = ROOT / "tools" / "vllm_replies.py"
 #: The reference cell the serving run mirrors.
 _CELL = f"chainmark_S{PROTOCOL.S}"
@@ -97,8 +97,8 @@ def run_vllm(job: Mapping[str, Any], serving: str | os.PathLike, workdir: str | 
     """Run ``tools/vllm_replies.py`` on ``job`` in vLLM's environment with the server configuration ``serving``;
     returns what it wrote (replies, seconds, vLLM's version). Fails with what to do when the environment is
     missing or the run fails (its last output)."""
-    if not VLLM_PYTHON.exists():
-        raise FileNotFoundError(f"vLLM's environment is missing ({VLLM_PYTHON}): run `make vllm` (about 2 minutes)")
+    if not _VLLM_PYTHON.exists():
+        raise FileNotFoundError(f"vLLM's environment is missing ({_VLLM_PYTHON}): run `make vllm` (about 2 minutes)")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     job_path, out_path = workdir / "job.json", workdir / "replies.json"
@@ -108,7 +108,7 @@ def run_vllm(job: Mapping[str, Any], serving: str | os.PathLike, workdir: str | 
     env = {**os.environ, SERVING_ENV: str(Path(serving).resolve()), "PYTHONPATH": str(ROOT),
            "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("PYTHONPYCACHEPREFIX", None)  # vLLM's own bytecode goes beside it, not in the book's cache
-    done = subprocess.run([str(VLLM_PYTHON), str(_DRIVER), str(job_path), str(out_path)], env=env, cwd=workdir,
+    done = subprocess.run([str(_VLLM_PYTHON), str(_DRIVER), str(job_path), str(out_path)], env=env, cwd=workdir,
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the vLLM run failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
@@ -137,7 +137,7 @@ def vllm_environment(folder: str | os.PathLike, vllm: str = "vllm") -> Path:
     """A virtual environment in ``folder`` with vLLM (the requirement ``vllm``: its GPU build by default) and
     this chainmark, apart from the running interpreter's packages (vLLM pins its own torch, which must not
     replace the notebook's); made once, then reused. Returns its Python. On this book's CPU machines
-    ``make vllm`` builds the CPU one (:data:`VLLM_PYTHON`)."""
+    ``make vllm`` builds the CPU one (:data:`_VLLM_PYTHON`)."""
     import sys
 
     folder = Path(folder)

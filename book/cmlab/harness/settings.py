@@ -22,7 +22,7 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from chainmark.config import GENERATION_SEED
 from chainmark.auditor.keyfiles import KEY_FILE_ENV
 
-__all__ = ["RUNS_ENV", "SETTING_ENV", "Settings", "default_dtype", "default_runs_dir", "get_settings",
+__all__ = ["RUNS_ENV", "Settings", "default_dtype", "default_runs_dir", "get_settings",
            "progress_bars_off", "use_settings"]
 
 T = TypeVar("T")
@@ -34,10 +34,10 @@ _SCALE_ENV = "CHAINMARK_SCALE"
 RUNS_ENV = "CHAINMARK_RUNS"
 
 #: The environment variable behind each argument of :func:`use_settings`.
-SETTING_ENV = {"model": MODEL_ENV, "scale": _SCALE_ENV, "key_file": KEY_FILE_ENV, "runs_dir": RUNS_ENV}
+_SETTING_ENV = {"model": MODEL_ENV, "scale": _SCALE_ENV, "key_file": KEY_FILE_ENV, "runs_dir": RUNS_ENV}
 
 #: The environment as the process started: a setting given as ``None`` returns to it.
-_STARTING_ENV = {name: os.environ.get(name) for name in SETTING_ENV.values()}
+_STARTING_ENV = {name: os.environ.get(name) for name in _SETTING_ENV.values()}
 
 #: Where Google Drive appears once mounted in Colab.
 _COLAB_DRIVE = "/content/drive"
@@ -242,7 +242,7 @@ def use_settings(model: str | None = None, scale: str | None = None, key_file: s
         _mount_drive_for(runs_path)
         runs_path.mkdir(parents=True, exist_ok=True)
     for name, value in (("model", model), ("scale", scale), ("key_file", key_path), ("runs_dir", runs_path)):
-        env = SETTING_ENV[name]
+        env = _SETTING_ENV[name]
         if value is None:
             _restore(env)
         else:

@@ -8,7 +8,7 @@ scrubber edits, so no evaluated text was in the pool. For each number of waterma
 (the pool's first tokens, in the order :func:`attacker_pool` gives), :func:`stealing_point` steals a map and
 measures, with 95% intervals over the held-out texts (resampling whole prompts): the share of the most frequent tokens
 whose state came out right, the share of forged texts each test flags at each edit budget, the edits each
-needed, and what the scrubber achieves. :func:`true_key_map` is the same attacker holding the key.
+needed, and what the scrubber achieves. :func:`_true_key_map` is the same attacker holding the key.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def first_tokens(texts: Sequence[Sequence[int]], tokens: int) -> list[list[int]]
     return out
 
 
-def true_key_map(config: ChainMarkConfig, vocab_size: int, token_counts: Any = None) -> StolenMap:
+def _true_key_map(config: ChainMarkConfig, vocab_size: int, token_counts: Any = None) -> StolenMap:
     """What an adversary holding the key knows: every state, fully confident (the curves' ceiling)."""
     counts = np.ones(vocab_size, dtype=np.int64) if token_counts is None else np.asarray(token_counts)
     return StolenMap(config.S, state_table(config.key, vocab_size, config.S).astype(np.int64),
@@ -187,7 +187,7 @@ def stealing_point(pool: AttackerPool, tokens: int | None, config: ChainMarkConf
     V = pool.vocab_size
     if tokens is None:
         counts = np.bincount(np.concatenate([np.asarray(t) for t in pool.watermarked]), minlength=V)
-        stolen = true_key_map(config, V, counts)
+        stolen = _true_key_map(config, V, counts)
         observed = None
     else:
         seen = first_tokens(pool.watermarked, tokens)
@@ -270,4 +270,4 @@ def load_generated() -> list[dict[str, Any]]:
 __all__ = ["ADAPTIVE_FILE", "CURVE_FILE", "GENERATED_DIR", "GENERATOR_TOKENS", "HELD_OUT_PROMPTS", "KEYSET_FILE",
            "MODELCHECK_FILE", "ORDERS_FILE", "TESTS", "TOKENS_OBSERVED", "AttackerPool", "attacker_pool", "blind_scrub",
            "first_tokens", "generator_batches", "load_adaptive", "load_curve", "load_generated", "load_keyset",
-           "load_modelcheck", "load_orders", "reference_config", "reference_gate", "stealing_point", "true_key_map"]
+           "load_modelcheck", "load_orders", "reference_config", "reference_gate", "stealing_point"]

@@ -16,7 +16,6 @@ from .claims import (
     ClaimFailed as ClaimFailed,
     book_configuration as book_configuration,
     claim as claim,
-    claims_mode as claims_mode,
     claims_report as claims_report,
 )
 from .colab import (
@@ -28,19 +27,16 @@ from .colab import (
     ForecastModel as ForecastModel,
     Gpu as Gpu,
     LOAD_BYTES_PER_SECOND as LOAD_BYTES_PER_SECOND,
-    READ_BACK as READ_BACK,
     REST_FULL_FACTOR as REST_FULL_FACTOR,
     STEP_FLOOR_SECONDS as STEP_FLOOR_SECONDS,
     Work as Work,
     chapter_timings as chapter_timings,
     chapter_titles as chapter_titles,
-    colab_forecast as colab_forecast,
     colab_forecast_table as colab_forecast_table,
     gpu_table as gpu_table,
 )
 from .doctor import (
     Check as Check,
-    REFERENCE_TOKENS_PER_SECOND as REFERENCE_TOKENS_PER_SECOND,
     estimate as estimate,
     report as report,
     run_checks as run_checks,
@@ -53,21 +49,13 @@ from .forecast import (
     step_seconds as step_seconds,
 )
 from .playground import (
-    CHALLENGE_BUDGET as CHALLENGE_BUDGET,
-    PLAYGROUND as PLAYGROUND,
     PLAYGROUND_S as PLAYGROUND_S,
     Playground as Playground,
     PlaygroundError as PlaygroundError,
-    Sample as Sample,
     attack_bounds as attack_bounds,
     attack_playground as attack_playground,
-    build_playground as build_playground,
-    segment_thresholds as segment_thresholds,
 )
 from .plots import (
-    ATTACK_STYLE as ATTACK_STYLE,
-    BANNER_CLASS as BANNER_CLASS,
-    LEGAL_STEP_COLOUR as LEGAL_STEP_COLOUR,
     STATE_COLOURS as STATE_COLOURS,
     attack_style as attack_style,
     banner as banner,
@@ -75,23 +63,18 @@ from .plots import (
     set_theme as set_theme,
     show_source as show_source,
     show_tokens as show_tokens,
-    source_html as source_html,
     state_colour as state_colour,
     tokens_html as tokens_html,
 )
 from .talks import (
     OUTLINES_FILE as OUTLINES_FILE,
     TalkOutline as TalkOutline,
-    chapter_figures as chapter_figures,
     load_outlines as load_outlines,
     outline_markdown as outline_markdown,
 )
 from .widgets import (
-    ALPHAS as ALPHAS,
     BrowserAsset as BrowserAsset,
-    EXPLORERS as EXPLORERS,
     LENGTHS as LENGTHS,
-    StaticExplorer as StaticExplorer,
     browser_block as browser_block,
     calibration_explorer as calibration_explorer,
     calibration_numbers as calibration_numbers,
@@ -103,9 +86,7 @@ from .workshop import (
     BuildCheck as BuildCheck,
     BuildCheckFailed as BuildCheckFailed,
     Comparison as Comparison,
-    EDITION_ENV as EDITION_ENV,
     check_build as check_build,
-    in_participant_edition as in_participant_edition,
     participant_edition as participant_edition,
     same_array as same_array,
     same_arrays as same_arrays,
@@ -113,4 +94,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ALPHAS", "ATTACK_STYLE", "BANDWIDTH_SHARE", "BANNER_CLASS", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHALLENGE_BUDGET", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "EDITION_ENV", "EXPLORERS", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu", "LEGAL_STEP_COLOUR", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND", "PLAYGROUND_S", "Playground", "PlaygroundError", "READ_BACK", "REFERENCE_TOKENS_PER_SECOND", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Sample", "StaticExplorer", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "build_playground", "calibration_explorer", "calibration_numbers", "chapter_figures", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_mode", "claims_report", "colab_forecast", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "in_participant_edition", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "segment_thresholds", "set_theme", "show_source", "show_tokens", "source_html", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["BANDWIDTH_SHARE", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND_S", "Playground", "PlaygroundError", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "calibration_explorer", "calibration_numbers", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_report", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "set_theme", "show_source", "show_tokens", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -71,7 +71,7 @@ def book_configuration() -> dict[str, bool]:
             "default scale": s.scale == "smoke", "CPU": s.device == "cpu"}
 
 
-def claims_mode() -> str:
+def _claims_mode() -> str:
     """``strict`` (a failed claim raises) or ``soft`` (a failed claim is reported), read at each call.
 
     ``$CHAINMARK_CLAIMS`` decides when set; otherwise strict exactly in the
@@ -143,7 +143,7 @@ def claim(says: str, tier: str = "live") -> Iterator[None]:
         raise ValueError("a claim needs the sentence it checks (a non-empty string)")
     if tier not in _TIERS:
         raise ValueError(f"tier must be one of {_TIERS}, got {tier!r}")
-    mode = claims_mode()
+    mode = _claims_mode()
     try:
         yield
     except AssertionError as exc:
@@ -186,4 +186,4 @@ def claims_report() -> None:
           line + "\n" + "\n".join(f"  - {o.says}: {o.shows}" for o in differed))
 
 
-__all__ = ["ClaimFailed", "book_configuration", "claim", "claims_mode", "claims_report"]
+__all__ = ["ClaimFailed", "book_configuration", "claim", "claims_report"]

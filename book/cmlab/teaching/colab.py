@@ -37,8 +37,8 @@ from cmlab.harness.models import EMBEDDED_PARAMS, memory_needed
 from cmlab.teaching.forecast import Step, step_seconds
 
 __all__ = ["BANDWIDTH_SHARE", "CHAPTER_WORK", "COLAB_GPUS", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu",
-           "LOAD_BYTES_PER_SECOND", "READ_BACK", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work", "chapter_timings",
-           "chapter_titles", "colab_forecast", "colab_forecast_table", "gpu_table"]
+           "LOAD_BYTES_PER_SECOND", "REST_FULL_FACTOR", "STEP_FLOOR_SECONDS", "Work", "chapter_timings",
+           "chapter_titles", "colab_forecast_table", "gpu_table"]
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ CHAPTER_WORK: Mapping[str, Mapping[str, Work]] = {
 #: The chapters whose long steps an earlier chapter of their group already ran with the same settings: executed in
 #: the book's order (a build, ``tools/measure_chapters.py --run``) they read those texts back from the runs folder
 #: (``generate_once``, or chapter 7's run folder), where a Colab notebook, which starts on its own, generates them.
-READ_BACK: Mapping[str, str] = {"book/04b_cost": "book/04_embedding", "book/05a_false_positives": "book/05_detection",
+_READ_BACK: Mapping[str, str] = {"book/04b_cost": "book/04_embedding", "book/05a_false_positives": "book/05_detection",
                                 "book/05b_lr_detector": "book/05_detection", "book/07b_attacks": "book/07_robustness",
                                 "book/09a_recalibration": "book/09_audit"}
 
@@ -227,14 +227,14 @@ def _gpu_seconds(work: Work, gpu: Gpu, model: ForecastModel) -> float:
     return _generation_seconds(work, prefill, token)
 
 
-def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPUS,
+def _colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPUS,
                    models: Sequence[ForecastModel] = FORECAST_MODELS) -> list[dict]:
     """The forecast, one row per chapter, model, GPU and scale: ``seconds`` is ``None`` where the model does not fit.
 
     ``timings`` maps ``book/NAME`` to the chapter's measured CPU seconds at the smoke scale
     (:func:`chapter_timings`); every chapter there needs an entry in :data:`CHAPTER_WORK`. Each row's
     ``cpu_seconds`` is what that chapter's whole smoke work takes on the measuring CPU: its measured time, but for
-    a chapter of :data:`READ_BACK`, measured reading back texts an earlier chapter stored, the measured time or
+    a chapter of :data:`_READ_BACK`, measured reading back texts an earlier chapter stored, the measured time or
     the CPU model's time for generating them (its other work, plus the modelled generation), whichever is more.
     """
     missing = sorted(set(timings) - set(CHAPTER_WORK))
@@ -247,7 +247,7 @@ def colab_forecast(timings: Mapping[str, float], gpus: Sequence[Gpu] = COLAB_GPU
         cpu_prefill = cpu_token * 2  # a prompt's pass on the CPU: about two decoding steps (an assumption)
         cpu_generation = _generation_seconds(smoke, cpu_prefill, cpu_token)
         rest = max(measured - cpu_generation, 0.1 * measured)  # never less than a tenth of the chapter
-        cpu_seconds = max(measured, rest + cpu_generation) if chapter in READ_BACK else measured
+        cpu_seconds = max(measured, rest + cpu_generation) if chapter in _READ_BACK else measured
         for model in models:
             weights = 2 * model.params
             load = 0.0 if model.hub_id == DEFAULT_MODEL else weights / LOAD_BYTES_PER_SECOND
@@ -278,7 +278,7 @@ def colab_forecast_table(timings: Mapping[str, float], titles: Mapping[str, str]
     """
     import pandas as pd
 
-    rows = colab_forecast(timings, gpus, models)
+    rows = _colab_forecast(timings, gpus, models)
     seconds = {(r["chapter"], r["model"], r["gpu"], r["scale"]): r["seconds"] for r in rows}
     columns = pd.MultiIndex.from_tuples([(m.label, g.name) for m in models for g in gpus], names=["model", "GPU"])
     labels = [(titles or {}).get(c, c.removeprefix("book/")) for c in timings]

@@ -5,7 +5,7 @@ on this machine.
 Each participant runs it the week before: it says in a minute what would otherwise cost the first hour of
 the day. The time estimate scales the chapters' measured run times (``book/data/chapter_timings.json`` in the
 repository the package is installed from, or in the current folder) by how fast this machine generates
-compared with the machine that measured them (:data:`REFERENCE_TOKENS_PER_SECOND`).
+compared with the machine that measured them (:data:`_REFERENCE_TOKENS_PER_SECOND`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ _MIN_FREE_MEMORY_GB = 2.0
 #: Tokens per second of the probe below on the machine that measured the chapter timings (2-core Xeon, CPU
 #: build of torch 2.13, float32, the embedded model): the scale of the time estimate. Measured there, idle,
 #: on 2026-11-27 as the median of three runs of `cmlab doctor` (13.3, 14.7 and 15.4 tokens/s).
-REFERENCE_TOKENS_PER_SECOND = 14.7
+_REFERENCE_TOKENS_PER_SECOND = 14.7
 #: The probe: one prompt, this many new tokens, every position forced (gate "all"), the book's key.
 _SMOKE_TEST_TOKENS = 48
 
@@ -164,7 +164,7 @@ def estimate(rate: float | None, chapters: dict[str, float]) -> Check:
     """How long all the chapters should take to run here: their measured times scaled by the probe's speed."""
     if rate is None or not chapters:
         return Check("time estimate", "warn", "not available (the probe did not run, or no chapter timings)")
-    factor = REFERENCE_TOKENS_PER_SECOND / rate
+    factor = _REFERENCE_TOKENS_PER_SECOND / rate
     minutes = sum(chapters.values()) * factor / 60
     slow = factor > 3
     return Check("time estimate", "warn" if slow else "ok",
@@ -195,4 +195,4 @@ def report(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Check", "REFERENCE_TOKENS_PER_SECOND", "estimate", "report", "run_checks"]
+__all__ = ["Check", "estimate", "report", "run_checks"]

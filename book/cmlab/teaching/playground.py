@@ -45,7 +45,7 @@ PLAYGROUND_S = 5
 #: Significance level of the verdict the playground shows.
 _PLAYGROUND_ALPHA = 0.01
 #: Edit budget of the challenges, as a share of the original tokens.
-CHALLENGE_BUDGET = 0.20
+_CHALLENGE_BUDGET = 0.20
 #: ChainMark texts per domain in the sample menu.
 _PER_DOMAIN = 2
 #: Shortest reference text (in tokens) worth offering as a sample.
@@ -180,9 +180,9 @@ def _state_payload(key: Any, vocab_size: int, S: int = PLAYGROUND_S) -> str:
 # ---------------------------------------------------------------------------
 # sample texts
 # ---------------------------------------------------------------------------
-def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = _PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
+def _segment_thresholds(S: int = PLAYGROUND_S, alpha: float = _PLAYGROUND_ALPHA, draws: int = _SEGMENT_DRAWS,
                        lengths: Sequence[int] = _SEGMENT_LENGTHS, seed: int = 0) -> dict[str, Any]:
-    """The window scan's thresholds (:func:`chainmark.auditor.segments.spans_above`) for texts of each length class.
+    """The window scan's thresholds (:func:`chainmark.auditor.segments._spans_above`) for texts of each length class.
 
     For each length n, the largest window z of ``draws`` texts whose n states are all independent and uniform
     (a text without repeated tokens under a random key); the threshold is the one
@@ -206,7 +206,7 @@ def segment_thresholds(S: int = PLAYGROUND_S, alpha: float = _PLAYGROUND_ALPHA, 
 
 
 @dataclass
-class Sample:
+class _Sample:
     """One text of the menu: where it comes from and the text itself."""
 
     label: str
@@ -247,12 +247,12 @@ def _ranked(records: Iterable[Mapping[str, Any]], tokenizer: Any) -> list[Mappin
     return [r for *_, r in sorted(scored, key=lambda t: t[:2])]
 
 
-def _sample_from(record: Mapping[str, Any], kind: str, label: str) -> Sample:
-    return Sample(label=label, kind=kind, text=record["output"], domain=record.get("domain", ""),
+def _sample_from(record: Mapping[str, Any], kind: str, label: str) -> _Sample:
+    return _Sample(label=label, kind=kind, text=record["output"], domain=record.get("domain", ""),
                   prompt=record.get("prompt", ""), source=f"reference run, {record.get('id', '')}")
 
 
-def _human_sample(tokenizer: Any, max_tokens: int = 200) -> Sample:
+def _human_sample(tokenizer: Any, max_tokens: int = 200) -> _Sample:
     """A paragraph of the Python Language Reference (human-written, so unwatermarked), cut at a sentence end."""
     from cmlab.harness.corpora import python_reference_documents
 
@@ -265,12 +265,12 @@ def _human_sample(tokenizer: Any, max_tokens: int = 200) -> Sample:
                 break
             text = longer
         if _n_tokens(tokenizer, text) >= _MIN_SAMPLE_TOKENS:
-            return Sample(label=f"Human-written: Python reference, '{doc.name}'", kind="human", text=text,
+            return _Sample(label=f"Human-written: Python reference, '{doc.name}'", kind="human", text=text,
                           source="Python Language Reference (PSF License)")
     raise PlaygroundError("no paragraph of the Python Language Reference is long enough for a sample")
 
 
-def _pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sample]:
+def _pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[_Sample]:
     """The sample menu from the reference run's head-to-head records, whatever is stored so far.
 
     Per domain ``per_domain`` ChainMark texts of at least
@@ -284,7 +284,7 @@ def _pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_doma
     by_method: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     for r in records:
         by_method.setdefault(str(r.get("method", "")), {}).setdefault(str(r.get("domain", "")), []).append(r)
-    samples: list[Sample] = []
+    samples: list[_Sample] = []
     for domain, group in sorted(by_method.get("chainmark", {}).items()):
         for r in _ranked(group, tokenizer)[:per_domain]:
             samples.append(_sample_from(r, "chainmark", f"ChainMark · {domain} · prompt {r.get('prompt_index')}"))
@@ -300,7 +300,7 @@ def _pick_samples(records: Iterable[Mapping[str, Any]], tokenizer: Any, per_doma
     return samples
 
 
-def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[Sample]:
+def _reference_samples(tokenizer: Any, per_domain: int = _PER_DOMAIN) -> list[_Sample]:
     """:func:`_pick_samples` over the embedded model's reference run (an empty run gives the human text only)."""
     from cmlab.harness.reference.read import load_texts
     from cmlab.harness.reference.store import reference_dir
@@ -357,7 +357,7 @@ def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig,
 # the block
 # ---------------------------------------------------------------------------
 #: The playground's code (:class:`Playground`); MathJax leaves its block alone.
-PLAYGROUND = BrowserAsset("playground", "ChainMarkPlayground", "cm-playground tex2jax_ignore mathjax_ignore",
+_PLAYGROUND = BrowserAsset("playground", "ChainMarkPlayground", "cm-playground tex2jax_ignore mathjax_ignore",
                           "playground")
 
 
@@ -381,7 +381,7 @@ class Playground:
 
     @property
     def html(self) -> str:
-        return browser_block(PLAYGROUND, "cm-playground", self.title, self.note, self.data)
+        return browser_block(_PLAYGROUND, "cm-playground", self.title, self.note, self.data)
 
     def _repr_html_(self) -> str:
         return self.html
@@ -395,7 +395,7 @@ class Playground:
 
 
 @takes_config()
-def build_playground(tokenizer: Any, config: ChainMarkConfig, samples: Sequence[Sample],
+def _build_playground(tokenizer: Any, config: ChainMarkConfig, samples: Sequence[_Sample],
                      alpha: float = _PLAYGROUND_ALPHA, note: str = "") -> Playground:
     """Pack a tokenizer, the states under ``config`` (its key and S; the page's detector walks the clockwork)
     and ``samples`` into a :class:`Playground`. The key is used to compute the state table and is not stored.
@@ -406,9 +406,9 @@ def build_playground(tokenizer: Any, config: ChainMarkConfig, samples: Sequence[
         raise ValueError(f"the playground's detector walks the clockwork; got the {config.topo.name} topology")
     S = config.S
     tok = _tokenizer_payload(tokenizer)
-    data = {"S": int(S), "alpha": check_alpha(alpha), "budget": CHALLENGE_BUDGET, "colours": STATE_COLOURS,
+    data = {"S": int(S), "alpha": check_alpha(alpha), "budget": _CHALLENGE_BUDGET, "colours": STATE_COLOURS,
             "tokenizer": tok, "states": _state_payload(config.key, tok["vocab_size"], S),
-            "samples": [s.to_dict() for s in samples], "segments": segment_thresholds(S, alpha)}
+            "samples": [s.to_dict() for s in samples], "segments": _segment_thresholds(S, alpha)}
     return Playground(data, note=note)
 
 
@@ -429,9 +429,7 @@ def attack_playground(tokenizer: Any = None, per_domain: int = _PER_DOMAIN) -> P
             f"S = {PROTOCOL.S}, clockwork, α = {_PLAYGROUND_ALPHA:g}; tokenizer {DEFAULT_MODEL} "
             f"({len(tokenizer):,} tokens, tokenizer.json {_tokenizer_json_digest(tokenizer)}), "
             "run in your browser.")
-    return build_playground(tokenizer, ChainMarkConfig(reference_key(), S=PROTOCOL.S), samples, note=note)
+    return _build_playground(tokenizer, ChainMarkConfig(reference_key(), S=PROTOCOL.S), samples, note=note)
 
 
-__all__ = ["CHALLENGE_BUDGET", "PLAYGROUND",
-           "PLAYGROUND_S", "Playground", "PlaygroundError", "Sample", "attack_bounds", "attack_playground",
-           "build_playground", "segment_thresholds"]
+__all__ = ["PLAYGROUND_S", "Playground", "PlaygroundError", "attack_bounds", "attack_playground"]

@@ -9,8 +9,8 @@ import html
 import inspect
 from typing import Any, Sequence
 
-__all__ = ["ATTACK_STYLE", "BANNER_CLASS", "LEGAL_STEP_COLOUR", "STATE_COLOURS", "attack_style", "banner", "glue",
-           "set_theme", "show_source", "show_tokens", "source_html", "state_colour", "tokens_html"]
+__all__ = ["STATE_COLOURS", "attack_style", "banner", "glue",
+           "set_theme", "show_source", "show_tokens", "state_colour", "tokens_html"]
 
 #: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
 #: black), then four of Paul Tol's for S > 7. The first five stay apart under
@@ -22,11 +22,11 @@ STATE_COLOURS = [
     "#882255", "#44AA99", "#999933", "#AA4499", "#888888",
 ]
 #: The colour of a legal (forced) step's arrow: black, which no state uses.
-LEGAL_STEP_COLOUR = "#000000"
+_LEGAL_STEP_COLOUR = "#000000"
 
 #: One colour (Okabe-Ito) and one marker per attack, for every figure of the book, so an
 #: attack looks the same in every chapter. "null" is unwatermarked text under the same attack.
-ATTACK_STYLE = {
+_ATTACK_STYLE = {
     "substitution": ("#0072B2", "o"),
     "deletion": ("#E69F00", "v"),
     "insertion": ("#009E73", "^"),
@@ -40,9 +40,9 @@ def attack_style(name: str) -> tuple[str, str]:
     """Colour and marker of an attack; a labelled variant ("back-translation (fr)") is drawn
     like its family."""
     family = str(name).split(" (")[0]
-    if family not in ATTACK_STYLE:
-        raise ValueError(f"no style for attack {name!r}; known: {', '.join(ATTACK_STYLE)}")
-    return ATTACK_STYLE[family]
+    if family not in _ATTACK_STYLE:
+        raise ValueError(f"no style for attack {name!r}; known: {', '.join(_ATTACK_STYLE)}")
+    return _ATTACK_STYLE[family]
 
 
 def state_colour(state: int) -> str:
@@ -88,7 +88,7 @@ def _series_as_tables() -> None:
         shell.display_formatter.formatters["text/html"].for_type(pd.Series, _series_html)
 
 
-def source_html(obj: Any) -> str:
+def _source_html(obj: Any) -> str:
     """Highlighted HTML of the real source code of a package object."""
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
@@ -109,7 +109,7 @@ def show_source(obj: Any) -> Any:
     """Display the real source of a package function or class, highlighted."""
     from IPython.display import HTML
 
-    return HTML(source_html(obj))
+    return HTML(_source_html(obj))
 
 
 def glue(name: str, value: Any) -> Any:
@@ -132,7 +132,7 @@ def glue(name: str, value: Any) -> Any:
 
 
 #: The HTML class of the banner's line (the site lint finds the banner by it).
-BANNER_CLASS = "cm-banner"
+_BANNER_CLASS = "cm-banner"
 
 
 def _run_differences(model: Any = None) -> list[str]:
@@ -185,7 +185,7 @@ def banner(model: Any = None) -> Any:
 
     line = ("This run uses " + ", ".join(parts) + ", not this page's settings: its numbers are your run's, "
             "and a sentence your run does not bear out is marked where it stands.")
-    return HTML(f'<p class="{BANNER_CLASS}" style="padding:6px 10px;background:#f2f6fc;'
+    return HTML(f'<p class="{_BANNER_CLASS}" style="padding:6px 10px;background:#f2f6fc;'
                 f'border-left:4px solid #1F6AD1;font-size:0.9em">{html.escape(line)}</p>')
 
 
@@ -216,7 +216,7 @@ def tokens_html(
         arrow = ""
         if gated is not None and gated[i]:
             style += "text-decoration:underline;font-weight:600;"
-            arrow = f'<span style="color:{LEGAL_STEP_COLOUR}">&#8641;</span>'
+            arrow = f'<span style="color:{_LEGAL_STEP_COLOUR}">&#8641;</span>'
             hover += " (gated)"
         parts.append(f'{arrow}<span title="{hover}" style="{style}">{text}{digit}</span>')
     out = '<div style="line-height:2.0;font-family:monospace;font-size:0.9em">' + "".join(parts) + "</div>"

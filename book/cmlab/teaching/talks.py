@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OUTLINES_FILE", "TalkOutline", "chapter_figures", "load_outlines", "outline_markdown"]
+__all__ = ["OUTLINES_FILE", "TalkOutline", "load_outlines", "outline_markdown"]
 
 #: Where the outlines live, relative to the repository's root.
 OUTLINES_FILE = Path("book") / "data" / "talk_outlines.yml"
@@ -71,7 +71,7 @@ def load_outlines(path: str | Path | None = None) -> list[TalkOutline]:
     return outlines
 
 
-def chapter_figures(notebook: str | Path) -> list[str]:
+def _chapter_figures(notebook: str | Path) -> list[str]:
     """The labels of a notebook's numbered figures (``mystnb.figure.name`` in its cells' metadata), in page order."""
     nb = json.loads(Path(notebook).read_text("utf-8"))
     return [c["metadata"]["mystnb"]["figure"]["name"] for c in nb["cells"]

@@ -39,7 +39,7 @@ from chainmark.jsonio import to_jsonable
 from cmlab.teaching.plots import STATE_COLOURS
 
 #: Slider values of the calibration explorer (the static and the live twin use the same).
-ALPHAS: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 0.005, 0.01, 0.02, 0.05, 0.1)
+_ALPHAS: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 0.005, 0.01, 0.02, 0.05, 0.1)
 LENGTHS: tuple[int, ...] = (10, 16, 25, 32, 50, 64, 100, 128, 200, 256, 300, 500, 750, 1000, 2000)
 _RHOS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
 _KS: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
@@ -75,8 +75,8 @@ class BrowserAsset:
     what: str = "explorer"
 
 
-#: The explorers' code (:class:`StaticExplorer`).
-EXPLORERS = BrowserAsset("explorers", "ChainMarkExplorers", "cm-explorer", "explorer")
+#: The explorers' code (:class:`_StaticExplorer`).
+_EXPLORERS = BrowserAsset("explorers", "ChainMarkExplorers", "cm-explorer", "explorer")
 
 
 def browser_block(asset: BrowserAsset, uid_prefix: str, title: str, note: str, data: Any, attrs: str = "") -> str:
@@ -110,7 +110,7 @@ def standalone_page(title: str, body: str) -> str:
             f"<title>{html.escape(title)}</title></head><body>{body}</body></html>")
 
 
-class StaticExplorer:
+class _StaticExplorer:
     """An explorer as a self-contained HTML+JavaScript block (what the site shows).
 
     Displaying it in a notebook renders the block (``_repr_html_``);
@@ -129,7 +129,7 @@ class StaticExplorer:
 
     @property
     def html(self) -> str:
-        return browser_block(EXPLORERS, f"cm-{self.kind}", self.title, self.note, self.data,
+        return browser_block(_EXPLORERS, f"cm-{self.kind}", self.title, self.note, self.data,
                              attrs=f' data-kind="{self.kind}"')
 
     def _repr_html_(self) -> str:
@@ -175,12 +175,12 @@ def calibration_explorer(alpha: float = 0.01, n: int = 200, rho: float = 0.5, k:
     Start values snap to the nearest slider value. ``live=True`` returns the
     ipywidgets twin, which recomputes with the Python closed forms.
     """
-    start = {"alpha": _nearest(ALPHAS, alpha), "n": _nearest(LENGTHS, n),
+    start = {"alpha": _nearest(_ALPHAS, alpha), "n": _nearest(LENGTHS, n),
              "rho": _nearest(_RHOS, rho), "k": _nearest(_KS, k)}
     if live:
         return _calibration_widget(start)
-    data = {"alphas": ALPHAS, "ns": LENGTHS, "rhos": _RHOS, "ks": _KS, "start": start}
-    return StaticExplorer(
+    data = {"alphas": _ALPHAS, "ns": LENGTHS, "rhos": _RHOS, "ks": _KS, "start": start}
+    return _StaticExplorer(
         "calibration", data, "Calibration explorer: from (α, n, ρ, k) to S*",
         "Computed in your browser from the closed forms; the plots show S = k+1 … max(2·S*, k+30).")
 
@@ -192,7 +192,7 @@ def _calibration_widget(start: dict[str, Any]) -> Any:
     from chainmark.calibrate import hoeffding_fpr_bound, predicted_z
 
     sliders = {
-        "alpha": W.SelectionSlider(options=list(ALPHAS), value=start["alpha"], description="α"),
+        "alpha": W.SelectionSlider(options=list(_ALPHAS), value=start["alpha"], description="α"),
         "n": W.SelectionSlider(options=list(LENGTHS), value=start["n"], description="n (tokens)"),
         "rho": W.SelectionSlider(options=list(_RHOS), value=start["rho"], description="ρ"),
         "k": W.SelectionSlider(options=list(_KS), value=start["k"], description="k"),
@@ -272,7 +272,7 @@ def embedding_explorer(grid: dict[str, Any], S: int = 5, rho: float = 0.5, live:
     caption = grid.get("caption") or (
         f"Precomputed when this page was built: {grid['model']}, {len(grid['prompts'])} prompts × "
         f"{grid['max_new_tokens']} new tokens per cell, gate '{grid['gate']}', seed 42.")
-    return StaticExplorer("embedding", data, "Embedding explorer: what S and ρ do to a generation", caption)
+    return _StaticExplorer("embedding", data, "Embedding explorer: what S and ρ do to a generation", caption)
 
 
 def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, tokenizer: Any,
@@ -338,7 +338,7 @@ def robustness_explorer(grid: dict[str, Any], delta: float = 0.2, live: bool = F
     data = {"deltas": grid["deltas"], "alpha": grid["alpha"], "colours": STATE_COLOURS, "start": start,
             "mc": {k: grid["mc"][k] for k in ("ratio", "tpr")},
             "text": {k: grid["text"][k] for k in ("ratio", "tpr", "examples")}}
-    return StaticExplorer(
+    return _StaticExplorer(
         "robustness", data, "Robustness explorer: random substitution at rate δ",
         f"S = {grid['S']}, ρ = {grid['rho']}, α = {grid['alpha']}; model text: {grid['text']['n_texts']} "
         f"watermarked generations; Monte Carlo: {grid['mc']['trials']} sequences of "
@@ -369,5 +369,5 @@ def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) ->
     return W.VBox([delta, view])
 
 
-__all__ = ["ALPHAS", "BrowserAsset", "EXPLORERS", "LENGTHS", "StaticExplorer", "browser_block", "calibration_explorer",
+__all__ = ["BrowserAsset", "LENGTHS", "browser_block", "calibration_explorer",
            "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]

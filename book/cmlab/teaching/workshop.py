@@ -21,10 +21,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["BuildCheck", "BuildCheckFailed", "Comparison", "EDITION_ENV", "check_build", "in_participant_edition",
-           "participant_edition", "same_array", "same_arrays", "same_values"]
+__all__ = ["BuildCheck", "BuildCheckFailed", "Comparison", "check_build", "participant_edition", "same_array", "same_arrays", "same_values"]
 
-EDITION_ENV = "CHAINMARK_EDITION"  # "participant" makes every check lenient (as participant_edition() does)
+_EDITION_ENV = "CHAINMARK_EDITION"  # "participant" makes every check lenient (as participant_edition() does)
 
 #: A comparison: (yours, the package's) -> None when they agree, else a sentence saying where they differ.
 Comparison = Callable[[Any, Any], "str | None"]
@@ -42,9 +41,9 @@ def participant_edition(on: bool = True) -> None:
     _participant = bool(on)
 
 
-def in_participant_edition() -> bool:
+def _in_participant_edition() -> bool:
     """Whether checks are lenient: :func:`participant_edition` was called, or ``CHAINMARK_EDITION=participant``."""
-    return _participant or os.environ.get(EDITION_ENV, "").strip().lower() == "participant"
+    return _participant or os.environ.get(_EDITION_ENV, "").strip().lower() == "participant"
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def check_build(what: str, yours: Callable[[], Any], package: Any, *, compare: C
 
 def _outcome(what: str, status: str, message: str, package: Any, cause: BaseException | None = None) -> BuildCheck:
     """A failed check: raised in the book; printed in the participant edition, which goes on with the package's."""
-    if not in_participant_edition():
+    if not _in_participant_edition():
         raise BuildCheckFailed(message) from cause
     print(f"✗ {message} The chapter goes on with the package's version.")
     return BuildCheck(what, status, message, package)

@@ -10,14 +10,12 @@ from . import read as read
 from . import store as store
 from . import verification as verification
 from .compare import (
-    VERIFY_FIELDS as VERIFY_FIELDS,
     VERIFY_TOLERANCE as VERIFY_TOLERANCE,
     compare_records as compare_records,
     tolerance_rules as tolerance_rules,
 )
 from .generation import (
     RunContext as RunContext,
-    pending as pending,
     regenerate_command as regenerate_command,
     run as run,
     status as status,
@@ -36,7 +34,6 @@ from .protocol import (
 )
 from .read import (
     explorer_grid as explorer_grid,
-    load_frame as load_frame,
     load_reference as load_reference,
     load_texts as load_texts,
     scores_by_test as scores_by_test,
@@ -65,4 +62,4 @@ from .verification import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["Cell", "EXPERIMENTS", "MANIFEST", "MIN_REWRITE_TOKENS", "NoBatchWithinBound", "PROTOCOL", "PROVENANCE", "PromptBatch", "Protocol", "REFERENCE_LABEL", "RunContext", "ShardCheck", "VERIFY_FIELDS", "VERIFY_TOLERANCE", "cells", "compare_records", "encode_shard", "environment", "explorer_grid", "git_commit", "load_frame", "load_reference", "load_texts", "manifest_for", "pending", "protocol_differences", "provenance_parts", "read_dir", "read_provenance", "read_shard", "reference_dir", "reference_key", "regenerate_command", "run", "scores_by_test", "shard_path", "status", "tolerance_rules", "topology_for", "utc_now", "verify", "weights_sha256"]
+__all__ = ["Cell", "EXPERIMENTS", "MANIFEST", "MIN_REWRITE_TOKENS", "NoBatchWithinBound", "PROTOCOL", "PROVENANCE", "PromptBatch", "Protocol", "REFERENCE_LABEL", "RunContext", "ShardCheck", "VERIFY_TOLERANCE", "cells", "compare_records", "encode_shard", "environment", "explorer_grid", "git_commit", "load_reference", "load_texts", "manifest_for", "protocol_differences", "provenance_parts", "read_dir", "read_provenance", "read_shard", "reference_dir", "reference_key", "regenerate_command", "run", "scores_by_test", "shard_path", "status", "tolerance_rules", "topology_for", "utc_now", "verify", "weights_sha256"]

@@ -2,7 +2,7 @@
 
 What follows from the token ids and the key (ids, gate decisions, counts, verdicts, phi, z, p-values) is
 compared exactly; only floats PyTorch computes from the model's logits get a tolerance, stated per field
-(:data:`VERIFY_FIELDS`, recorded in a run's manifest); a float without a rule is compared exactly. A text
+(:data:`_VERIFY_FIELDS`, recorded in a run's manifest); a float without a rule is compared exactly. A text
 whose tokens diverge is reported once, at the first token where they part.
 """
 from __future__ import annotations
@@ -11,12 +11,12 @@ import math
 from typing import Any, Mapping, Sequence
 
 
-#: The three ways ``verify`` compares a float (``"rule"`` of an entry of :data:`VERIFY_FIELDS`):
+#: The three ways ``verify`` compares a float (``"rule"`` of an entry of :data:`_VERIFY_FIELDS`):
 #:
 #: * ``exact``: the regenerated value must equal the stored one (``==``: the same double);
 #: * ``rel``: ``math.isclose(stored, fresh, rel_tol=rel, abs_tol=abs)``, for floats PyTorch computes from
 #:   the model's logits: its CPU kernels (Intel or AMD, AVX2 or AVX-512) sum in different orders, so these
-#:   move in the last bits (the numbers are in :data:`VERIFY_FIELDS`);
+#:   move in the last bits (the numbers are in :data:`_VERIFY_FIELDS`);
 #: * ``log10_p``: a p-value computed from the model's logits, compared on a log scale,
 #:   ``|log10 stored - log10 fresh| <= log10``, a relative tolerance that means the same at 1e-12 as at
 #:   0.3 (an absolute one would call 1e-12 and 4e-4 equal); a p at or below the smallest normal double
@@ -45,7 +45,7 @@ _P_FLOOR = 2.2250738585072014e-308
 #:   itself comes from the logits (the likelihood-ratio detector, :mod:`cmlab.comparison.lrdetect`) would add
 #:   ``"detection.<its name>.z"`` as ``rel`` and ``"detection.<its name>.p_value"`` as ``log10_p``.
 #: * rel (kernel floats): the two floats the record takes from the model's logits.
-VERIFY_FIELDS: dict[str, dict[str, Any]] = {
+_VERIFY_FIELDS: dict[str, dict[str, Any]] = {
     # exact ------------------------------------------------------------------------------------------
     "phi": {"rule": "exact"},               # legal transitions (ChainMark) or green tokens (KGW, SWEET) / scored
     "z": {"rule": "exact"},                 # detect.z_score / baselines.green_z of those counts
@@ -68,11 +68,11 @@ VERIFY_FIELDS: dict[str, dict[str, Any]] = {
 _LOG10_P_TOLERANCE = 1e-3
 
 #: What a new run records in its manifest (``verify_tolerance``, format 2): the rules of
-#: :data:`VERIFY_FIELDS`, and that a float field they do not list is compared exactly. Runs made before
+#: :data:`_VERIFY_FIELDS`, and that a float field they do not list is compared exactly. Runs made before
 #: it record format 1, ``{"rel": 1e-5, "abs": 5e-4}``, one tolerance for every float; see
 #: :func:`tolerance_rules` for how either is read.
 _VERIFY_FORMAT = "chainmark-verify/2"
-VERIFY_TOLERANCE: dict[str, Any] = {"format": _VERIFY_FORMAT, "default": "exact", "fields": VERIFY_FIELDS}
+VERIFY_TOLERANCE: dict[str, Any] = {"format": _VERIFY_FORMAT, "default": "exact", "fields": _VERIFY_FIELDS}
 _FORMAT1 = {"rel": 1e-5, "abs": 5e-4}   # what format 1 meant where a key was missing
 
 
@@ -94,7 +94,7 @@ def _check_rule(name: str, rule: Any) -> dict[str, Any]:
 def tolerance_rules(recorded: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The per-field rules ``verify`` applies to a run whose manifest records ``recorded`` (``verify_tolerance``).
 
-    The classes come from the code (:data:`VERIFY_FIELDS`): which fields are exact follows from how they
+    The classes come from the code (:data:`_VERIFY_FIELDS`): which fields are exact follows from how they
     are computed, and no manifest relaxes one. A manifest states the numbers of the other rules:
 
     * format 2 (:data:`VERIFY_TOLERANCE`, what a run writes now): a listed field that the code compares
@@ -105,7 +105,7 @@ def tolerance_rules(recorded: Mapping[str, Any] | None = None) -> dict[str, dict
       other float is exact and ``log10_p`` keeps the code's numbers;
     * None (no entry): the code's rules.
     """
-    rules = {name: _check_rule(name, rule) for name, rule in VERIFY_FIELDS.items()}
+    rules = {name: _check_rule(name, rule) for name, rule in _VERIFY_FIELDS.items()}
     if recorded is None:
         return rules
     if not isinstance(recorded, Mapping):
@@ -213,7 +213,7 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
                     tau: float | None = None, rules: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """The differences between a stored batch and its regeneration (empty when they match).
 
-    Floats are compared by ``rules``, field name to rule (default :data:`VERIFY_FIELDS`; ``verify``
+    Floats are compared by ``rules``, field name to rule (default :data:`_VERIFY_FIELDS`; ``verify``
     passes :func:`tolerance_rules` of the run's manifest); a float field without a rule exactly. A
     text whose tokens diverge is reported once, where they part, and its other fields (which
     follow from the tokens) are not compared.
@@ -233,4 +233,4 @@ def compare_records(stored: Sequence[Mapping[str, Any]], fresh: Sequence[Mapping
     return out
 
 
-__all__ = ["VERIFY_FIELDS", "VERIFY_TOLERANCE", "compare_records", "tolerance_rules"]
+__all__ = ["VERIFY_TOLERANCE", "compare_records", "tolerance_rules"]

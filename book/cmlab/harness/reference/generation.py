@@ -154,7 +154,7 @@ def run(model: Any = None, tokenizer: Any = None, experiments: Sequence[str] = E
         return _run_locked(root, model, tokenizer, experiments, protocol, control, model_name)
 
 
-def pending(root: Path, protocol: Protocol = PROTOCOL,
+def _pending(root: Path, protocol: Protocol = PROTOCOL,
             experiments: Sequence[str] = EXPERIMENTS) -> list[tuple[Cell, PromptBatch]]:
     """The (cell, batch) pairs not on disk yet, in the order a run generates them.
 
@@ -188,7 +188,7 @@ def _run_locked(root: Path, model: Any, tokenizer: Any, experiments: Sequence[st
         model, tokenizer = load_model()
     atomic_write(root / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     ctx = RunContext(root, protocol, model, tokenizer)
-    todo = pending(root, protocol, experiments)
+    todo = _pending(root, protocol, experiments)
     total_batches = sum(len(c.batches) for c in cells(protocol, experiments))
     env = environment(model)
     written = 0
@@ -235,4 +235,4 @@ def status(root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL,
     return rows
 
 
-__all__ = ["RunContext", "pending", "regenerate_command", "run", "status"]
+__all__ = ["RunContext", "regenerate_command", "run", "status"]

@@ -66,7 +66,7 @@ def _null_rows(root: Path, protocol: Protocol, scorers: Mapping[str, tuple[Any, 
     return rows
 
 
-def load_frame(name: str, root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL) -> Any:
+def _load_frame(name: str, root: str | os.PathLike | None = None, protocol: Protocol = PROTOCOL) -> Any:
     """The reference experiment ``name`` as a pandas DataFrame, one row per scored text.
 
     Columns include ``method``, ``detector``, ``domain``, ``attack`` (``clean``
@@ -169,12 +169,12 @@ def load_reference(name: str, model_name: str | None = None) -> Any:
     """The committed reference run's experiment ``name`` as a DataFrame (one row per scored text).
 
     ``name`` is one of ``"head_to_head"``, ``"null"``, ``"calibration"``,
-    ``"kregular"``, ``"explorer"``; see :func:`load_frame`
+    ``"kregular"``, ``"explorer"``; see :func:`_load_frame`
     for the columns. By default it is the embedded model's run, which ships
     with the package, whatever model ``CHAINMARK_MODEL`` names; ``model_name``
     asks for another model's run (one made with ``cmlab reference run``).
     """
-    return load_frame(name, read_dir(model_name))
+    return _load_frame(name, read_dir(model_name))
 
 
 def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike | None = None,
@@ -222,4 +222,4 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
     return rows
 
 
-__all__ = ["explorer_grid", "load_frame", "load_reference", "load_texts", "scores_by_test"]
+__all__ = ["explorer_grid", "load_reference", "load_texts", "scores_by_test"]
