@@ -56,7 +56,7 @@ from chainmark.auditor.tokenizer import load_tokenizer
 start = time.perf_counter()
 text = open(sys.argv[2], encoding="utf-8").read()
 r = detect_text(text, load_tokenizer(), ChainMarkConfig(read_key_file(sys.argv[1]), S=5), test="z")
-print(json.dumps({"n_tokens": r.n_tokens, "n_valid": r.n_valid, "z": r.z}))
+print(json.dumps({"n_tokens": r.n_tokens, "n_valid": r.n_hits, "z": r.z}))
 print(json.dumps({"seconds": time.perf_counter() - start, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   "code": 0}), file=sys.stderr)
 """

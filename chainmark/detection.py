@@ -32,7 +32,7 @@ from .config import ChainMarkConfig, takes_config
 from .partition import Key, as_token_array, key_bytes, states_of
 from .significance import check_test, first_occurrences, forest_mask, log_p_value, transition_statistics
 from .topology import Topology
-from .verdict import RECORD_FORM, FormField, Verdict, alias, decide
+from .verdict import RECORD_FORM, FormField, Verdict, decide
 
 __all__ = ["DetectionResult", "counts_result", "detect", "detect_batch", "detect_text", "detection_args",
            "score_states", "valid_transitions"]
@@ -48,9 +48,9 @@ class DetectionResult(Verdict):
 
     ``valid_mask[i]`` says whether transition ``t_i -> t_{i+1}`` is legal;
     ``scored_mask[i]`` whether it was counted (all of them under the
-    z-test, ``test="z"``). ``n_transitions`` (the verdict's ``n_scored``)
-    counts the scored transitions and ``n_valid`` (its ``n_hits``) the legal
-    ones among them; ``p0 = k/S``.
+    z-test, ``test="z"``). ``n_scored`` counts the scored transitions and
+    ``n_hits`` the legal ones among them (the dictionaries call them
+    ``n_transitions`` and ``n_valid``); ``p0 = k/S``.
     """
 
     S: int
@@ -72,9 +72,6 @@ class DetectionResult(Verdict):
                   ("tokenizer", "regime.tokenizer_label"), ("key_fingerprint", "regime.key_fingerprint")),
     }
     MASKS: ClassVar[tuple[str, ...]] = ("valid_mask", "scored_mask")
-
-    n_transitions = alias("n_scored")
-    n_valid = alias("n_hits")
 
     @property
     def log_p_value(self) -> float:

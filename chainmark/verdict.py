@@ -8,10 +8,10 @@ is compared with its rate ``p0`` under the null (k/S, or the green share
 gamma) through a z-score and a one-sided p-value, and :func:`decide` turns
 them into a flag. :class:`Verdict` holds these fields under one set of names;
 each detector's result is a subclass that adds what only it has (the masks,
-S and k, the exact binomial tail, the likelihood ratio) and keeps the names
-its readers know as read-only aliases (``n_transitions`` and ``n_valid`` for
-ChainMark, ``n_green`` and ``gamma`` for the green-list detectors,
-``decision`` for every verdict, the name the records store).
+S and k, the exact binomial tail, the likelihood ratio). The attributes have
+these names only; a detector's dictionaries may name a field as its readers
+know it (``n_transitions`` and ``n_valid`` for ChainMark, ``n_green`` for the
+green-list detectors, ``decision`` in a stored record), through its forms.
 
 :meth:`Verdict.to_dict` is the one way a verdict becomes JSON. It writes one
 of a few fixed *forms*, so that what is already published never changes: the
@@ -51,11 +51,6 @@ def decide(*, z: Any, p_value: Any = None, alpha: Any = None, threshold: Any = N
     if p_value is None or alpha is None:
         raise ValueError("without a threshold the decision needs p_value and alpha (flag when p < alpha)")
     return p_value < alpha
-
-
-def alias(canonical: str) -> property:
-    """A read-only attribute that reads ``canonical``: an older name of a verdict's field, kept working."""
-    return property(lambda self: getattr(self, canonical), doc=f"Another name for ``{canonical}`` (read-only).")
 
 
 def _plain(value: Any) -> Any:
@@ -100,9 +95,6 @@ class Verdict:
     #: The per-position arrays ``to_dict(include_masks=True)`` adds, as lists of 0/1.
     MASKS: ClassVar[tuple[str, ...]] = ()
 
-    #: The name a stored record gives ``is_watermarked``.
-    decision = alias("is_watermarked")
-
     def to_dict(self, form: str = "result", *, regime: Any = None, include_masks: bool = False) -> dict[str, Any]:
         """This verdict as a plain-Python dictionary (JSON-ready) in one of :attr:`FORMS`.
 
@@ -138,4 +130,4 @@ class Verdict:
         return getattr(regime, name)
 
 
-__all__ = ["RECORD_FORM", "Verdict", "alias", "decide"]
+__all__ = ["RECORD_FORM", "Verdict", "decide"]

@@ -149,7 +149,7 @@ def test_iid_uniform_states_reach_the_exact_binomial_size(name):
     # the detector itself agrees on a subsample
     for row in states[:200]:
         r = score_states(row, topo, alpha)
-        assert r.is_watermarked == (r.n_valid >= critical_count(n, S, alpha, k))
+        assert r.is_watermarked == (r.n_hits >= critical_count(n, S, alpha, k))
 
 
 # ---------------------------------------------------------------- rates

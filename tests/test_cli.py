@@ -210,8 +210,8 @@ def test_detect_matches_the_library(capsys, tmp_path, key_file):
         row = json.loads(out)
         ref = detect_text(text, ByteTokenizer(), config, alpha=0.001, test=test or "exact")
         assert code == 0 and row["test"] == (test or "exact")
-        assert row["z"] == pytest.approx(ref.z) and row["n_valid"] == ref.n_valid
-        assert row["n_transitions"] == ref.n_transitions and row["is_watermarked"] == ref.is_watermarked
+        assert row["z"] == pytest.approx(ref.z) and row["n_valid"] == ref.n_hits
+        assert row["n_transitions"] == ref.n_scored and row["is_watermarked"] == ref.is_watermarked
         assert row["p_value"] == pytest.approx(ref.p_value) and row["k"] == 2
 
 

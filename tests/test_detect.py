@@ -98,8 +98,8 @@ def test_matches_independent_per_token_implementation(S, key):
         ids = rng.integers(0, VOCAB, n)
         ref = per_token_detect(ids.tolist(), key, T)
         res = detect(ids, ChainMarkConfig(key, S=S))
-        assert res.n_transitions == n - 1 and res.n_tokens == n
-        assert res.n_valid == ref["c"]
+        assert res.n_scored == n - 1 and res.n_tokens == n
+        assert res.n_hits == ref["c"]
         assert res.valid_mask.tolist() == ref["valid"]
         assert res.phi == ref["phi"]
         assert res.z == pytest.approx(ref["z"], rel=1e-12, abs=1e-12)
@@ -218,7 +218,7 @@ def test_z_score_matches_the_formula():
 def test_fewer_than_two_tokens(ids):
     res = detect(ids, CONFIG)
     assert isinstance(res, DetectionResult)
-    assert res.n_transitions == 0 and res.n_valid == 0
+    assert res.n_scored == 0 and res.n_hits == 0
     assert res.p_value == 1.0 and res.z == 0.0 and res.phi == 0.0 and not res.is_watermarked
     assert res.n_tokens == len(ids) and res.log_p_value == 0.0
     json.dumps(res.to_dict(include_masks=True))
@@ -231,7 +231,7 @@ def test_torch_inputs():
     a = detect(torch.tensor(ids), CONFIG)
     b = detect(ids.tolist(), CONFIG)
     assert a.to_dict() == b.to_dict()
-    assert detect(torch.tensor([3]), CONFIG).n_transitions == 0
+    assert detect(torch.tensor([3]), CONFIG).n_scored == 0
     matrix = rng.integers(0, VOCAB, (3, 20))
     rows = detect_batch(torch.tensor(matrix), CONFIG)
     assert [r.to_dict() for r in rows] == [detect(r, CONFIG).to_dict() for r in matrix]
@@ -290,9 +290,9 @@ def test_score_states_validates_states_and_mask():
     with pytest.raises(ValueError, match="scored"):
         score_states(np.array([0, 1, 2]), topo, scored=np.array([True]))
     res = score_states(np.array([0, 1, 2, 4]), topo)
-    assert res.n_valid == 2 and res.n_transitions == 3
+    assert res.n_hits == 2 and res.n_scored == 3
     none = score_states(np.array([0, 1, 2]), topo, scored=np.array([False, False]))
-    assert none.n_transitions == 0 and none.p_value == 1.0
+    assert none.n_scored == 0 and none.p_value == 1.0
 
 
 def test_long_input_and_big_token_ids():
@@ -335,7 +335,7 @@ def test_ragged_batches():
     assert len(out) == 5
     for res, r in zip(out, rows):
         _same(res, detect(r, ChainMarkConfig(b"k", S=5, topology="soft_cycle")))
-    assert out[0].n_transitions == 0 and out[1].n_transitions == 0 and out[2].n_transitions == 1
+    assert out[0].n_scored == 0 and out[1].n_scored == 0 and out[2].n_scored == 1
     mixed = detect_batch((np.array(rows[3]), rows[4]), CONFIG)  # a tuple of an array and a list
     _same(mixed[0], detect(rows[3], CONFIG))
     _same(mixed[1], detect(rows[4], CONFIG))
@@ -344,7 +344,7 @@ def test_ragged_batches():
 def test_degenerate_matrix_batches():
     assert detect_batch(np.zeros((0, 5), dtype=int), CONFIG) == [] == detect_batch([], CONFIG)
     res = detect_batch(np.array([[3], [4]]), CONFIG)
-    assert [r.n_transitions for r in res] == [0, 0]
+    assert [r.n_scored for r in res] == [0, 0]
 
 
 @pytest.mark.parametrize("batch", [
@@ -435,11 +435,11 @@ def test_first_occurrences_marks_each_pair_once():
 def test_the_distinct_test_scores_repeats_once():
     ids = [10, 20, 10, 20, 10, 20, 30]
     res = detect(ids, CONFIG, test="distinct")
-    assert res.n_transitions == 3 and res.n_tokens == 7
+    assert res.n_scored == 3 and res.n_tokens == 7
     assert res.scored_mask.tolist() == [True, True, False, False, False, True]
-    assert res.n_valid == int(res.valid_mask[res.scored_mask].sum())
+    assert res.n_hits == int(res.valid_mask[res.scored_mask].sum())
     plain = detect(ids, CONFIG)
-    assert plain.n_transitions == 6
+    assert plain.n_scored == 6
     # with no repeated pair the distinct test is the z-test
     fresh = np.random.default_rng(1).permutation(VOCAB)[:100]
     _same(detect(fresh, CONFIG, test="distinct"), detect(fresh, CONFIG))
@@ -502,7 +502,7 @@ def test_detect_text_tokenizes_without_special_tokens():
     text = "Ünïcödé text, with emoji 🙂 and more."
     res = detect_text(text, tok, CONFIG)
     _same(res, detect([ord(c) for c in text], CONFIG))
-    assert detect_text("", tok, CONFIG).n_transitions == 0
+    assert detect_text("", tok, CONFIG).n_scored == 0
     assert detect_text("x", tok, CONFIG).p_value == 1.0
     with pytest.raises(TypeError, match="text"):
         detect_text(b"bytes", tok, CONFIG)
@@ -586,14 +586,14 @@ def test_lr_detector_survives_an_illegal_gated_step():
     ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], config).valid_mask[0]
                    and not detect([t, ids[21]], config).valid_mask[0])
     res = lr_detect(ids, config, np.full(40, 0.95), n_null=2000)
-    assert math.isfinite(res.llr) and res.n_valid == 38 and res.is_watermarked
+    assert math.isfinite(res.llr) and res.n_hits == 38 and res.is_watermarked
 
 
 def test_lr_detect_edge_cases_and_errors():
     q = np.zeros(0)
     config = ChainMarkConfig(b"k")
     res = lr_detect([5], config, q)
-    assert res.p_value == 1.0 and not res.is_watermarked and res.n_transitions == 0
+    assert res.p_value == 1.0 and not res.is_watermarked and res.n_scored == 0
     json.dumps(res.to_dict())
     with pytest.raises(ValueError, match="gate_probs"):
         lr_detect([1, 2, 3], config, [0.5])
@@ -745,17 +745,19 @@ AUDIT_KEYS = ["n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "th
               "decision", "S", "k", "topology", "alpha", "distinct_pairs", "test", "tokenizer", "key_fingerprint"]
 
 
-def test_a_detection_result_is_a_verdict_that_keeps_its_old_names_read_only():
+def test_a_detection_result_is_a_verdict_under_one_set_of_names():
+    """Every detector's verdict has the verdict's names only (n_scored, n_hits, is_watermarked, p0): the older
+    attribute names are gone; the dictionaries keep theirs (RESULT_KEYS, AUDIT_KEYS), which are formats."""
     res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), CONFIG)
     assert isinstance(res, Verdict)
-    assert (res.n_transitions, res.n_valid, res.decision) == (res.n_scored, res.n_hits, res.is_watermarked)
     assert (res.n_scored, res.n_hits, res.is_watermarked, res.p0) == (39, 39, True, 0.2)
     for name in ("n_transitions", "n_valid", "decision"):
-        with pytest.raises(AttributeError):
-            setattr(res, name, 0)
+        assert not hasattr(res, name), name
+    d = res.to_dict()
+    assert (d["n_transitions"], d["n_valid"]) == (res.n_scored, res.n_hits)
     lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), n_null=200)
-    assert isinstance(lr, Verdict) and (lr.n_transitions, lr.n_valid) == (lr.n_scored, lr.n_hits)
-    assert lr.n_scored == 29 and lr.phi == lr.n_hits / 29 and lr.decision == lr.is_watermarked
+    assert isinstance(lr, Verdict) and not hasattr(lr, "n_transitions") and not hasattr(lr, "decision")
+    assert lr.n_scored == 29 and lr.phi == lr.n_hits / 29
 
 
 def test_to_dict_writes_the_published_forms():
@@ -765,7 +767,7 @@ def test_to_dict_writes_the_published_forms():
     assert json.loads(json.dumps(res.to_dict(include_masks=True))) == res.to_dict(include_masks=True)
     record = res.to_dict("record")  # what a stored record keeps, field for field
     assert record == {"phi": res.phi, "z": res.z, "p_value": res.p_value, "decision": res.is_watermarked,
-                      "n_scored": res.n_transitions}
+                      "n_scored": res.n_scored}
     assert list(record) == ["phi", "z", "p_value", "decision", "n_scored"]
     assert type(record["decision"]) is bool and type(record["n_scored"]) is int
     regime = Regime(threshold=2.0, n_min=50, key_fingerprint="fp")

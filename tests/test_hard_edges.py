@@ -205,7 +205,7 @@ def test_3_sequences_of_scalars_are_one_text():
                 list(np.arange(50, dtype=np.uint16))):
         res = detect(ids, ChainMarkConfig(KEY))
         assert not isinstance(res, list) and res.n_tokens == 50
-        assert (res.z, res.n_valid) == (ref.z, ref.n_valid)
+        assert (res.z, res.n_hits) == (ref.z, ref.n_hits)
     batch = detect_batch((np.arange(50), torch.arange(50)), ChainMarkConfig(KEY))  # sequences of sequences are a batch
     assert isinstance(batch, list) and [r.z for r in batch] == [ref.z, ref.z]
     with pytest.raises(ValueError, match="detect_batch"):  # which detect refuses, naming detect_batch

@@ -220,8 +220,8 @@ def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
     soft = ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle")
     b, det, p0 = attack_bounds(walk, soft), detect(walk, soft), soft.topo.p0
     assert p0 == 2 / PLAYGROUND_S and b["z"] == det.z and b["flagged"]
-    m = det.n_transitions
-    assert b["perfect_edits"] == math.ceil((det.n_valid - p0 * m - z_alpha(0.01) * math.sqrt(p0 * (1 - p0) * m)) / 2)
+    m = det.n_scored
+    assert b["perfect_edits"] == math.ceil((det.n_hits - p0 * m - z_alpha(0.01) * math.sqrt(p0 * (1 - p0) * m)) / 2)
 
 
 def test_block_is_self_contained_small_and_keyless(tokenizer, reference_key) -> None:
@@ -308,7 +308,7 @@ def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> d
     z0 = detect(orig, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01).z
     shown = {k: float(v) for k, v in page.shown().items() if k != "score"}
     assert int(shown["n_tokens"]) == det.n_tokens, text
-    assert int(shown["n_valid"]) == det.n_valid
+    assert int(shown["n_valid"]) == det.n_hits
     assert shown["phi"] == det.phi and shown["z"] == det.z, "phi and z are computed by the same IEEE operations"
     assert math.isclose(shown["p_value"], det.p_value, rel_tol=1e-9, abs_tol=1e-300)
     assert bool(shown["verdict"]) == det.is_watermarked
@@ -521,7 +521,7 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
         return [r.n, r.m, r.c, r.phi, r.z, r.p, r.flagged]; }})""")
     for ids, (n, m, c, phi, z, p, flagged) in zip(seqs, scores):
         d = detect(ids, ChainMarkConfig(reference_key, S=PLAYGROUND_S), alpha=0.01)
-        assert (n, m, c, flagged) == (d.n_tokens, d.n_transitions, d.n_valid, d.is_watermarked)
+        assert (n, m, c, flagged) == (d.n_tokens, d.n_scored, d.n_hits, d.is_watermarked)
         assert phi == d.phi and z == d.z
         assert math.isclose(p, d.p_value, rel_tol=1e-11, abs_tol=1e-300)
     pairs = [(rng.integers(0, 9, size=rng.integers(1, 60)).tolist(), rng.integers(0, 9, size=rng.integers(0, 60)).tolist())

@@ -58,12 +58,12 @@ def check_result(res: DetectionResult, n: int, S: int, alpha: float) -> None:
     assert 0.0 <= res.p_value <= 1.0
     assert math.isfinite(res.z)
     assert res.n_tokens == n
-    assert 0 <= res.n_valid <= res.n_transitions <= max(n - 1, 0)
+    assert 0 <= res.n_hits <= res.n_scored <= max(n - 1, 0)
     assert res.S == S and 0 < res.p0 < 1
-    if res.n_transitions == 0:
+    if res.n_scored == 0:
         assert res.phi == 0.0 and res.z == 0.0 and res.p_value == 1.0 and not res.is_watermarked
     else:
-        assert res.phi == pytest.approx(res.n_valid / res.n_transitions)
+        assert res.phi == pytest.approx(res.n_hits / res.n_scored)
         assert res.is_watermarked == (res.p_value < alpha)
 
 
@@ -77,11 +77,11 @@ def test_detect_never_crashes_and_stays_in_range(data, key, S, alpha, distinct):
     res = detect(ids, config, alpha=alpha, test="distinct" if distinct else "z", vocab_size=vocab)
     check_result(res, len(ids), S, alpha)
     if not distinct:
-        assert res.n_transitions == max(len(ids) - 1, 0)
+        assert res.n_scored == max(len(ids) - 1, 0)
     else:
         n_pairs = len({(int(a), int(b)) for a, b in zip(ids[:-1], ids[1:])}) if len(ids) <= 5000 else None
         if n_pairs is not None:
-            assert res.n_transitions == n_pairs
+            assert res.n_scored == n_pairs
 
 
 @FAST
@@ -92,7 +92,7 @@ def test_list_input_equals_array_input(data, key, S):
         ids = ids >> np.uint64(1)
     config = ChainMarkConfig(key, S=S)
     a, b = detect(ids, config), detect([int(t) for t in ids], config)
-    assert (a.phi, a.z, a.n_valid, a.n_transitions) == (b.phi, b.z, b.n_valid, b.n_transitions)
+    assert (a.phi, a.z, a.n_hits, a.n_scored) == (b.phi, b.z, b.n_hits, b.n_scored)
 
 
 @FAST
@@ -109,15 +109,15 @@ def test_batched_equals_per_row(data, key, S, rows, width, distinct):
     assert isinstance(batch, list) and len(batch) == rows
     for row, res in zip(matrix, batch):
         one = detect(row, config, test=test)
-        assert (res.phi, res.z, res.p_value, res.is_watermarked, res.n_valid, res.n_transitions) == \
-               (one.phi, one.z, one.p_value, one.is_watermarked, one.n_valid, one.n_transitions)
+        assert (res.phi, res.z, res.p_value, res.is_watermarked, res.n_hits, res.n_scored) == \
+               (one.phi, one.z, one.p_value, one.is_watermarked, one.n_hits, one.n_scored)
         assert np.array_equal(res.valid_mask, one.valid_mask)
     # ragged lists of lists: every row scored alone
     ragged = [matrix[i, : rng.integers(0, width + 1)].tolist() for i in range(rows)]
     assume(len(ragged) > 0)
     for row, res in zip(ragged, detect_batch(ragged, config, test=test)):
         one = detect(row, config, test=test)
-        assert (res.z, res.n_valid, res.n_transitions) == (one.z, one.n_valid, one.n_transitions)
+        assert (res.z, res.n_hits, res.n_scored) == (one.z, one.n_hits, one.n_scored)
 
 
 @FAST
@@ -148,7 +148,7 @@ def test_a_perfect_walk_has_phi_one(key, S, n):
     assume(all(len(b) for b in by_state))
     ids = [int(by_state[i % S][0]) for i in range(n)]
     res = detect(ids, ChainMarkConfig(key, S=S))
-    assert res.phi == 1.0 and res.n_valid == n - 1
+    assert res.phi == 1.0 and res.n_hits == n - 1
     assert res.z == pytest.approx(math.sqrt((S - 1) * (n - 1)))
 
 

@@ -70,7 +70,7 @@ def package_decisions(states: np.ndarray, counts: np.ndarray, topo: Topology, al
     decisions = {}
     for value, row in zip(values.tolist(), first.tolist()):
         res = score_states(states[row], topo, alpha)
-        assert res.n_valid == value and res.n_transitions == states.shape[1] - 1
+        assert res.n_hits == value and res.n_scored == states.shape[1] - 1
         decisions[value] = bool(res.is_watermarked)
     return decisions
 
@@ -85,7 +85,7 @@ def test_null_fpr_matches_exact_size_simulated_states(S, n):
     # the package counts exactly what we count, row by row (a random subsample)
     sample = np.random.default_rng(1).choice(reps, size=300, replace=False)
     for row in sample.tolist():
-        assert score_states(states[row], topo, 0.01).n_valid == counts[row]
+        assert score_states(states[row], topo, 0.01).n_hits == counts[row]
     for alpha in (0.01, 0.001):
         c = cutoff(n - 1, p0, alpha)
         decisions = package_decisions(states, counts, topo, alpha)

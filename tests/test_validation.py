@@ -248,7 +248,7 @@ def test_python_int_list_across_2_to_the_63():
     ids = [2**64 - 1, 1, 2**63, 5]
     states = states_of(ids, KEY, 7)
     assert [int(st) for st in states] == [state_of(t, KEY, 7) for t in ids]
-    assert detect(ids, ChainMarkConfig(KEY, S=7)).n_transitions == 3
+    assert detect(ids, ChainMarkConfig(KEY, S=7)).n_scored == 3
 
 
 def test_every_id_call_site_takes_tensors_and_numpy_scalars():

@@ -53,7 +53,7 @@ from chainmark.keys import derive_key, key_fingerprint
 from chainmark.partition import Key, as_token_array, key_bytes
 from chainmark.checks import check_int
 from cmlab.comparison.quality import score_tokens
-from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
+from chainmark.verdict import RECORD_FORM, FormField, Verdict, decide
 
 #: The paper's KGW operating point: green-list share and logit bias.
 _KGW_GAMMA = 0.5
@@ -243,9 +243,9 @@ class BaselineResult(Verdict):
     """Detection by a green-list detector (KGW or SWEET) on one token sequence: a :class:`~chainmark.verdict.Verdict`.
 
     ``phi`` is the green fraction among scored positions (the analogue of
-    ChainMark's legal-transition fraction): ``n_green`` (the verdict's
-    ``n_hits``) of ``n_scored``, against the green share ``gamma`` (its
-    ``p0``). ``p_value`` is ``norm.sf(z)``; ``p_value_binomial`` is the exact
+    ChainMark's legal-transition fraction): ``n_hits`` green positions of
+    ``n_scored``, against the green share ``p0`` (the config's ``gamma``;
+    the dictionaries name them ``n_green`` and ``gamma``). ``p_value`` is ``norm.sf(z)``; ``p_value_binomial`` is the exact
     tail ``P(Bin(m, gamma) >= g)`` and ``p_value_transformers`` what
     ``transformers``' detector reported (KGW only; NaN otherwise).
     """
@@ -263,9 +263,6 @@ class BaselineResult(Verdict):
         "record": (*RECORD_FORM, ("n_green", "n_hits"), "p_value_binomial"),
     }
     MASKS: ClassVar[tuple[str, ...]] = ("green_mask", "scored_mask")
-
-    n_green = alias("n_hits")
-    gamma = alias("p0")
 
 
 def _check_counts(n_green: object, n_scored: object) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from chainmark.detection import valid_transitions
 from chainmark.gates import Gate
 from chainmark.partition import as_token_array, states_of
 from chainmark.gate_signals import gate_signal
-from chainmark.verdict import RECORD_FORM, FormField, Verdict, alias, decide
+from chainmark.verdict import RECORD_FORM, FormField, Verdict, decide
 
 __all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "lr_detect", "teacher_forced_signal"]
 
@@ -99,8 +99,8 @@ class LikelihoodRatioResult(Verdict):
     ``critical_value`` its simulated null (1 - alpha)-quantile; ``p_value``
     the share of null draws at least as large (with the +1 correction);
     ``z`` Lambda standardised by its exact null mean and SD, for reference.
-    ``n_transitions`` and ``n_valid`` (the verdict's ``n_scored`` and
-    ``n_hits``) count every transition and the legal ones.
+    ``n_scored`` and ``n_hits`` count every transition and the legal ones
+    (``n_transitions`` and ``n_valid`` in its dictionary).
     """
 
     llr: float
@@ -117,8 +117,6 @@ class LikelihoodRatioResult(Verdict):
     }
     MASKS: ClassVar[tuple[str, ...]] = ("valid_mask",)
 
-    n_transitions = alias("n_scored")
-    n_valid = alias("n_hits")
 
 
 def _llr_weights(q: np.ndarray, p0: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -341,9 +341,9 @@ def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig,
     from chainmark.detection import detect
 
     det = detect(list(token_ids), config, alpha=alpha)
-    za, p0, m = z_alpha(alpha), config.topo.p0, det.n_transitions
+    za, p0, m = z_alpha(alpha), config.topo.p0, det.n_scored
     allowed = za * math.sqrt(p0 * (1.0 - p0) * m)
-    excess = det.n_valid - p0 * m
+    excess = det.n_hits - p0 * m
     perfect = max(0, math.ceil((excess - allowed) / 2)) if m else 0
     forge = max(0, math.floor((allowed - excess) / 2) + 1) if m and not det.is_watermarked else 0
     n = det.n_tokens
