@@ -29,10 +29,9 @@ from scipy.stats import binom, norm
 from .checks import check_alpha, check_int, check_length, check_null_scores, check_rho_positive
 from .verdict import decide
 
-__all__ = ["HEAVY_TAIL_KURTOSIS", "calibration_table", "critical_count",
-           "exact_fpr", "excess_kurtosis", "hoeffding_fpr_bound", "midpoint_exact_fpr", "midpoint_threshold",
-           "midpoint_z", "min_null_samples", "predicted_z", "recalibrate", "s_star", "s_star_exact",
-           "z_alpha"]
+__all__ = ["HEAVY_TAIL_KURTOSIS", "calibration_table", "critical_count", "exact_fpr", "excess_kurtosis",
+           "hoeffding_fpr_bound", "midpoint_exact_fpr", "midpoint_threshold", "midpoint_z", "min_null_samples",
+           "predicted_z", "recalibrate", "s_star", "s_star_exact", "z_alpha"]
 
 #: The paper's lookup-table grid (section "Reference tables").
 _PAPER_NS = (100, 200, 500, 1000)

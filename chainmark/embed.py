@@ -40,8 +40,8 @@ from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
 
-__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "calibrate_gate",
-           "chat_prompt", "generate", "logits_width", "pilot_signal"]
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "calibrate_gate", "chat_prompt",
+           "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
 #: large (huge S with large k); the processor then masks row by row instead.

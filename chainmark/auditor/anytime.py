@@ -55,8 +55,7 @@ from ..partition import as_token_array, states_of
 from ..topology import Topology
 from .stream import ids_and_offsets, text_pieces
 
-__all__ = ["AnytimeDetector", "AnytimeResult", "BetGrid",
-           "anytime_detect", "bet_grid"]
+__all__ = ["AnytimeDetector", "AnytimeResult", "BetGrid", "anytime_detect", "bet_grid"]
 
 #: How many alternative rates the e-process bets on (evenly spaced in u = (q - p0)/(1 - p0)).
 _GRID_POINTS = 100

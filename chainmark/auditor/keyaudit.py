@@ -497,5 +497,5 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CertificationTarget", "KeySelection", "audit_key", "certificate_problems",
-           "certify", "format_audit", "fpr_across_keys", "read_certificate", "recheck_certificate", "seal"]
+__all__ = ["CertificationTarget", "KeySelection", "audit_key", "certificate_problems", "certify", "format_audit",
+           "fpr_across_keys", "read_certificate", "recheck_certificate", "seal"]

@@ -19,10 +19,10 @@ from ..keys import generate_key, hkdf
 from ..limits import MAX_KEY_FILE_BYTES, MIN_KEY_BYTES
 from ..partition import key_bytes
 
-__all__ = ["KEY_FILE_ENV", "book_key", "book_key_source", "key_file_is_private",
-           "load_key", "read_key_file", "teaching_key", "write_key_file"]
+__all__ = ["KEY_FILE_ENV", "book_key", "book_key_source", "key_file_is_private", "load_key", "read_key_file",
+           "teaching_key", "write_key_file"]
 
-_KEY_ENV = "CHAINMARK_KEY"            # hex-encoded key
+_KEY_ENV = "CHAINMARK_KEY"           # hex-encoded key
 KEY_FILE_ENV = "CHAINMARK_KEY_FILE"  # path of a file holding the raw key bytes
 
 _HEX_TEXT = re.compile(rb"\s*[0-9A-Fa-f]+\s*")

@@ -485,4 +485,5 @@ class Regime:
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Regime))
 
 
-__all__ = ["Regime", "RegimeError", "parse_regime_text", "published_regime_problems", "regime_document", "tokenizer_fingerprint"]
+__all__ = ["Regime", "RegimeError", "parse_regime_text", "published_regime_problems", "regime_document",
+           "tokenizer_fingerprint"]

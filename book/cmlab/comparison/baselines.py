@@ -245,7 +245,8 @@ class BaselineResult(Verdict):
     ``phi`` is the green fraction among scored positions (the analogue of
     ChainMark's legal-transition fraction): ``n_hits`` green positions of
     ``n_scored``, against the green share ``p0`` (the config's ``gamma``;
-    the dictionaries name them ``n_green`` and ``gamma``). ``p_value`` is ``norm.sf(z)``; ``p_value_binomial`` is the exact
+    the dictionaries name them ``n_green`` and ``gamma``). ``p_value`` is
+    ``norm.sf(z)``; ``p_value_binomial`` is the exact
     tail ``P(Bin(m, gamma) >= g)`` and ``p_value_transformers`` what
     ``transformers``' detector reported (KGW only; NaN otherwise).
     """
@@ -470,6 +471,5 @@ def tail_p_values(n_green: int, n_scored: int, gamma: float = _KGW_GAMMA) -> dic
             "log10_norm_sf": float(norm.logsf(z) / math.log(10)), "confidence": 1.0 - hf}
 
 
-__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "kgw_detect",
-           "sweet_detect_batch", "tail_p_values", "text_entropies",
-           "transformers_p_value"]
+__all__ = ["BaselineResult", "KGWConfig", "KGWLogitsProcessor", "SweetConfig", "kgw_detect", "sweet_detect_batch",
+           "tail_p_values", "text_entropies", "transformers_p_value"]

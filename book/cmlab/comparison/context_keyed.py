@@ -452,6 +452,6 @@ def StolenPairProcessor(stolen: StolenPairMap, tau: float, min_confidence: float
     return _pair_forger_class()(stolen, tau, min_confidence)
 
 
-__all__ = ["ContextKeyedLogitsProcessor", "ReplayProcessor", "StolenPairMap", "StolenPairProcessor",
-           "context_config", "context_detect", "forge_pairs", "legal_share", "pair_codes",
-           "replay_edit", "replay_table", "steal_pairs", "survival"]
+__all__ = ["ContextKeyedLogitsProcessor", "ReplayProcessor", "StolenPairMap", "StolenPairProcessor", "context_config",
+           "context_detect", "forge_pairs", "legal_share", "pair_codes", "replay_edit", "replay_table", "steal_pairs",
+           "survival"]

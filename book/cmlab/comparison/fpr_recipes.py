@@ -192,5 +192,4 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     return out
 
 
-__all__ = ["PAPER_FPR_RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult",
-           "fpr_recipes"]
+__all__ = ["PAPER_FPR_RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult", "fpr_recipes"]

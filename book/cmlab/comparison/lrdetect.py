@@ -24,7 +24,8 @@ from chainmark.partition import as_token_array, states_of
 from chainmark.gate_signals import gate_signal
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, decide
 
-__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "lr_detect", "teacher_forced_signal"]
+__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "lr_detect",
+           "teacher_forced_signal"]
 
 
 def teacher_forced_signal(model: Any, token_ids: Sequence[int], kind: str = "high_entropy",

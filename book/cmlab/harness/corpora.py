@@ -19,8 +19,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["Document", "corpus_summary", "human_windows", "key_audit_corpus",
-           "python_reference_documents", "shipped_texts"]
+__all__ = ["Document", "corpus_summary", "human_windows", "key_audit_corpus", "python_reference_documents",
+           "shipped_texts"]
 
 _CORPUS_NAME = "Python Language Reference prose (pydoc_data.topics)"
 _CORPUS_LICENSE = "PSF License Agreement (Python Software Foundation License, version 2)"

@@ -125,5 +125,4 @@ def prompt_grid(n_per_domain: int, domains: tuple[str, ...] | list[str] = DOMAIN
     return out
 
 
-__all__ = ["DOMAINS", "SOURCES",
-           "load_prompts", "prompt_grid"]
+__all__ = ["DOMAINS", "SOURCES", "load_prompts", "prompt_grid"]

@@ -29,8 +29,8 @@ from cmlab.harness.reference.protocol import PROTOCOL, reference_key
 from cmlab.harness.reference.read import load_texts
 from cmlab.harness.stealing import reference_gate
 
-__all__ = ["SERVING_RECORD", "account_key", "complete", "load_serving", "mixed_requests",
-           "reference_requests", "run_vllm", "serving_folder", "vllm_environment", "vllm_server"]
+__all__ = ["SERVING_RECORD", "account_key", "complete", "load_serving", "mixed_requests", "reference_requests",
+           "run_vllm", "serving_folder", "vllm_environment", "vllm_server"]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The committed vLLM run the serving page reads (``tools/serving_record.py`` writes it).

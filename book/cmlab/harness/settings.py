@@ -22,8 +22,8 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from chainmark.config import GENERATION_SEED
 from chainmark.auditor.keyfiles import KEY_FILE_ENV
 
-__all__ = ["RUNS_ENV", "Settings", "default_dtype", "default_runs_dir", "get_settings",
-           "progress_bars_off", "use_settings"]
+__all__ = ["RUNS_ENV", "Settings", "default_dtype", "default_runs_dir", "get_settings", "progress_bars_off",
+           "use_settings"]
 
 T = TypeVar("T")
 

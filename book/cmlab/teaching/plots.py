@@ -9,8 +9,8 @@ import html
 import inspect
 from typing import Any, Sequence
 
-__all__ = ["STATE_COLOURS", "attack_style", "banner", "glue",
-           "set_theme", "show_source", "show_tokens", "state_colour", "tokens_html"]
+__all__ = ["STATE_COLOURS", "attack_style", "banner", "glue", "set_theme", "show_source", "show_tokens", "state_colour",
+           "tokens_html"]
 
 #: One colour per state: Okabe and Ito's colour-blind-safe palette (without its
 #: black), then four of Paul Tol's for S > 7. The first five stay apart under

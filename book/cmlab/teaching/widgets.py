@@ -369,5 +369,5 @@ def _robustness_widget(grid: dict[str, Any], start: dict[str, Any], key: Any) ->
     return W.VBox([delta, view])
 
 
-__all__ = ["BrowserAsset", "LENGTHS", "browser_block", "calibration_explorer",
-           "calibration_numbers", "embedding_explorer", "robustness_explorer", "standalone_page"]
+__all__ = ["BrowserAsset", "LENGTHS", "browser_block", "calibration_explorer", "calibration_numbers",
+           "embedding_explorer", "robustness_explorer", "standalone_page"]

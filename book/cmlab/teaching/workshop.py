@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["BuildCheck", "BuildCheckFailed", "Comparison", "check_build", "participant_edition", "same_array", "same_arrays", "same_values"]
+__all__ = ["BuildCheck", "BuildCheckFailed", "Comparison", "check_build", "participant_edition", "same_array",
+           "same_arrays", "same_values"]
 
 _EDITION_ENV = "CHAINMARK_EDITION"  # "participant" makes every check lenient (as participant_edition() does)
 
