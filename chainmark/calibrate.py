@@ -24,7 +24,6 @@ import math
 from typing import Any, Iterable
 
 import numpy as np
-from scipy.stats import binom, norm
 
 from .checks import check_alpha, check_int, check_length, check_null_scores, check_rho_positive
 from .verdict import decide
@@ -65,6 +64,8 @@ def z_alpha(alpha: float) -> float:
     >>> round(cm.z_alpha(0.01), 3)
     2.326
     """
+    from scipy.stats import norm  # here: scipy.stats takes seconds to load, and `import chainmark` imports this module
+
     return float(norm.isf(check_alpha(alpha)))
 
 
@@ -164,6 +165,8 @@ def critical_count(n: int, S: int, alpha: float, k: int = 1) -> int:
     p-value of the z-score; returns n when even n - 1 valid transitions
     are not enough.
     """
+    from scipy.stats import norm
+
     n = check_length(n)
     alpha = check_alpha(alpha)
     p0 = _null_p0(S, k)
@@ -194,6 +197,8 @@ def exact_fpr(n: int, S: int, alpha: float, k: int = 1) -> float:
     >>> round(cm.exact_fpr(n=200, S=5, alpha=0.01), 4)  # the z-test at alpha = 1% on 200 uniform tokens: above 1%
     0.0143
     """
+    from scipy.stats import binom
+
     c = critical_count(n, S, alpha, k)
     return float(binom.sf(c - 1, n - 1, _null_p0(S, k)))
 
@@ -208,6 +213,8 @@ def midpoint_exact_fpr(n: int, rho: float, S: int, k: int = 1) -> float:
     which can be more than alpha (18 alpha at n = 100, rho = 0.3,
     alpha = 1e-6, where the binomial's right tail is longer than the normal's).
     """
+    from scipy.stats import binom
+
     n = check_length(n)
     tau = midpoint_threshold(rho, S, k)
     m = n - 1

@@ -1,11 +1,19 @@
-"""Lazy package exports read from the modules' ``__all__``, so a package's names never drift from its modules.
+"""Package exports that never drift from what the package's files say.
 
-A package lists the modules it re-exports; the first time a name is looked
-up, each module's ``__all__`` is read from its source (parsed, not
-imported), and only the module that defines the name is imported (PEP 562).
+Two ways, both PEP 562 (a module's ``__getattr__``):
+
+- :func:`top_level_exports` serves a package whose ``__init__.py`` imports its
+  names itself (``chainmark``): the import lines are the only list. Names whose
+  module is heavy sit under ``if TYPE_CHECKING:``, where editors read them, and
+  are imported on first use; ``__all__`` is read from the same lines.
+- :func:`lazy_exports` serves a package that lists its modules (the auditor,
+  serving, the book's lab): the first time a name is looked up, each module's
+  ``__all__`` is read from its source (parsed, not imported), and only the module
+  that defines the name is imported; ``tools/write_stubs.py`` writes the editors'
+  stubs from the same lists.
+
 So ``import chainmark`` and the auditor's install pay for torch only when a
-name that needs it is touched. The book's lab builds its packages with it too,
-and ``tools/write_stubs.py`` writes the editors' stubs from the same names.
+name that needs it is touched.
 """
 from __future__ import annotations
 
@@ -14,7 +22,7 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["exported_names", "lazy_exports"]
+__all__ = ["exported_names", "lazy_exports", "top_level_exports"]
 
 
 def exported_names(package_dir: Path, modules: Sequence[str]) -> dict[str, str]:
@@ -69,5 +77,68 @@ def lazy_exports(package: str, package_file: str, modules: Sequence[str], subpac
 
     def __dir__() -> list[str]:
         return sorted(set(names()) | set(subpackages) | {m for m in modules if "." not in m})
+
+    return __getattr__, __dir__
+
+
+def _reexports(init_file: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The names a package's ``__init__.py`` re-exports, ``from .module import name as name``, each mapped to its
+    module: (those imported at its top, those imported under ``if TYPE_CHECKING:``). The redundant ``as`` is how
+    a typed package tells type checkers that a name is re-exported; an import without it is the package's own."""
+    tree = ast.parse(init_file.read_text("utf-8"))
+    eager: dict[str, str] = {}
+    deferred: dict[str, str] = {}
+
+    def collect(body: list[ast.stmt], into: dict[str, str]) -> None:
+        for node in body:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                into.update({a.name: node.module for a in node.names if a.asname == a.name})
+
+    collect(tree.body, eager)
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            collect(node.body, deferred)
+    both = sorted(set(eager) & set(deferred))
+    if both:
+        raise ImportError(f"{init_file} imports {', '.join(both)} both at its top and under TYPE_CHECKING")
+    return eager, deferred
+
+
+def top_level_exports(package: str, package_file: str, modules: Sequence[str]
+                      ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` when its ``__init__.py`` imports its names itself.
+
+    The names are its ``from .module import name as name`` lines; those under ``if TYPE_CHECKING:`` (a module
+    that imports torch) are imported on first use. ``__all__`` is those names, read on demand; ``modules`` (the
+    method's modules and the subpackages, ``package.module``) are imported on first use and listed by ``dir``.
+
+    >>> import chainmark
+    >>> "detect" in chainmark.__all__ and "generate" in chainmark.__all__
+    True
+    """
+    init_file = Path(package_file).resolve()
+    table: dict[str, str] = {}
+
+    def names() -> dict[str, str]:
+        if not table:
+            eager, deferred = _reexports(init_file)
+            table.update(eager | deferred)
+        return table
+
+    def __getattr__(name: str) -> Any:
+        if name == "__all__":  # read on demand: ``from package import *`` and tools that list the API
+            return sorted(names())
+        module = names().get(name)
+        if module is not None:
+            value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        elif name in modules:
+            value = importlib.import_module(f"{package}.{name}")
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(importlib.import_module(package), name, value)  # later look-ups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(names()) | set(modules))
 
     return __getattr__, __dir__

@@ -35,17 +35,17 @@ def run_examples(name: str, globs: dict) -> tuple[int, int, str]:
 def test_the_api_page_lists_every_top_level_name_once():
     names = AUTO.findall(PAGE.read_text("utf-8"))
     assert len(names) == len(set(names)), [n for n in names if names.count(n) > 1]
-    assert set(names) == set(cm.TOP_LEVEL), {"not on the page": sorted(set(cm.TOP_LEVEL) - set(names)),
-                                             "not at the top": sorted(set(names) - set(cm.TOP_LEVEL))}
-    assert MODEL_EXAMPLES <= set(cm.TOP_LEVEL)
+    assert set(names) == set(cm.__all__), {"not on the page": sorted(set(cm.__all__) - set(names)),
+                                             "not at the top": sorted(set(names) - set(cm.__all__))}
+    assert MODEL_EXAMPLES <= set(cm.__all__)
 
 
 def test_every_top_level_name_has_an_example():
-    missing = [name for name in cm.TOP_LEVEL if ">>> " not in (inspect.getdoc(getattr(cm, name)) or "")]
+    missing = [name for name in cm.__all__ if ">>> " not in (inspect.getdoc(getattr(cm, name)) or "")]
     assert not missing, f"no example in the docstring of: {', '.join(missing)}"
 
 
-@pytest.mark.parametrize("name", [n for n in cm.TOP_LEVEL if n not in MODEL_EXAMPLES])
+@pytest.mark.parametrize("name", [n for n in cm.__all__ if n not in MODEL_EXAMPLES])
 def test_the_example_runs(name):
     examples, failures, report = run_examples(name, {})
     assert examples >= 1 and failures == 0, report
@@ -74,9 +74,9 @@ def test_the_built_api_page_renders_every_name_with_its_example():
     if not BUILT.exists():
         pytest.skip(f"no built page at {BUILT}: build the book first (make test does)")
     html = BUILT.read_text("utf-8")
-    missing = [name for name in cm.TOP_LEVEL if f'id="chainmark.{name}"' not in html]
+    missing = [name for name in cm.__all__ if f'id="chainmark.{name}"' not in html]
     assert not missing, f"the API page renders no entry for: {', '.join(missing)}"
-    assert html.count("&gt;&gt;&gt;") >= len(cm.TOP_LEVEL)  # the examples are shown
+    assert html.count("&gt;&gt;&gt;") >= len(cm.__all__)  # the examples are shown
     assert "Failed to import" not in html and ".. autofunction::" not in html  # rendered, not shown raw
 
 

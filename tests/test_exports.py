@@ -13,7 +13,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from test_architecture import PACKAGE, ROOT, _cell_code, _dotted, _modules
+from test_architecture import ROOT, _cell_code, _dotted, _modules
 
 #: Where the packages' users live, beside the packages themselves.
 USERS = ("tests", "tools", "benchmarks")
@@ -99,7 +99,7 @@ def _unused_exports(modules: dict[str, str], users: list[str], top_level: dict[s
     """Each module's exported names that no other module, no user's code and no entry point (``module:name``)
     reaches, by module. Exempt: (a) a class or type alias the module's own public functions or methods take or
     return, or its public constants hold (a result type: its user meets it without naming it), (b) a name its
-    package's ``__init__`` lifts to the top (``top_level``: package -> names, chainmark's ``TOP_LEVEL``)."""
+    package's ``__init__`` lifts to the top (``top_level``: package -> names, chainmark's ``__all__``)."""
     trees = {name: ast.parse(source) for name, source in modules.items()}
     reached = {name: _names_reached(tree) for name, tree in trees.items()}
     by_users = set().union(*(_names_reached(ast.parse(source)) for source in users))
@@ -145,12 +145,18 @@ def _entry_points(root: Path) -> set[str]:
     return found
 
 
+def _top_level() -> dict[str, set[str]]:
+    """The names each package lifts to its top: ``chainmark``'s, read from its ``__init__``'s import lines."""
+    import chainmark
+
+    return {"chainmark": set(chainmark.__all__)}
+
+
 def test_every_exported_name_is_used_outside_its_module():
     """Each name in a module's ``__all__``, in ``chainmark`` and in the lab, is used as code outside its
     module (see :func:`_unused_exports` for what counts and the two exemptions); else it is private or gone."""
     sources = {_dotted(p): p.read_text("utf-8") for p in _modules()}
-    top_level = {name: set(_literal(ast.parse(source), "TOP_LEVEL") or ()) for name, source in sources.items()
-                 if (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file() and name.startswith("chainmark")}
+    top_level = _top_level()
     unused = _unused_exports(sources, _users_code(ROOT), top_level, _entry_points(ROOT))
     assert "chainmark" in top_level and "detect" in top_level["chainmark"]  # the top level is read
     unexcused = {module: sorted(set(names) - UNUSED_EXPORTS_ALLOWED.get(module, set()))
@@ -221,8 +227,7 @@ def test_no_exported_name_is_reached_only_by_tests():
     the public behaviour, and a name the tests alone need is no part of the API (the exceptions a module raises
     excepted, and the few names of :data:`TEST_ONLY_ALLOWED`, whose users the checker cannot see)."""
     sources = {_dotted(p): p.read_text("utf-8") for p in _modules()}
-    top_level = {name: set(_literal(ast.parse(source), "TOP_LEVEL") or ()) for name, source in sources.items()
-                 if (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py").is_file() and name.startswith("chainmark")}
+    top_level = _top_level()
     found = _test_only_exports(sources, ROOT, top_level, _entry_points(ROOT))
     unexcused = {module: sorted(set(names) - set(TEST_ONLY_ALLOWED.get(module, {})))
                  for module, names in found.items()}

@@ -1,7 +1,8 @@
 """Write the ``__init__.pyi`` stubs that let editors and type checkers see the packages' lazy names.
 
-``chainmark`` and the lab's packages load their names on first use (PEP 562,
-``chainmark/exports.py``), so that ``import chainmark`` never pays for torch.
+The auditor, serving and the lab's packages load their names on first use (PEP 562,
+``chainmark/exports.py``), so that importing them never pays for torch. (``chainmark``
+itself imports its names in its ``__init__.py``, which editors read as it is.)
 A runtime ``__getattr__`` is invisible to static tools; a stub beside each such
 ``__init__.py`` lists every name with the module that defines it, as
 Scientific Python's SPEC 1 does with ``lazy_loader``. The stubs are generated
@@ -18,11 +19,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The packages whose names are loaded lazily: (import name, the attribute listing its modules, subpackages);
-#: a package that keeps its own names to a list (chainmark's TOP_LEVEL) is in ONLY.
-ONLY = {"chainmark": "TOP_LEVEL"}
+#: The packages whose names are loaded lazily: (import name, the attribute listing its modules, subpackages).
 LAZY_PACKAGES = (
-    ("chainmark", "METHOD_MODULES", "SUBPACKAGES"),
     ("chainmark.auditor", "MODULES", None),
     ("chainmark.serving", "MODULES", None),
     ("cmlab", None, "SUBPACKAGES"),
@@ -40,12 +38,8 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     pkg = importlib.import_module(package)
     here = Path(pkg.__file__).parent
     modules = tuple(getattr(pkg, modules_attr)) if modules_attr else ()
-    if package == "chainmark":  # a few top-level names come from auditor modules
-        modules += tuple(pkg.AUDITOR_EXPORTS)
     subs = tuple(getattr(pkg, subpackages)) if isinstance(subpackages, str) else tuple(subpackages or ())
     names = exported_names(here, modules) if modules else {}
-    if package in ONLY:
-        names = {name: names[name] for name in getattr(pkg, ONLY[package])}
     lines = [f'"""Static names of ``{package}`` for editors and type checkers; the runtime loads them lazily.',
              "", 'Written by ``tools/write_stubs.py`` from the modules\' ``__all__``: do not edit."""',
              "from __future__ import annotations", ""]
@@ -63,7 +57,7 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     for const in ("__version__",):
         if hasattr(pkg, const):
             lines.append(f"{const}: str")
-    for attr in (modules_attr, subpackages if isinstance(subpackages, str) else None, ONLY.get(package)):
+    for attr in (modules_attr, subpackages if isinstance(subpackages, str) else None):
         if attr:
             lines.append(f"{attr}: tuple[str, ...]")
     exported = sorted(names) or sorted(subs)  # as at run time: the names, or a bare package's subpackages

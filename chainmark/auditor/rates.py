@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta, binomtest
 
 from ..checks import check_alpha, check_int
 from ..checks import is_number as _is_number
@@ -48,6 +47,8 @@ def clopper_pearson(hits: int, trials: int, level: float = 0.95) -> tuple[float,
     >>> round(low, 3), round(high, 3)
     (0.915, 0.994)
     """
+    from scipy.stats import binomtest  # here: it takes seconds to load, and `import chainmark` imports this module
+
     hits, trials, level = _check_binomial(hits, trials, level)
     ci = binomtest(hits, trials).proportion_ci(confidence_level=level, method="exact")
     return float(ci.low), float(ci.high)
@@ -60,6 +61,8 @@ def clopper_pearson_upper(hits: int, trials: int, level: float = 0.95) -> float:
     hits, trials, level = _check_binomial(hits, trials, level)
     if hits == trials:
         return 1.0
+    from scipy.stats import beta
+
     return float(beta.ppf(level, hits + 1, trials - hits))
 
 
@@ -68,6 +71,8 @@ def clopper_pearson_lower(hits: int, trials: int, level: float = 0.95) -> float:
     hits, trials, level = _check_binomial(hits, trials, level)
     if hits == 0:
         return 0.0
+    from scipy.stats import beta
+
     return float(beta.ppf(1.0 - level, hits, trials - hits + 1))
 
 
