@@ -205,11 +205,53 @@ def worker_scope(nodeid: str) -> str:
     return SHARED_WORKER.get(module.rsplit("/", 1)[-1].removesuffix(".py"), module)
 
 
+#: The fresh-clone runs' record, whose latest run says how long each test module took (tools/measure_ci.py).
+_CI_RECORD = ROOT / "benchmarks" / "results" / "ci_time.json"
+
+
+def _scope_costs(record: Path = _CI_RECORD) -> dict[str, float]:
+    """Seconds each unit of work (a module, or the group it shares) took in the latest recorded fresh-clone run;
+    empty when there is no record (then the collection order stands)."""
+    try:
+        runs = json.loads(record.read_text("utf-8"))["runs"]
+        modules = next(run["test_modules"] for run in reversed(runs) if run.get("test_modules"))
+    except (OSError, ValueError, KeyError, StopIteration):
+        return {}
+    costs: dict[str, float] = {}
+    for module, seconds in modules.items():
+        scope = SHARED_WORKER.get(module, module)
+        costs[scope] = costs.get(scope, 0.0) + float(seconds)
+    return costs
+
+
+def longest_first(nodeids: list[str], costs: dict[str, float]) -> list[int]:
+    """The order (indices into ``nodeids``) that hands the workers the costliest units of work first, a unit's
+    tests kept together in their own order: a long module started last would leave the other workers idle while
+    it runs (longest-processing-time-first scheduling). A unit with no recorded cost keeps its place after those
+    with one."""
+    scopes = [worker_scope(n) for n in nodeids]
+    units = {}
+    for i, scope in enumerate(scopes):
+        units.setdefault(scope, []).append(i)
+    short = {scope: scope.rsplit("/", 1)[-1].removesuffix(".py") for scope in units}
+    ranked = sorted(units, key=lambda scope: -costs.get(short[scope], -1.0))
+    return [i for scope in ranked for i in units[scope]]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Collect the costliest modules first (:func:`longest_first`): the workers take them in that order. (In one
+    process the order changes nothing but which module runs first.)"""
+    order = longest_first([item.nodeid for item in items], _scope_costs())
+    items[:] = [items[i] for i in order]
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it installed, pytest runs in one process
 def pytest_xdist_make_scheduler(config, log):
     """Schedule whole modules (and the groups above) on the workers. pytest-xdist's own ``--dist loadgroup``
     marks a group in the test's node id, which pytest 9 no longer lets it change: its groups came apart."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # its own order (most tests first) would undo longest_first's
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUDGET_MINUTES, CHECK_BUDGET_MINUTES, CHECK_MARKS, left_out_lines, make_phases
+from conftest import (BUDGET_MINUTES, CHECK_BUDGET_MINUTES, CHECK_MARKS, _scope_costs, left_out_lines, longest_first,
+                      make_phases)
 
 ROOT = Path(__file__).resolve().parents[1]
 import measure_ci  # noqa: E402
@@ -188,3 +189,22 @@ def test_each_worker_takes_its_share_of_the_cores():
     assert share_the_cores(chosen, cores=2) is None and chosen["OMP_NUM_THREADS"] == "3"
     alone = {}
     assert share_the_cores(alone, cores=2) is None and "OMP_NUM_THREADS" not in alone
+
+
+def test_the_workers_take_the_costliest_modules_first_each_kept_together(tmp_path):
+    """The collection puts the modules the last recorded run found slowest first (the foreign-model group as one
+    unit), keeps each module's tests together and in order, and leaves a module with no record after them."""
+    record = tmp_path / "ci_time.json"
+    record.write_text(json.dumps({"runs": [{"test_modules": {"test_a": 1.0}},
+                                           {"test_modules": {"test_a": 2.0, "test_b": 30.0,
+                                                             "test_foreign_model": 20.0,
+                                                             "test_participant_edition": 15.0}}]}))
+    costs = _scope_costs(record)
+    assert costs == {"test_a": 2.0, "test_b": 30.0, "foreign-model": 35.0}
+    ids = ["tests/test_a.py::one", "tests/test_a.py::two", "tests/test_new.py::x", "tests/test_b.py::y",
+           "tests/test_foreign_model.py::f", "tests/test_participant_edition.py::p"]
+    order = [ids[i] for i in longest_first(ids, costs)]
+    assert order == ["tests/test_foreign_model.py::f", "tests/test_participant_edition.py::p", "tests/test_b.py::y",
+                     "tests/test_a.py::one", "tests/test_a.py::two", "tests/test_new.py::x"]
+    assert _scope_costs(tmp_path / "absent.json") == {}
+    assert longest_first(ids, {}) == list(range(len(ids)))  # no record: the collection order stands
