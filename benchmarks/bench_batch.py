@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from chainmark.config import ChainMarkConfig  # noqa: E402
-from chainmark.embed import calibrate_gate, generate  # noqa: E402
+from chainmark.embed import Sampling, calibrate_gate, generate  # noqa: E402
 from cmlab.harness.models import load_model  # noqa: E402
 from cmlab.harness.prompts import load_prompts  # noqa: E402
 from cmlab.harness.reference.protocol import PROTOCOL, reference_key  # noqa: E402
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--batches and --new-tokens must be at least 1")
     model, tok = load_model(device="cpu")
     config = ChainMarkConfig(reference_key(), S=PROTOCOL.S, rho=PROTOCOL.rho, gate="high_entropy")
-    gate = calibrate_gate(model, tok, load_prompts("writing", 4), "high_entropy", PROTOCOL.rho, max_new_tokens=32)
+    gate = calibrate_gate(model, tok, load_prompts("writing", 4), "high_entropy", PROTOCOL.rho,
+                          sampling=Sampling(max_new_tokens=32))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.new_tokens} new tokens per text")
     results: dict[str, dict[int, float]] = {}
     for domain in args.domains:
@@ -54,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         results[domain] = {}
         for b in args.batches:
             t0 = time.perf_counter()
-            gens = generate(model, tok, prompts[:b], config, gate, max_new_tokens=args.new_tokens,
-                            min_new_tokens=args.new_tokens, batch_size=b, temperature=PROTOCOL.temperature)
+            gens = generate(model, tok, prompts[:b], config, gate,
+                            sampling=Sampling(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                                              batch_size=b, temperature=PROTOCOL.temperature))
             seconds = time.perf_counter() - t0
             results[domain][b] = sum(g.n_tokens for g in gens) / seconds
             print(f"  {domain:8s} batch {b:3d}: {results[domain][b]:7.1f} tokens/s ({seconds:6.1f} s)", flush=True)

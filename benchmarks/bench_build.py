@@ -57,19 +57,22 @@ def forecast_tokens(executed: Path) -> dict[str, int]:
 def seconds_per_token(batch: int = 8, new_tokens: int = 48) -> float:
     """Wall seconds per new token when the embedded model decodes one batch with the watermark, measured now."""
     from chainmark.config import ChainMarkConfig
-    from chainmark.embed import calibrate_gate, generate
+    from chainmark.embed import Sampling, calibrate_gate, generate
     from chainmark.auditor.keyfiles import book_key
     from cmlab.harness.models import load_model
     from cmlab.harness.prompts import load_prompts
 
     model, tok = load_model(device="cpu")
     config = ChainMarkConfig(book_key(), S=5, rho=0.5, gate="high_entropy")
-    gate = calibrate_gate(model, tok, load_prompts("writing", 4), "high_entropy", 0.5, max_new_tokens=16)
+    gate = calibrate_gate(model, tok, load_prompts("writing", 4), "high_entropy", 0.5,
+                          sampling=Sampling(max_new_tokens=16))
     prompts = load_prompts("wiki", batch)
-    generate(model, tok, prompts[:2], config, gate, max_new_tokens=4, batch_size=2)  # warm up
+    generate(model, tok, prompts[:2], config, gate, sampling=Sampling(max_new_tokens=4,
+                                                                      batch_size=2))  # warm up
     start = time.perf_counter()
-    gens = generate(model, tok, prompts, config, gate, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                    batch_size=batch)
+    gens = generate(model, tok, prompts, config, gate, sampling=Sampling(max_new_tokens=new_tokens,
+                                                                         min_new_tokens=new_tokens,
+                                                                         batch_size=batch))
     return (time.perf_counter() - start) / sum(g.n_tokens for g in gens)
 
 

@@ -44,7 +44,7 @@ def measure(model: Any, tokenizer: Any, prompts: list[str], tokens: int, batch_s
     """Forecast one step, then time the generation it forecasts (watermarked with ``(config, gate)`` if given)."""
     import torch
 
-    from chainmark.embed import generate
+    from chainmark.embed import Sampling, generate
     from cmlab.teaching.forecast import expect_generation
 
     device = next(model.parameters()).device
@@ -53,8 +53,9 @@ def measure(model: Any, tokenizer: Any, prompts: list[str], tokens: int, batch_s
         torch.cuda.reset_peak_memory_stats()
     config, gate = watermark if watermark is not None else (None, None)
     start = time.perf_counter()
-    generate(model, tokenizer, prompts, config, gate, max_new_tokens=tokens, min_new_tokens=tokens,
-             batch_size=batch_size)
+    generate(model, tokenizer, prompts, config, gate, sampling=Sampling(max_new_tokens=tokens,
+                                                                        min_new_tokens=tokens,
+                                                                        batch_size=batch_size))
     took = time.perf_counter() - start
     row = {"device": str(device), "texts": len(prompts), "tokens": tokens, "batch_size": forecast.batch_size,
            "watermarked": watermark is not None, "forecast_seconds": forecast.seconds[0],
@@ -69,13 +70,13 @@ def chapter_steps(model: Any, tokenizer: Any, batches: int) -> list[dict[str, An
     """The chapters' own batch sizes and lengths at this scale, watermarked, ``batches`` batches each."""
     from chainmark.auditor.keyfiles import book_key
     from chainmark.config import ChainMarkConfig
-    from chainmark.embed import calibrate_gate
+    from chainmark.embed import Sampling, calibrate_gate
     from cmlab.harness.prompts import load_prompts
     from cmlab.harness.settings import get_settings
 
     settings = get_settings()
     gate = calibrate_gate(model, tokenizer, load_prompts("wiki", 4, start=96), "high_entropy", 0.5,
-                          max_new_tokens=32)
+                          sampling=Sampling(max_new_tokens=32))
     config = ChainMarkConfig(book_key(), S=5, rho=0.5, gate="high_entropy")
     # (batch size, new tokens) as the chapters use them at this scale: chapter 4, chapters 7 and 8b, chapter 8
     sizes = settings.sized(smoke=[(8, 96), (8, 128), (12, 96)], full=[(16, 200), (25, 200), (32, 200)])

@@ -54,7 +54,7 @@ from transformers import LogitsProcessorList  # noqa: E402
 from transformers.generation.logits_process import WatermarkLogitsProcessor  # noqa: E402
 
 from chainmark.config import ChainMarkConfig  # noqa: E402
-from chainmark.embed import ChainMarkLogitsProcessor, calibrate_gate, generate, logits_width  # noqa: E402
+from chainmark.embed import ChainMarkLogitsProcessor, Sampling, calibrate_gate, generate, logits_width  # noqa: E402
 from chainmark.auditor.keyfiles import book_key  # noqa: E402
 from chainmark.embed import chat_prompt  # noqa: E402
 from cmlab.harness.models import load_model  # noqa: E402
@@ -218,8 +218,9 @@ def bench_generation(model, tokenizer, config, gate, new_tokens: int, batch: int
             model.generate(**enc, logits_processor=LogitsProcessorList([proc]), **common)
 
     def chainmark_helper() -> None:
-        generate(model, tokenizer, prompts, config, gate, max_new_tokens=new_tokens,
-                 min_new_tokens=new_tokens, batch_size=batch)
+        generate(model, tokenizer, prompts, config, gate, sampling=Sampling(max_new_tokens=new_tokens,
+                                                                            min_new_tokens=new_tokens,
+                                                                            batch_size=batch))
 
     runs = {"plain": plain, "plain_again": plain, "chainmark_processor": chainmark_processor,
             "chainmark_generate": chainmark_helper}
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     other = load_other_processor(args.compare_with) if args.compare_with else None
     model, tokenizer = load_model(device="cpu")
     config = ChainMarkConfig(book_key(), S=5, rho=0.5, gate="high_entropy", topology="clockwork")
-    gate = calibrate_gate(model, tokenizer, PROMPTS[8:16], "high_entropy", 0.5, max_new_tokens=32)
+    gate = calibrate_gate(model, tokenizer, PROMPTS[8:16], "high_entropy", 0.5,
+                          sampling=Sampling(max_new_tokens=32))
     print(f"model {type(model).__name__}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"config {config.describe()['S']} states, rho {config.rho}, gate high_entropy tau {gate.tau:.3f}")
     step = bench_step(model, tokenizer, config, gate, args.calls)

@@ -73,14 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from chainmark import ChainMarkConfig
-    from chainmark.embed import generate
+    from chainmark.embed import Sampling, generate
     from cmlab.harness.models import load_model
 
     model_hf, tokenizer = load_model()
     config = ChainMarkConfig(reference_key(), S=5, rho=0.5, gate=gate.kind)
     started = time.perf_counter()  # every reply its full length, as vLLM's with the end of sequence ignored
     replies = generate(model_hf, tokenizer, [r["prompt"] for r in requests], config, gate,
-                       max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens)
+                       sampling=Sampling(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens))
     seconds = time.perf_counter() - started
     rate["transformers_generate"] = sum(g.n_tokens for g in replies) / seconds
     print(f"  transformers' generate with the processor (batch 8): {rate['transformers_generate']:8.1f} tokens/s; "

@@ -28,7 +28,6 @@ from .auditor.rates import clopper_pearson as clopper_pearson, rate_estimate as 
 from .auditor.segments import detect_segments as detect_segments
 from .calibrate import (
     exact_fpr as exact_fpr,
-    excess_kurtosis as excess_kurtosis,
     hoeffding_fpr_bound as hoeffding_fpr_bound,
     midpoint_threshold as midpoint_threshold,
     min_null_samples as min_null_samples,
@@ -56,6 +55,7 @@ from .topology import Topology as Topology, resolve_topology as resolve_topology
 if TYPE_CHECKING:  # these modules import torch: each name is imported on its first use (top_level_exports)
     from .embed import (
         ChainMarkLogitsProcessor as ChainMarkLogitsProcessor,
+        Sampling as Sampling,
         calibrate_gate as calibrate_gate,
         chat_prompt as chat_prompt,
         generate as generate,

@@ -8,19 +8,37 @@ the ones every layer needs are here.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .limits import MAX_STATES
 
 __all__ = ["check_alpha", "check_int", "check_length", "check_null_scores", "check_num_states", "check_offsets",
-           "check_rho", "check_rho_positive", "check_states", "is_number"]
+           "check_options", "check_rho", "check_rho_positive", "check_states", "is_number"]
+
+_O = TypeVar("_O")
 
 
 def is_number(x: object) -> bool:
     """A real number (Python or numpy), not a bool."""
     return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+
+
+def check_options(cls: type[_O], value: _O | None, name: str) -> _O:
+    """``value``, or ``cls()`` when it is None: the one check of an options object (a ``Sampling``, a grid's
+    options). Anything else is a ``TypeError`` that names the parameter and the class to build, so a call
+    cannot pass a field of the options as a keyword by mistake and be heard as something else.
+
+    >>> check_options(dict, None, "extra")
+    {}
+    """
+    if value is None:
+        return cls()
+    if not isinstance(value, cls):
+        article = "an" if cls.__name__[:1] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {cls.__name__} ({cls.__name__}(...)), got {type(value).__name__}")
+    return value
 
 
 def check_int(value: object, name: str, low: int) -> int:

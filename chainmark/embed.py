@@ -26,8 +26,8 @@ choices keep it cheap:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Sequence, TypedDict, Unpack
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -35,12 +35,12 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from .config import GENERATION_SEED, ChainMarkConfig
 from .gates import Gate, check_gate_kind
-from .checks import check_int, check_rho
+from .checks import check_int, check_options, check_rho
 from .partition import state_table
 from .gate_signals import Workspace, entropy_signals, row_maxima, row_signals
 from .topology import Topology
 
-__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "SamplingArgs", "calibrate_gate", "chat_prompt",
+__all__ = ["ChainMarkLogitsProcessor", "Generation", "Sampling", "calibrate_gate", "chat_prompt",
            "generate", "logits_width", "pilot_signal"]
 
 #: Above this many (state, candidate) entries the candidate table would be too
@@ -325,32 +325,45 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         return out.scatter_(1, choice, scores.gather(1, choice))
 
 
-def pilot_signal(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str = "high_entropy",
-                 max_new_tokens: int = 64, **kwargs: Any) -> np.ndarray:
+def pilot_signal(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str = "high_entropy", *,
+                 sampling: Sampling | None = None) -> np.ndarray:
     """The gate's signal at every position of an unwatermarked pilot run.
 
     Entropy for the entropy gates, the top-2 gap for ``top2_gap``; pooled over
-    all prompts. Extra keyword arguments go to :func:`generate`. Keep the
-    result to calibrate several budgets from one pilot with
+    all prompts. The pilot samples as ``sampling`` says (default: ``Sampling(max_new_tokens=64)``, the
+    :func:`generate` defaults otherwise). Keep the result to calibrate several budgets from one pilot with
     :meth:`Gate.calibrate`.
+
+    >>> signal = cm.embed.pilot_signal(model, tokenizer, ['Tell me about owls.'],
+    ...                                sampling=cm.Sampling(max_new_tokens=16))
+    >>> signal.shape[0] <= 16
+    True
     """
     check_gate_kind(kind)
-    pilot = generate(model, tokenizer, prompts, config=None, max_new_tokens=max_new_tokens, **kwargs)
+    pilot = generate(model, tokenizer, prompts, config=None, sampling=_pilot_sampling(sampling))
     return np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float)
                            for g in pilot])
 
 
-def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str, rho: float,
-                   max_new_tokens: int = 64, **kwargs: Any) -> Gate:
+def _pilot_sampling(sampling: Sampling | None) -> Sampling:
+    """A pilot run's sampling: ``sampling``, or the defaults with 64 new tokens."""
+    if sampling is None:
+        return Sampling(max_new_tokens=PILOT_TOKENS)
+    return check_options(Sampling, sampling, "sampling")
+
+
+def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str, rho: float, *,
+                   sampling: Sampling | None = None) -> Gate:
     """Calibrate a gate's threshold on an unwatermarked pilot run (quantile matching).
 
     The pilot generates from ``prompts`` without a watermark, records the
     gate's signal at every position, and picks tau so that a share ``rho`` of
-    those positions would be gated. Extra keyword arguments go to
-    :func:`generate` (e.g. ``batch_size``, ``seed``).
+    those positions would be gated. The pilot samples as ``sampling`` says (a :class:`Sampling`; default:
+    64 new tokens a prompt).
 
     >>> pilot = ['Why is the sky blue?', 'Tell me about owls.']  # unwatermarked prompts like the deployment's
-    >>> gate = cm.calibrate_gate(model, tokenizer, pilot, 'high_entropy', rho=0.5, max_new_tokens=16)
+    >>> gate = cm.calibrate_gate(model, tokenizer, pilot, 'high_entropy', rho=0.5,
+    ...                          sampling=cm.Sampling(max_new_tokens=16))
     >>> gate.kind, gate.tau > 0
     ('high_entropy', True)
     """
@@ -358,7 +371,7 @@ def calibrate_gate(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str
     rho = check_rho(rho)
     if kind == "all" or rho in (0.0, 1.0):
         return Gate.calibrate(kind, rho, [])
-    signal = pilot_signal(model, tokenizer, prompts, kind, max_new_tokens=max_new_tokens, **kwargs)
+    signal = pilot_signal(model, tokenizer, prompts, kind, sampling=sampling)
     return Gate.calibrate(kind, rho, signal)
 
 
@@ -419,22 +432,19 @@ def logits_width(model: Any) -> int:
     return int(model.config.vocab_size)
 
 
-class SamplingArgs(TypedDict, total=False):
-    """The fields of :class:`Sampling`, as keyword arguments of :func:`generate` (typed for editors)."""
-
-    max_new_tokens: int
-    min_new_tokens: int | None
-    temperature: float
-    seed: int
-    batch_size: int
-
-
 @dataclass(frozen=True)
 class Sampling:
     """How :func:`generate` samples, as transformers' ``GenerationConfig`` does for its ``generate``.
 
     At most ``max_new_tokens`` new tokens a text (at least ``min_new_tokens``), temperature ``temperature``
-    (no top-k, no top-p), batches of ``batch_size`` prompts, batch ``b`` seeded ``seed + b``.
+    (no top-k, no top-p), batches of ``batch_size`` prompts, batch ``b`` seeded ``seed + b``. One object
+    says it, for :func:`generate` and for every runner of the book's lab; change a field with
+    ``dataclasses.replace``. A bad field is refused when the object is built, naming it.
+
+    >>> from dataclasses import replace
+    >>> how = cm.Sampling(max_new_tokens=64, seed=7)
+    >>> how.temperature, replace(how, batch_size=4).batch_size
+    (0.7, 4)
     """
 
     max_new_tokens: int = 128
@@ -455,16 +465,10 @@ class Sampling:
             raise TypeError(f"seed must be an integer, got {type(self.seed).__name__}")
         object.__setattr__(self, "seed", int(self.seed))
 
-    @classmethod
-    def of(cls, sampling: Sampling | None = None, **overrides: Any) -> Sampling:
-        """``sampling`` (default: the defaults) with ``overrides``; an unknown name is a TypeError."""
-        if sampling is not None and not isinstance(sampling, cls):
-            raise TypeError(f"sampling must be a chainmark Sampling, got {type(sampling).__name__}")
-        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
-        if unknown:
-            raise TypeError(f"unknown sampling argument(s) {', '.join(unknown)}: "
-                            f"generate takes {', '.join(f.name for f in fields(cls))}")
-        return replace(sampling or cls(), **overrides)
+
+
+#: New tokens a prompt of a gate's pilot run (:func:`calibrate_gate`, :func:`pilot_signal`) by default.
+PILOT_TOKENS = 64
 
 
 def generate(
@@ -476,24 +480,25 @@ def generate(
     *,
     sampling: Sampling | None = None,
     extra_processors: Sequence[LogitsProcessor] = (),
-    **overrides: Unpack[SamplingArgs],
 ) -> list[Generation]:
     """Generate from each prompt, watermarked with ``config`` (or not, if None).
 
-    How it samples is a :class:`Sampling` (``sampling``), with any of its fields given as keywords
-    (``generate(model, tok, prompts, config, gate, max_new_tokens=64)``). Prompts are user messages rendered
+    How it samples is one :class:`Sampling` (``sampling``; default: ``Sampling()``), as transformers'
+    ``generate`` takes a ``GenerationConfig``: ``generate(model, tok, prompts, config, gate,
+    sampling=cm.Sampling(max_new_tokens=64))``. Prompts are user messages rendered
     through the chat template (raw text for a model without one). Batches are left-padded; batch ``b`` is
     sampled with seed ``seed + b``. ``extra_processors`` run after ChainMark (used for baselines).
     Returns one :class:`Generation` per prompt, in order, each carrying ``config``.
 
     >>> config = cm.ChainMarkConfig(b'example key', S=5, rho=0.5)
     >>> gate = cm.calibrate_gate(model, tokenizer, ['Tell me about owls.'], 'high_entropy', rho=0.5,
-    ...                         max_new_tokens=16)
-    >>> [g] = cm.generate(model, tokenizer, ['Why is the sky blue?'], config, gate, max_new_tokens=32)
+    ...                          sampling=cm.Sampling(max_new_tokens=16))
+    >>> [g] = cm.generate(model, tokenizer, ['Why is the sky blue?'], config, gate,
+    ...                   sampling=cm.Sampling(max_new_tokens=32))
     >>> cm.detect(g).n_scored > 0, 0 < g.rho_realised <= 1
     (True, True)
     """
-    how = Sampling.of(sampling, **overrides)
+    how = check_options(Sampling, sampling, "sampling")
     max_new_tokens, min_new_tokens, temperature = how.max_new_tokens, how.min_new_tokens, how.temperature
     seed, batch_size = how.seed, how.batch_size
     if isinstance(prompts, str):

@@ -203,6 +203,73 @@ def test_the_parameter_counter_sees_functions_methods_and_inits():
     assert _many_parameters(source, "m") == {"m.nine": 9, "m.Thing.__init__": 9, "m.Thing.helper": 9}
 
 
+def _keyword_mirrors(source: str, module: str) -> list[str]:
+    """Where a module mirrors an options object's fields as keywords: a public function whose ``**`` parameter is
+    typed ``Unpack[...]``, a public function that spreads its ``**`` parameter into ``replace(...)`` or an options
+    class's ``of(...)``, and a ``TypedDict`` whose keys are all fields of a dataclass of the same module."""
+    tree = ast.parse(source)
+    dataclasses_ = {node.name: {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)
+                                and isinstance(t.target, ast.Name)}
+                    for node in tree.body if isinstance(node, ast.ClassDef)
+                    and any("dataclass" in ast.unparse(d) for d in node.decorator_list)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("TypedDict") for b in node.bases):
+            keys = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign) and isinstance(t.target, ast.Name)}
+            mirrored = [name for name, fields in dataclasses_.items() if keys and keys <= fields]
+            if mirrored:
+                found.append(f"{module}.{node.name} (the fields of {mirrored[0]})")
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+            continue
+        kwarg = node.args.kwarg
+        if kwarg is None:
+            continue
+        if kwarg.annotation is not None and "Unpack[" in ast.unparse(kwarg.annotation):
+            found.append(f"{module}.{node.name} (**{kwarg.arg}: {ast.unparse(kwarg.annotation)})")
+            continue
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and any(k.arg is None and isinstance(k.value, ast.Name)
+                                                  and k.value.id == kwarg.arg for k in call.keywords):
+                callee = ast.unparse(call.func)
+                if callee == "replace" or callee.endswith(".of"):
+                    found.append(f"{module}.{node.name} (**{kwarg.arg} into {callee})")
+                    break
+    return found
+
+
+def test_no_function_mirrors_an_options_objects_fields_as_keywords():
+    """Options that travel together are one small frozen dataclass, passed as one object (``sampling=``,
+    ``options=``, ``sweep=``): no public function of the wheel or the lab also takes their fields as keywords,
+    which would give every option two spellings and hide the parameter count the rule above keeps short."""
+    found = [m for p in _modules() for m in _keyword_mirrors(p.read_text("utf-8"), _dotted(p))]
+    assert found == []
+
+
+def test_the_mirror_finder_sees_typed_spread_and_mirrored_keywords():
+    source = textwrap.dedent("""
+        from dataclasses import dataclass, replace
+        from typing import TypedDict, Unpack
+        @dataclass(frozen=True)
+        class Opts:
+            a: int = 1
+            b: int = 2
+        class OptsArgs(TypedDict, total=False):
+            a: int
+        class Unrelated(TypedDict):
+            z: int
+        def typed(x, opts=None, **kw: Unpack[OptsArgs]): ...
+        def spread(x, opts=None, **kw):
+            return replace(opts or Opts(), **kw)
+        def built(x, **kw):
+            return Opts.of(None, **kw)
+        def factory(name, **kw):
+            return make(name, **kw)
+        def _private(**kw: Unpack[OptsArgs]): ...
+    """)
+    assert _keyword_mirrors(source, "m") == ["m.OptsArgs (the fields of Opts)", "m.typed (**kw: Unpack[OptsArgs])",
+                                             "m.spread (**kw into replace)", "m.built (**kw into Opts.of)"]
+
+
 def test_every_module_declares_all_and_imports_names_where_they_live():
     """An ``__all__`` in every module (packages compute theirs from their modules'); every name imported from
     another chainmark module is defined there (no re-exports), and none is private."""

@@ -220,7 +220,7 @@ def test_transformers_p_value_keeps_the_shape_and_gives_the_tables_numbers():
 
 @pytest.mark.slow
 def test_kgw_processor_runs_batched_on_the_model(model_and_tokenizer):
-    from chainmark.embed import generate, logits_width
+    from chainmark.embed import Sampling, generate, logits_width
 
     model, tok = model_and_tokenizer
     width = logits_width(model)
@@ -228,7 +228,8 @@ def test_kgw_processor_runs_batched_on_the_model(model_and_tokenizer):
     proc = B.KGWLogitsProcessor(cfg, width)
     prompts = ["Explain entropy in a comprehensive way.", "Write a poem about the sea in winter.",
                "Describe a quiet beach at sunrise.", "Explain glaciers in a comprehensive way."]
-    gens = generate(model, tok, prompts, max_new_tokens=24, batch_size=4, extra_processors=[proc])
+    gens = generate(model, tok, prompts, sampling=Sampling(max_new_tokens=24,
+                                                           batch_size=4), extra_processors=[proc])
     assert proc.gated_matrix().shape[0] == 4 and proc.gated_matrix().all()
     results = [B.kgw_detect(g.token_ids, cfg, width, masks=True) for g in gens]
     green, scored = sum(r.n_hits for r in results), sum(r.n_scored for r in results)
@@ -248,7 +249,7 @@ SWEET_RATE_SLACK = 0.05
 
 @pytest.mark.slow
 def test_sweet_gate_rate_tracks_rho_and_detection_recovers_the_gate(model_and_tokenizer):
-    from chainmark.embed import generate, logits_width, pilot_signal
+    from chainmark.embed import Sampling, generate, logits_width, pilot_signal
     from cmlab.harness.prompts import load_prompts
 
     model, tok = model_and_tokenizer
@@ -258,11 +259,13 @@ def test_sweet_gate_rate_tracks_rho_and_detection_recovers_the_gate(model_and_to
     pilot = [p for d in domains for p in load_prompts(d, 2, start=0)]
     prompts = [p for d in domains for p in load_prompts(d, 4, start=2)]
     assert set(pilot).isdisjoint(prompts) and len(prompts) == 12
-    signal = pilot_signal(model, tok, pilot, "high_entropy", max_new_tokens=tokens, batch_size=len(pilot))
+    signal = pilot_signal(model, tok, pilot, "high_entropy", sampling=Sampling(max_new_tokens=tokens,
+                                                                               batch_size=len(pilot)))
     gate = Gate.calibrate("high_entropy", rho, signal)
     sweet = B.SweetConfig(KEY, gate)
     proc = B.KGWLogitsProcessor(sweet, width)
-    gens = generate(model, tok, prompts, max_new_tokens=tokens, batch_size=len(prompts), extra_processors=[proc])
+    gens = generate(model, tok, prompts, sampling=Sampling(max_new_tokens=tokens,
+                                                           batch_size=len(prompts)), extra_processors=[proc])
     flags = proc.gated_matrix()
     lengths = [len(g.token_ids) for g in gens]
     n_test, n_pilot = sum(lengths), int(np.count_nonzero(np.isfinite(signal)))

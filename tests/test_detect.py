@@ -20,7 +20,7 @@ from chainmark.detection import (DetectionResult, detect, detect_batch, detect_t
 from chainmark.checks import check_alpha
 from chainmark.config import ChainMarkConfig
 from chainmark.significance import first_occurrences, log_p_value, p_value, z_score
-from cmlab.comparison.lrdetect import (gate_probabilities, _llr_weights, lr_detect, _simulate_llr_null,
+from cmlab.comparison.lrdetect import (SimulatedNull, gate_probabilities, _llr_weights, lr_detect, _simulate_llr_null,
                                        teacher_forced_signal)
 from chainmark.gates import Gate
 from chainmark.partition import state_table
@@ -569,10 +569,11 @@ def test_lr_detector_power_and_size():
     # watermarked: gated steps walk the cycle -> detected every time at this length
     for _ in range(20):
         ids = _synthetic_watermark(key, n, g, rng)
-        assert lr_detect(ids, config, q, alpha=alpha, n_null=2000).is_watermarked
+        assert lr_detect(ids, config, q, null=SimulatedNull(alpha=alpha, n_null=2000)).is_watermarked
     # null: random ids, p-value is super-uniform (the +1 correction and ties only make it larger)
     trials = 400
-    hits = sum(lr_detect(rng.integers(0, VOCAB, n), config, q, alpha=alpha, n_null=2000, seed=i).is_watermarked
+    hits = sum(lr_detect(rng.integers(0, VOCAB, n), config, q,
+                         null=SimulatedNull(alpha=alpha, n_null=2000, seed=i)).is_watermarked
                for i in range(trials))
     assert hits <= binom.ppf(0.999, trials, alpha)
 
@@ -585,7 +586,7 @@ def test_lr_detector_survives_an_illegal_gated_step():
     config = ChainMarkConfig(key)
     ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], config).valid_mask[0]
                    and not detect([t, ids[21]], config).valid_mask[0])
-    res = lr_detect(ids, config, np.full(40, 0.95), n_null=2000)
+    res = lr_detect(ids, config, np.full(40, 0.95), null=SimulatedNull(n_null=2000))
     assert math.isfinite(res.llr) and res.n_hits == 38 and res.is_watermarked
 
 
@@ -598,7 +599,7 @@ def test_lr_detect_edge_cases_and_errors():
     with pytest.raises(ValueError, match="gate_probs"):
         lr_detect([1, 2, 3], config, [0.5])
     with pytest.raises(ValueError, match="n_null"):
-        lr_detect([1, 2, 3], config, [0.5, 0.5], n_null=10)
+        lr_detect([1, 2, 3], config, [0.5, 0.5], null=SimulatedNull(n_null=10))
     with pytest.raises(TypeError, match=r"lr_detect takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
         lr_detect([1, 2, 3], b"k", [0.5, 0.5])  # the key alone, as before the configuration carried it
     with pytest.raises(TypeError, match="ChainMarkConfig and S"):
@@ -650,17 +651,17 @@ def test_teacher_forced_signal_alignment():
 
 @pytest.fixture(scope="module")
 def generations(model_and_tokenizer):
-    from chainmark.embed import generate
+    from chainmark.embed import Sampling, generate
 
     model, tok = model_and_tokenizer
     prompts = [f"Explain {t} in a comprehensive way." for t in
                ("photosynthesis", "the water cycle", "volcanoes", "the immune system")]
     # no min_new_tokens: it masks EOS before the gate sees the logits, which teacher forcing would not
-    plain = generate(model, tok, prompts, None, max_new_tokens=48, batch_size=4)
+    plain = generate(model, tok, prompts, None, sampling=Sampling(max_new_tokens=48, batch_size=4))
     gate = Gate.calibrate("high_entropy", 0.5, np.concatenate([g.entropy for g in plain]))
     key = b"test key for the detector"
     cfg = ChainMarkConfig(key=key, S=5, rho=0.5)
-    marked = generate(model, tok, prompts, cfg, gate, max_new_tokens=48, batch_size=4)
+    marked = generate(model, tok, prompts, cfg, gate, sampling=Sampling(max_new_tokens=48, batch_size=4))
     return key, gate, plain, marked, prompts
 
 
@@ -687,7 +688,8 @@ def test_teacher_forcing_reproduces_the_generation_gate(generations, model_and_t
         prefix = tok(chat_prompt(tok, prompt), add_special_tokens=False)["input_ids"]
         sig = teacher_forced_signal(model, g.token_ids, "high_entropy", prefix_ids=prefix)
         assert np.allclose(sig, g.entropy, atol=2e-3)
-        res = lr_detect(g.token_ids, ChainMarkConfig(key), gate_probabilities(sig[1:], gate), n_null=5000)
+        res = lr_detect(g.token_ids, ChainMarkConfig(key), gate_probabilities(sig[1:], gate),
+                        null=SimulatedNull(n_null=5000))
         assert res.is_watermarked
 
 
@@ -755,7 +757,7 @@ def test_a_detection_result_is_a_verdict_under_one_set_of_names():
         assert not hasattr(res, name), name
     d = res.to_dict()
     assert (d["n_transitions"], d["n_valid"]) == (res.n_scored, res.n_hits)
-    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), n_null=200)
+    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), null=SimulatedNull(n_null=200))
     assert isinstance(lr, Verdict) and not hasattr(lr, "n_transitions") and not hasattr(lr, "decision")
     assert lr.n_scored == 29 and lr.phi == lr.n_hits / 29
 
@@ -779,7 +781,7 @@ def test_to_dict_writes_the_published_forms():
         res.to_dict("nonsense")
     with pytest.raises(ValueError, match="regime"):
         res.to_dict("audit")
-    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), n_null=200)
+    lr = lr_detect(np.arange(30), ChainMarkConfig(b"k"), np.full(29, 0.3), null=SimulatedNull(n_null=200))
     assert list(lr.to_dict()) == ["llr", "critical_value", "p_value", "z", "is_watermarked", "n_tokens",
                                   "n_transitions", "n_valid", "expected_gated", "p0", "alpha", "n_null"]
 

@@ -50,12 +50,9 @@ def random_case(seed: int, batch: int = 6, V: int = 97, length: int = 7):
 
 # ---- configuration ----------------------------------------------------
 def test_sampling_carries_generates_arguments_and_refuses_bad_ones():
-    """One Sampling carries how generate samples; its fields may be given as keywords, and a bad one is refused
-    (before the model is touched) with an error that names it."""
+    """One Sampling carries how generate samples (its fields are not keywords of generate), and a bad one is
+    refused (before the model is touched) with an error that names it."""
     assert Sampling() == Sampling(max_new_tokens=128, min_new_tokens=None, temperature=0.7, seed=42, batch_size=8)
-    base = Sampling(max_new_tokens=40, seed=7)
-    assert Sampling.of(base, batch_size=3) == Sampling(max_new_tokens=40, seed=7, batch_size=3)
-    assert Sampling.of(None, min_new_tokens=40) == Sampling(min_new_tokens=40)
     numpy_ints = Sampling(max_new_tokens=np.int64(40), min_new_tokens=np.int32(8), seed=np.int64(7))
     assert numpy_ints == Sampling(max_new_tokens=40, min_new_tokens=8, seed=7)
     assert all(type(getattr(numpy_ints, f)) is int for f in ("max_new_tokens", "min_new_tokens", "seed", "batch_size"))
@@ -64,8 +61,9 @@ def test_sampling_carries_generates_arguments_and_refuses_bad_ones():
                        ({"seed": "42"}, TypeError), ({"max_new_tokens": "64"}, TypeError)]:
         with pytest.raises(error, match=next(iter(bad))):
             Sampling(**bad)
-    with pytest.raises(TypeError, match="max_tokens"):
-        generate(object(), object(), ["hello"], max_tokens=5)
+    for mirrored in ("max_tokens", "max_new_tokens"):
+        with pytest.raises(TypeError, match=mirrored):
+            generate(object(), object(), ["hello"], **{mirrored: 5})
     with pytest.raises(TypeError, match="sampling must be"):
         generate(object(), object(), ["hello"], sampling={"max_new_tokens": 5})
     with pytest.raises(TypeError):  # the sampling arguments are keywords: none is taken by position
@@ -401,7 +399,7 @@ def test_generate_with_every_position_gated_walks_the_cycle(model_and_tokenizer)
 
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
-    gens = generate(model, tok, PROMPTS[:4], cfg, max_new_tokens=24, batch_size=4)
+    gens = generate(model, tok, PROMPTS[:4], cfg, sampling=Sampling(max_new_tokens=24, batch_size=4))
     for g in gens:  # prompts of different lengths: left padding is exercised
         assert g.n_tokens > 0 and g.rho_realised == 1.0
         walk = [g.prev_state] + g.states
@@ -419,10 +417,13 @@ def test_watermarked_generations_are_detected_unwatermarked_mostly_not(model_and
     from chainmark.embed import calibrate_gate, generate
 
     model, tok = model_and_tokenizer
-    gate = calibrate_gate(model, tok, PROMPTS[:4], "high_entropy", 0.5, max_new_tokens=24, batch_size=4)
+    gate = calibrate_gate(model, tok, PROMPTS[:4], "high_entropy", 0.5,
+                          sampling=Sampling(max_new_tokens=24, batch_size=4))
     cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
-    marked = generate(model, tok, PROMPTS, cfg, gate, max_new_tokens=48, min_new_tokens=40, batch_size=8)
-    plain = generate(model, tok, PROMPTS, None, max_new_tokens=48, min_new_tokens=40, batch_size=8)
+    marked = generate(model, tok, PROMPTS, cfg, gate, sampling=Sampling(max_new_tokens=48, min_new_tokens=40,
+                                                                        batch_size=8))
+    plain = generate(model, tok, PROMPTS, None, sampling=Sampling(max_new_tokens=48, min_new_tokens=40,
+                                                                  batch_size=8))
     hits = [detect(g.token_ids, cfg, alpha=0.01).is_watermarked for g in marked]
     false_alarms = [detect(g.token_ids, cfg, alpha=0.01).is_watermarked for g in plain]
     assert all(hits)
@@ -483,7 +484,8 @@ def operating_point(model_and_tokenizer):
     cfg = ChainMarkConfig(b"operating-point-test-key", S=5, rho=0.5, gate="high_entropy")
     prompts = ["Explain photosynthesis in a comprehensive way.", "Write a short story about a lighthouse keeper.",
                "Why is the sky blue?", "What does a compiler do?"]
-    return cfg, calibrate_gate(model, tok, prompts[:2], "high_entropy", 0.5, max_new_tokens=16), prompts
+    return cfg, calibrate_gate(model, tok, prompts[:2], "high_entropy", 0.5,
+                               sampling=Sampling(max_new_tokens=16)), prompts
 
 
 @pytest.mark.slow

@@ -31,6 +31,8 @@ from chainmark.config import ChainMarkConfig
 from chainmark.detection import _circulant_offsets, detect, detect_batch
 from chainmark.embed import Generation
 from cmlab.comparison.lrdetect import lr_detect
+from cmlab.harness.options import GridOptions
+from cmlab.harness.runs import RunControl
 from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV, read_key_file, write_key_file
 from chainmark.keys import key_fingerprint
 from chainmark.limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_KEY_FILE_BYTES, MAX_REGIME_BYTES, MAX_STATES
@@ -216,7 +218,7 @@ def test_3_sequences_of_scalars_are_one_text():
 # 4. one writer per run folder
 # ---------------------------------------------------------------------------
 class _Null(A.NoWatermark):
-    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
+    def generate(self, model, tokenizer, prompts, sampling):
         return [Generation(p, [5, 6, 7], "5 6 7", [0.0] * 3, [0.0] * 3, [False] * 3, [False] * 3, None, None, [1])
                 for p in prompts]
 
@@ -248,14 +250,17 @@ def test_4_a_second_writer_of_a_run_folder_stops_at_once(tmp_path):
     holder = _hold_lock(folder)
     try:
         with pytest.raises(RS.RunFolderBusy, match="another process"):
-            R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
+            R.run_grid(None, _Tok(), [_Null()], items, folder,
+                       options=GridOptions(self_ppl=False, model_name="fake", progress=False))
         with pytest.raises(RS.RunFolderBusy):
-            R.generate_resumable(folder, None, None, ["a prompt"], progress=False)
+            R.generate_resumable(folder, None, None, ["a prompt"], control=RunControl(progress=False))
         assert not (folder / RS.RECORDS_FILE).exists() and not (folder / RS.META_FILE).exists()
     finally:
         _release(holder)
-    run = R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
-    again = R.run_grid(None, _Tok(), [_Null()], items, folder, self_ppl=False, model_name="fake", progress=False)
+    run = R.run_grid(None, _Tok(), [_Null()], items, folder,
+                     options=GridOptions(self_ppl=False, model_name="fake", progress=False))
+    again = R.run_grid(None, _Tok(), [_Null()], items, folder,
+                       options=GridOptions(self_ppl=False, model_name="fake", progress=False))
     assert (run.written, again.written, again.skipped) == (4, 0, 4)  # the lock is released after each run
     assert len(RS.read_records(folder / RS.RECORDS_FILE)) == 4
 

@@ -127,14 +127,14 @@ def test_kl_on_unwatermarked_text_respects_the_jensen_bound():
     E[log 1/Z] >= log S holds exactly (the paper's quality theorem). The pooled
     mean over ~200 positions may sit below it only by sampling noise: allow
     three standard errors."""
-    from chainmark.embed import generate
+    from chainmark.embed import Sampling, generate
     from cmlab.harness.models import load_model
     from cmlab.comparison.quality import score_generations
 
     model, tok = load_model(device="cpu")
     prompts = ["Explain photosynthesis in a comprehensive way.", "Why is the sky blue?",
                "Write a short poem about autumn.", "What is a prime number?"]
-    gens = generate(model, tok, prompts, None, max_new_tokens=48, batch_size=4)
+    gens = generate(model, tok, prompts, None, sampling=Sampling(max_new_tokens=48, batch_size=4))
     cfg = ChainMarkConfig(KEY, S=5, rho=1.0)
     cost = kl_cost(score_generations(model, gens, cfg), cfg, all_positions=True)
     assert cost.n_gated >= 100

@@ -6,7 +6,7 @@ import pytest
 
 from chainmark.config import ChainMarkConfig
 from chainmark.partition import state_table
-from cmlab.comparison.fpr_recipes import PAPER_FPR_RECIPES, _RECIPES, fpr_recipes, _hac_z, _iid_z, _k_skip_z, _weighted_z
+from cmlab.comparison.fpr_recipes import PAPER_FPR_RECIPES, RecipeFit, _RECIPES, fpr_recipes, _hac_z, _iid_z, _k_skip_z, _weighted_z
 from chainmark.topology import Topology
 
 KEY = b"recipes-test-key-0123456789abcdef"
@@ -52,7 +52,8 @@ def test_fpr_recipes_on_random_null_and_perfect_walks() -> None:
     rng = np.random.default_rng(3)
     null = _texts(240, 120, rng, walk=False)
     wm = _texts(20, 120, rng, walk=True)
-    results = {r.recipe: r for r in fpr_recipes(null, np.arange(240) // 2, wm, CONFIG, vocab_size=V)}
+    results = {r.recipe: r for r in fpr_recipes(null, np.arange(240) // 2, wm, CONFIG,
+                                                fit=RecipeFit(vocab_size=V))}
     assert list(results) == list(_RECIPES) and set(PAPER_FPR_RECIPES) <= set(_RECIPES)
     for name in ("iid", "sd", "quantile", "lift", "hac", "stopword", "hdd_lite"):
         assert results[name].tpr.rate == 1.0, name                      # a perfect walk is always found
@@ -64,13 +65,17 @@ def test_fpr_recipes_on_random_null_and_perfect_walks() -> None:
 def test_fpr_recipes_refuse_a_null_too_small_for_the_quantile() -> None:
     rng = np.random.default_rng(4)
     with pytest.raises(ValueError, match="fit half holds"):
-        fpr_recipes(_texts(60, 50, rng, False), np.arange(60), _texts(2, 50, rng, True), CONFIG, vocab_size=V)
+        fpr_recipes(_texts(60, 50, rng, False), np.arange(60), _texts(2, 50, rng, True), CONFIG,
+                    fit=RecipeFit(vocab_size=V))
     with pytest.raises(ValueError, match="one group per null text"):
-        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), CONFIG, vocab_size=V)
+        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), CONFIG,
+                    fit=RecipeFit(vocab_size=V))
     with pytest.raises(TypeError, match=r"fpr_recipes takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
-        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), KEY, vocab_size=V)
+        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), KEY,
+                    fit=RecipeFit(vocab_size=V))
     with pytest.raises(TypeError, match="ChainMarkConfig and S"):
-        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), CONFIG, S=5, vocab_size=V)
+        fpr_recipes(_texts(4, 50, rng, False), [0, 1], _texts(2, 50, rng, True), CONFIG, S=5,
+                    fit=RecipeFit(vocab_size=V))
 
 
 def test_the_iid_recipe_is_the_detectors_z() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import zlib
 
@@ -15,7 +16,9 @@ from cmlab.harness import settings as ST
 from cmlab.comparison.attacks import Substitution
 from cmlab.comparison.baselines import KGWConfig
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import Generation
+from chainmark.embed import Generation, Sampling
+from cmlab.harness.options import GridOptions
+from cmlab.harness.runs import RunControl
 from chainmark.keys import key_fingerprint
 
 V = 1000  # a small vocabulary keeps the KGW green lists cheap
@@ -53,23 +56,23 @@ class FakeChainMark(A.ChainMarkMethod):
     calls = 0
     fail_on_call: int | None = None
 
-    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
+    def generate(self, model, tokenizer, prompts, sampling):
         type(self).calls += 1
         if self.fail_on_call is not None and type(self).calls == self.fail_on_call:
             raise KeyboardInterrupt("simulated Colab disconnect")
-        return _fake_outputs(prompts, seed)
+        return _fake_outputs(prompts, sampling.seed)
 
 
 class FakeKGW(A.KGWMethod):
     """The real KGW detector (transformers') on fake generations."""
 
-    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
-        return _fake_outputs(prompts, seed + 1000)
+    def generate(self, model, tokenizer, prompts, sampling):
+        return _fake_outputs(prompts, sampling.seed + 1000)
 
 
 class FakeNull(A.NoWatermark):
-    def generate(self, model, tokenizer, prompts, *, seed, **kwargs):
-        return _fake_outputs(prompts, seed + 2000)
+    def generate(self, model, tokenizer, prompts, sampling):
+        return _fake_outputs(prompts, sampling.seed + 2000)
 
 
 ITEMS = [(d, i, f"prompt {d} {i}") for d in ("wiki", "code") for i in range(5)]
@@ -82,10 +85,13 @@ def _methods():
 
 
 def _run(path, methods=None, **kw):
-    kw.setdefault("batch_size", 3)
+    """The fake grid, run with ``kw``: Sampling's fields (batch_size 3 unless given) and GridOptions'."""
+    sampling = {k: kw.pop(k) for k in [f.name for f in dataclasses.fields(Sampling)] if k in kw}
+    sampling.setdefault("batch_size", 3)
+    options = GridOptions(**{"self_ppl": False, "model_name": "fake", "progress": False, **kw})
     return R.run_grid(None, FakeTokenizer(), methods or _methods(), ITEMS, path,
-                      attacks={"substitution_0.2": Substitution(0.2, V)}, self_ppl=False,
-                      model_name="fake", progress=False, **kw)
+                      attacks={"substitution_0.2": Substitution(0.2, V)}, sampling=Sampling(**sampling),
+                      options=options)
 
 
 def _strip(records):
@@ -107,7 +113,7 @@ def test_full_run_writes_one_record_per_method_and_prompt(tmp_path):
     null = next(r for r in run.records if r["method"] == "none")
     assert set(null["detection"]) == {"chainmark", "kgw"} and null["attacks"] == {}
     # the record's generation fields are the Generation's, its gated the flags where the watermark acted
-    gen = _fake_outputs([rec["prompt"]], R.GridOptions().sampling.seed + rec["batch"])[0]
+    gen = _fake_outputs([rec["prompt"]], Sampling().seed + rec["batch"])[0]
     assert (rec["token_ids"], rec["prompt_ids"], rec["output"]) == (gen.token_ids, gen.prompt_ids, gen.text)
     assert rec["gate_signal"] == [round(h, 4) for h in gen.entropy]
     assert rec["gated"] == [int(f) for f in gen.forced] != [int(f) for f in gen.gated]
@@ -236,7 +242,8 @@ def test_writer_refuses_a_line_with_a_key(tmp_path):
 def test_nan_becomes_null_and_frame_and_tpr(tmp_path):
     run = _run(tmp_path / "h")
     assert all(r["self_ppl"] is None for r in run.records)  # NaN (not computed) -> JSON null
-    frame = RS.records_frame(run.records)
+    frame = run.frame()
+    assert frame.equals(RS.records_frame(run.records))
     assert set(frame["condition"]) == {"clean", "substitution_0.2"}
     assert len(frame) == 10 * 2 * 2 + 10 * 2  # watermarked: clean + attack; null: two detectors
     table = R.tpr(frame, 2.326)
@@ -256,14 +263,14 @@ def test_bad_arguments(tmp_path, bad, err):
 
 def test_bad_items_and_methods(tmp_path):
     with pytest.raises(ValueError, match="twice"):
-        R.run_grid(None, FakeTokenizer(), _methods(), ITEMS + ITEMS[:1], tmp_path, self_ppl=False,
-                   progress=False, model_name="fake")
+        R.run_grid(None, FakeTokenizer(), _methods(), ITEMS + ITEMS[:1], tmp_path,
+                   options=GridOptions(self_ppl=False, progress=False, model_name="fake"))
     with pytest.raises(ValueError, match="unique"):
-        R.run_grid(None, FakeTokenizer(), [FakeNull(), FakeNull()], ITEMS, tmp_path, self_ppl=False,
-                   progress=False, model_name="fake")
+        R.run_grid(None, FakeTokenizer(), [FakeNull(), FakeNull()], ITEMS, tmp_path,
+                   options=GridOptions(self_ppl=False, progress=False, model_name="fake"))
     with pytest.raises(TypeError, match="triples"):
-        R.run_grid(None, FakeTokenizer(), _methods(), ["just a prompt"], tmp_path, self_ppl=False,
-                   progress=False, model_name="fake")
+        R.run_grid(None, FakeTokenizer(), _methods(), ["just a prompt"], tmp_path,
+                   options=GridOptions(self_ppl=False, progress=False, model_name="fake"))
 
 
 def test_default_runs_dir(monkeypatch, tmp_path):
@@ -287,11 +294,13 @@ def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
     methods = [A.ChainMarkMethod(ChainMarkConfig(KEY), gate), A.KGWMethod(KGWConfig(KEY)),
                A.SweetMethod(SweetConfig(KEY, gate)), A.NoWatermark()]
     items = [("factual", 0, "What is the capital of Japan?"), ("wiki", 0, "Explain entropy in a comprehensive way.")]
-    kw = dict(attacks={"substitution_0.2": Substitution(0.2, 49152)}, max_new_tokens=16, batch_size=2,
-              model_name="embedded", progress=False)
-    first = R.run_grid(model, tok, methods, items, tmp_path, stop_after=3, **kw)
+    kw = dict(attacks={"substitution_0.2": Substitution(0.2, 49152)},
+              sampling=Sampling(max_new_tokens=16, batch_size=2))
+    first = R.run_grid(model, tok, methods, items, tmp_path,
+                       options=GridOptions(model_name="embedded", progress=False, stop_after=3), **kw)
     assert first.written == 3
-    run = R.run_grid(model, tok, methods, items, tmp_path, **kw)
+    run = R.run_grid(model, tok, methods, items, tmp_path, options=GridOptions(model_name="embedded", progress=False),
+                     **kw)
     assert run.written == 5 and len(run.records) == 8
     for r in run.records:
         assert r["self_ppl"] is None or r["self_ppl"] >= 1.0
@@ -347,22 +356,24 @@ def test_generate_resumable_resumes_to_the_uninterrupted_result(model_and_tokeni
     cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
     gate = Gate("high_entropy", 1.5)  # a fixed threshold: sampled and forced steps both occur
     kw = dict(max_new_tokens=10, min_new_tokens=10)
-    direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, **kw)
+    direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2), **kw)
     assert any(not f for g in direct for f in g.forced), "no sampled step: the seeds would go untested"
 
     folder = tmp_path / "gen"
-    first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, stop_after=1,
-                                 progress=False, **kw)
+    first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
+                                 control=RunControl(stop_after=1, progress=False), **kw)
     assert [g.prompt for g in first] == RESUME_PROMPTS[:2]
     with open(folder / RS.RECORDS_FILE, "a") as fh:  # a crash in the middle of the next line
         fh.write('{"index": 2, "prompt": "Wha')
-    resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False,
+    resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
+                                   control=RunControl(progress=False),
                                    **kw)
     assert _same(resumed, direct)
     indices = [r["index"] for r in RS.read_records(folder)]
     assert sorted(indices) == list(range(len(RESUME_PROMPTS))) and len(set(indices)) == len(indices)
     # a finished run is read back without generating again, NaN-free floats intact
-    again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, batch_size=2, progress=False, **kw)
+    again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
+                                 control=RunControl(progress=False), **kw)
     assert _same(again, direct)
     assert np.allclose(again[0].entropy, direct[0].entropy, equal_nan=True)
     blob = b"".join(p.read_bytes() for p in folder.iterdir())
@@ -375,17 +386,20 @@ def test_generate_resumable_refuses_to_mix_settings_or_prompts(model_and_tokeniz
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
     folder = tmp_path / "gen"
-    R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg, batch_size=2, max_new_tokens=6,
-                         progress=False)
+    R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg,
+                         sampling=Sampling(batch_size=2, max_new_tokens=6),
+                         control=RunControl(progress=False))
     with pytest.raises(ValueError, match="other settings"):
         R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], ChainMarkConfig(KEY, S=7, gate="all", rho=1.0),
-                             batch_size=2, max_new_tokens=6, progress=False)
+                             sampling=Sampling(batch_size=2, max_new_tokens=6), control=RunControl(progress=False))
     with pytest.raises(ValueError, match="other settings"):
-        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg, batch_size=2, max_new_tokens=8,
-                             progress=False)
+        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[:2], cfg,
+                             sampling=Sampling(batch_size=2, max_new_tokens=8),
+                             control=RunControl(progress=False))
     with pytest.raises(ValueError, match="not this run's prompt"):
-        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[2:4], cfg, batch_size=2, max_new_tokens=6,
-                             progress=False)
+        R.generate_resumable(folder, model, tok, RESUME_PROMPTS[2:4], cfg,
+                             sampling=Sampling(batch_size=2, max_new_tokens=6),
+                             control=RunControl(progress=False))
 
 
 @pytest.mark.slow
@@ -398,14 +412,16 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
     gate = Gate("high_entropy", 1.5)
     kw = dict(max_new_tokens=6, min_new_tokens=6, batch_size=2)
     direct = generate(model, tok, RESUME_PROMPTS[:3], cfg, gate, **kw)
-    first = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path, progress=False, **kw)
+    first = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path,
+                            control=RunControl(progress=False), **kw)
     assert _same(first, direct)  # the texts one generate call makes
 
     def no_generation(*args, **kwargs):
         raise AssertionError("generated again")
 
     monkeypatch.setattr(R, "generate", no_generation)
-    again = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path, progress=False, **kw)
+    again = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path,
+                            control=RunControl(progress=False), **kw)
     assert _same(again, direct)  # read back, not generated
     assert len(list((tmp_path / R.SHARED_DIR).iterdir())) == 1
     # anything that changes the texts asks for another folder (and so generates)
@@ -414,7 +430,7 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
                   dict(prompts=RESUME_PROMPTS[1:4])):
         args = {"config": cfg, "gate": gate, "prompts": RESUME_PROMPTS[:3], **kw, **other}
         with pytest.raises(AssertionError, match="generated again"):
-            R.generate_once(model, tok, runs_dir=tmp_path, progress=False, **args)
+            R.generate_once(model, tok, runs_dir=tmp_path, control=RunControl(progress=False), **args)
     with pytest.raises(TypeError, match="extra_processors"):
         R.generate_once(model, tok, RESUME_PROMPTS[:1], extra_processors=[], runs_dir=tmp_path)
     with pytest.raises(TypeError, match="sequence of strings"):
@@ -425,14 +441,15 @@ def test_generate_resumable_validates_its_arguments(tmp_path):
     with pytest.raises(TypeError, match="sequence of strings"):
         R.generate_resumable(tmp_path, None, None, "one prompt")
     with pytest.raises(ValueError, match="batch_size"):
-        R.generate_resumable(tmp_path, None, None, ["a"], batch_size=0)
+        R.generate_resumable(tmp_path, None, None, ["a"], sampling=Sampling(batch_size=0))
     with pytest.raises(ValueError, match="stop_after"):
-        R.generate_resumable(tmp_path, None, None, ["a"], stop_after=-1)
+        R.generate_resumable(tmp_path, None, None, ["a"], control=RunControl(stop_after=-1))
 
 
 def test_generate_resumable_without_a_model_only_reads_a_finished_run(tmp_path):
     with pytest.raises(ValueError, match="model is None"):
-        R.generate_resumable(tmp_path / "empty", None, None, ["a", "b"], batch_size=1, progress=False)
+        R.generate_resumable(tmp_path / "empty", None, None, ["a", "b"], sampling=Sampling(batch_size=1),
+                             control=RunControl(progress=False))
 
 
 class _FakeModel:
@@ -466,22 +483,25 @@ def test_generate_resumable_neither_loses_nor_duplicates_a_batch_cut_short(tmp_p
     calls = []
     monkeypatch.setattr(R, "generate", _fake_generate(calls))
     prompts = [f"prompt {i}" for i in range(5)]
-    whole = R.generate_resumable(tmp_path / "ref", _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
+    whole = R.generate_resumable(tmp_path / "ref", _FakeModel(), None, prompts, sampling=Sampling(batch_size=2, seed=10),
+                                 control=RunControl(progress=False))
     folder = tmp_path / "gen"
-    first = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, stop_after=2,
-                                 progress=False)
+    first = R.generate_resumable(folder, _FakeModel(), None, prompts, sampling=Sampling(batch_size=2, seed=10),
+                                 control=RunControl(stop_after=2, progress=False))
     assert [g.prompt for g in first] == prompts[:4]
     file = folder / RS.RECORDS_FILE
     lines = file.read_bytes().split(b"\n")
     file.write_bytes(b"\n".join(lines[:3]) + b"\n" + lines[3][:20])  # batch 1 cut after index 2, mid-line
     calls.clear()
-    resumed = R.generate_resumable(folder, _FakeModel(), None, prompts, batch_size=2, seed=10, progress=False)
+    resumed = R.generate_resumable(folder, _FakeModel(), None, prompts, sampling=Sampling(batch_size=2, seed=10),
+                                   control=RunControl(progress=False))
     assert calls == [(("prompt 2", "prompt 3"), 11), (("prompt 4",), 12)]  # seed 10 + batch index
     assert [r["index"] for r in RS.read_records(folder)] == [0, 1, 2, 3, 4]
     assert [(g.prompt, g.token_ids) for g in resumed] == [(g.prompt, g.token_ids) for g in whole]
     assert np.isnan(resumed[3].entropy[1])  # the record kept in memory reads like the one read back
     calls.clear()
-    again = R.generate_resumable(folder, None, None, prompts, batch_size=2, seed=10, progress=False)
+    again = R.generate_resumable(folder, None, None, prompts, sampling=Sampling(batch_size=2, seed=10),
+                                 control=RunControl(progress=False))
     assert calls == [] and [(g.prompt, g.token_ids) for g in again] == [(g.prompt, g.token_ids) for g in whole]
 
 
@@ -490,12 +510,14 @@ def test_a_generations_config_is_never_written_and_comes_back_with_the_run(tmp_p
 
     monkeypatch.setattr(R, "generate", _fake_generate([]))
     cfg = ChainMarkConfig(KEY, S=5, gate="all", rho=1.0)
-    made = R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], cfg, batch_size=1, progress=False)
+    made = R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], cfg, sampling=Sampling(batch_size=1),
+                                control=RunControl(progress=False))
     records = RS.read_records(tmp_path)
     assert records and all("config" not in r for r in records)
     blob = b"".join(p.read_bytes() for p in tmp_path.iterdir())
     assert KEY not in blob and KEY.hex().encode() not in blob
-    again = R.generate_resumable(tmp_path, None, None, ["a", "b"], cfg, batch_size=1, progress=False)
+    again = R.generate_resumable(tmp_path, None, None, ["a", "b"], cfg, sampling=Sampling(batch_size=1),
+                                 control=RunControl(progress=False))
     assert all(g.config is cfg for g in made + again)  # read back with the run's configuration
     assert detect(again[0]).to_dict() == detect(again[0].token_ids, cfg).to_dict()
 
@@ -504,11 +526,14 @@ def test_generate_resumable_names_the_setting_that_changed(tmp_path, monkeypatch
     import chainmark.embed
 
     monkeypatch.setattr(R, "generate", _fake_generate([]))
-    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=10, progress=False)
+    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], sampling=Sampling(batch_size=1, seed=10),
+                         control=RunControl(progress=False))
     with pytest.raises(ValueError, match="other settings .seed = 10, not 11"):
-        R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], batch_size=1, seed=11, progress=False)
+        R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b"], sampling=Sampling(batch_size=1, seed=11),
+                             control=RunControl(progress=False))
     # more prompts may join a run (n_prompts is not a setting), and are stored as the new count
-    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b", "c"], batch_size=1, seed=10, progress=False)
+    R.generate_resumable(tmp_path, _FakeModel(), None, ["a", "b", "c"], sampling=Sampling(batch_size=1, seed=10),
+                         control=RunControl(progress=False))
     assert json.loads((tmp_path / RS.META_FILE).read_text())["n_prompts"] == 3
     assert len(RS.read_records(tmp_path)) == 3
 

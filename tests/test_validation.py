@@ -22,7 +22,7 @@ from chainmark.detection import detect, detect_batch, detect_text, score_states
 from chainmark.significance import log_p_value, p_value, z_score
 from cmlab.comparison.lrdetect import lr_detect
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import ChainMarkLogitsProcessor, generate
+from chainmark.embed import ChainMarkLogitsProcessor, Sampling, generate
 from chainmark.gates import Gate
 from chainmark.checks import check_rho
 from chainmark.partition import as_token_array, state_of, state_table, states_of
@@ -224,11 +224,14 @@ CASES = [
     ("processor config", lambda: ChainMarkLogitsProcessor({"S": 5}), TypeError, ["config", "ChainMarkConfig"]),
     ("processor table for another vocabulary", _processor_call_with_wrong_width, ValueError,
      ["vocab_size", "100", "200"]),
-    ("generate batch_size 0", lambda: generate(None, None, ["hi"], batch_size=0), ValueError, ["batch_size", ">= 1"]),
-    ("generate max_new_tokens 0", lambda: generate(None, None, ["hi"], max_new_tokens=0), ValueError,
+    ("generate batch_size 0", lambda: generate(None, None, ["hi"],
+                                               sampling=Sampling(batch_size=0)), ValueError, ["batch_size", ">= 1"]),
+    ("generate max_new_tokens 0", lambda: generate(None, None, ["hi"],
+                                                   sampling=Sampling(max_new_tokens=0)), ValueError,
      ["max_new_tokens", ">= 1"]),
     ("generate prompt str", lambda: generate(None, None, "one prompt"), TypeError, ["prompts"]),
-    ("generate temperature 0", lambda: generate(None, None, ["hi"], temperature=0.0), ValueError,
+    ("generate temperature 0", lambda: generate(None, None, ["hi"],
+                                                sampling=Sampling(temperature=0.0)), ValueError,
      ["temperature", "> 0"]),
 ]
 

@@ -13,6 +13,7 @@ from chainmark import calibrate as cal
 from chainmark.config import ChainMarkConfig
 from chainmark.gates import Gate
 from cmlab.harness import grids as E
+from cmlab.harness.grids import AttackSweep
 from cmlab.teaching import widgets as W
 from chainmark.detection import detect
 from chainmark.partition import states_of
@@ -119,7 +120,8 @@ def test_simulation_rejects_bad_sizes():
 
 def test_robustness_grid_on_synthetic_texts():
     texts = E._simulate_watermarked_ids(12, 80, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=3).tolist()
-    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.2, 0.5), mc_trials=60)
+    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V,
+                            sweep=AttackSweep(deltas=(0.0, 0.2, 0.5), mc_trials=60))
     for part in ("mc", "text"):
         assert rob[part]["ratio"][0] == pytest.approx(1.0)
         assert rob[part]["ratio"][0] > rob[part]["ratio"][1] > rob[part]["ratio"][2]
@@ -175,7 +177,8 @@ def test_live_twins_recompute_in_python():
     assert view.value != before and f"{W._grid_cell(grid, 5, 0.5)['example']['z']:.2f}" in view.value
 
     texts = E._simulate_watermarked_ids(6, 60, ChainMarkConfig(KEY, S=5, rho=0.8), V, seed=5).tolist()
-    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V, deltas=(0.0, 0.3), mc_trials=20)
+    rob = E.robustness_grid(texts, ChainMarkConfig(KEY, S=5, rho=0.8), V,
+                            sweep=AttackSweep(deltas=(0.0, 0.3), mc_trials=20))
     live = W.robustness_explorer(rob, delta=0.0, live=True, key=KEY)
     live.children[0].value = 0.3
     assert "0.490" in live.children[1].value  # (1 - 0.3)^2
@@ -186,9 +189,11 @@ def test_live_twins_recompute_in_python():
 @pytest.mark.slow
 def test_live_generation_button_path(model_and_tokenizer):
     """What the embedding twin's 'generate now' button runs: one watermarked text, scored."""
+    from chainmark.embed import Sampling
+
     model, tokenizer = model_and_tokenizer
     out = E.generate_example(model, tokenizer, ChainMarkConfig(KEY, S=5, rho=1.0), Gate("high_entropy", -math.inf),
-                             "Name three colours.", max_new_tokens=12)["example"]
+                             "Name three colours.", sampling=Sampling(max_new_tokens=12))["example"]
     assert 1 <= out["n_tokens"] <= 12 and len(out["tokens"]) == out["n_tokens"]
     assert out["z"] == pytest.approx(detect(out["token_ids"], ChainMarkConfig(KEY, S=5)).z)
     assert out["rho_realised"] > 0.5 and out["self_ppl"] > 1.0

@@ -104,7 +104,7 @@ def generate(args: argparse.Namespace) -> None:
     import torch
 
     from chainmark.detection import detect
-    from chainmark.embed import generate as cm_generate, logits_width
+    from chainmark.embed import Sampling, generate as cm_generate, logits_width
     from cmlab.comparison.quality import self_perplexity
     from cmlab.comparison.stealing import StolenMapProcessor, steal
     from cmlab.harness.models import load_model
@@ -124,8 +124,10 @@ def generate(args: argparse.Namespace) -> None:
             proc = StolenMapProcessor(stolen, tau, vocab)
             with torch.no_grad():
                 gens = cm_generate(model, tokenizer, [q for _, _, q in batch.items], extra_processors=[proc],
-                                   max_new_tokens=PROTOCOL.max_new_tokens, min_new_tokens=PROTOCOL.max_new_tokens,
-                                   temperature=PROTOCOL.temperature, seed=batch.seed, batch_size=len(batch.items))
+                                   sampling=Sampling(max_new_tokens=PROTOCOL.max_new_tokens,
+                                                     min_new_tokens=PROTOCOL.max_new_tokens,
+                                                     temperature=PROTOCOL.temperature, seed=batch.seed,
+                                                     batch_size=len(batch.items)))
                 ppl = self_perplexity(model, gens)
             lines = []
             for (domain, index, _), g, q in zip(batch.items, gens, ppl):
@@ -210,14 +212,16 @@ def orders(args: argparse.Namespace) -> None:
 def _generate_forgeries(model, tokenizer, proc, batch) -> list[Any]:
     import torch
 
-    from chainmark.embed import generate as cm_generate
+    from chainmark.embed import Sampling, generate as cm_generate
     from cmlab.comparison.quality import self_perplexity
     from cmlab.harness.reference.protocol import PROTOCOL
 
     with torch.no_grad():
         gens = cm_generate(model, tokenizer, [q for _, _, q in batch.items], extra_processors=[proc],
-                           max_new_tokens=PROTOCOL.max_new_tokens, min_new_tokens=PROTOCOL.max_new_tokens,
-                           temperature=PROTOCOL.temperature, seed=batch.seed, batch_size=len(batch.items))
+                           sampling=Sampling(max_new_tokens=PROTOCOL.max_new_tokens,
+                                             min_new_tokens=PROTOCOL.max_new_tokens,
+                                             temperature=PROTOCOL.temperature, seed=batch.seed,
+                                             batch_size=len(batch.items)))
         return list(zip(gens, self_perplexity(model, gens)))
 
 

@@ -68,14 +68,12 @@ from .fpr_recipes import (
     PAPER_FPR_RECIPES as PAPER_FPR_RECIPES,
     RECIPE_NOTES as RECIPE_NOTES,
     RecipeFit as RecipeFit,
-    RecipeFitArgs as RecipeFitArgs,
     RecipeResult as RecipeResult,
     fpr_recipes as fpr_recipes,
 )
 from .lrdetect import (
     LikelihoodRatioResult as LikelihoodRatioResult,
     SimulatedNull as SimulatedNull,
-    SimulatedNullArgs as SimulatedNullArgs,
     gate_probabilities as gate_probabilities,
     lr_detect as lr_detect,
     teacher_forced_signal as teacher_forced_signal,
@@ -119,4 +117,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeFitArgs", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "SimulatedNullArgs", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback"]

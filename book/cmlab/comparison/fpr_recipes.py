@@ -17,12 +17,13 @@ here are this book's reading, stated in :data:`RECIPE_NOTES`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Sequence, TypedDict, Unpack
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
 from chainmark.calibrate import min_null_samples, recalibrate, z_alpha
+from chainmark.checks import check_options
 from chainmark.auditor.rates import RateEstimate, rate_estimate
 from cmlab.stats import cluster_bootstrap_rate, lifted_threshold, split_halves
 from chainmark.config import ChainMarkConfig, takes_config
@@ -132,29 +133,19 @@ class RecipeFit:
     seed: int = 0
 
 
-class RecipeFitArgs(TypedDict, total=False):
-    """The fields of :class:`RecipeFit`, as keywords of :func:`fpr_recipes`."""
-
-    alpha: float
-    vocab_size: int | None
-    n_stopwords: int
-    seed: int
-
-
 @takes_config()
 def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], wm_ids: Sequence[Sequence[int]],
-                config: ChainMarkConfig, fit: RecipeFit | None = None,
-                **overrides: Unpack[RecipeFitArgs]) -> list[RecipeResult]:
+                config: ChainMarkConfig, fit: RecipeFit | None = None) -> list[RecipeResult]:
     """Fit every recipe on half of a null corpus and judge it on the other half and on watermarked text, all
     scored under ``config`` (its key, S and topology, as :func:`~chainmark.detection.detect` reads them).
 
     ``null_groups`` gives each null text's group (its prompt): the split keeps a group
     whole, and the held-out FPR's interval resamples groups (:func:`~cmlab.stats.cluster_bootstrap_rate`).
     The stopword list and the token frequencies come from the fit half only. How the recipes are fitted is
-    a :class:`RecipeFit`, whose fields may be given as keywords (``alpha=0.01, vocab_size=V``).
+    a :class:`RecipeFit` (``RecipeFit(alpha=0.01, vocab_size=V)``).
     The quantile recipe needs :func:`~chainmark.calibrate.min_null_samples` texts in the fit half.
     """
-    fit = replace(fit if fit is not None else RecipeFit(), **overrides)
+    fit = check_options(RecipeFit, fit, "fit")
     alpha, vocab_size, n_stopwords, seed = fit.alpha, fit.vocab_size, fit.n_stopwords, fit.seed
     if len(null_ids) != len(null_groups):
         raise ValueError(f"null_groups must give one group per null text: {len(null_groups)} for {len(null_ids)}")
@@ -192,4 +183,4 @@ def fpr_recipes(null_ids: Sequence[Sequence[int]], null_groups: Sequence[Any], w
     return out
 
 
-__all__ = ["PAPER_FPR_RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeFitArgs", "RecipeResult", "fpr_recipes"]
+__all__ = ["PAPER_FPR_RECIPES", "RECIPE_NOTES", "RecipeFit", "RecipeResult", "fpr_recipes"]

@@ -10,13 +10,13 @@ and weighs each transition by it in a likelihood ratio whose null is simulated
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Mapping, Sequence, TypedDict, Unpack
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from chainmark.checks import check_alpha, check_states
+from chainmark.checks import check_alpha, check_options, check_states
 from chainmark.config import ChainMarkConfig, takes_config
 from chainmark.detection import valid_transitions
 from chainmark.gates import Gate
@@ -24,7 +24,7 @@ from chainmark.partition import as_token_array, states_of
 from chainmark.gate_signals import gate_signal
 from chainmark.verdict import RECORD_FORM, FormField, Verdict, decide
 
-__all__ = ["LikelihoodRatioResult", "SimulatedNull", "SimulatedNullArgs", "gate_probabilities", "lr_detect",
+__all__ = ["LikelihoodRatioResult", "SimulatedNull", "gate_probabilities", "lr_detect",
            "teacher_forced_signal"]
 
 
@@ -158,14 +158,6 @@ class SimulatedNull:
     seed: int | None = 0
 
 
-class SimulatedNullArgs(TypedDict, total=False):
-    """The fields of :class:`SimulatedNull`, as keywords of :func:`lr_detect`."""
-
-    alpha: float
-    n_null: int
-    seed: int | None
-
-
 @takes_config()
 def lr_detect(
     token_ids: Any,
@@ -174,7 +166,6 @@ def lr_detect(
     *,
     vocab_size: int | None = None,
     null: SimulatedNull | None = None,
-    **overrides: Unpack[SimulatedNullArgs],
 ) -> LikelihoodRatioResult:
     """Likelihood-ratio test of one sequence under ``config`` (its key, S and topology, as
     :func:`~chainmark.detection.detect` reads them), given per-transition gate probabilities.
@@ -183,9 +174,9 @@ def lr_detect(
     ``token_ids[i + 1]`` was gated (length n - 1; see
     :func:`gate_probabilities`). The critical value and p-value come from
     ``n_null`` simulated null draws (seeded, so results are reproducible): a :class:`SimulatedNull`,
-    whose fields may be given as keywords (``alpha=0.01, n_null=5000, seed=3``).
+    for example ``SimulatedNull(alpha=0.01, n_null=5000, seed=3)``.
     """
-    null = replace(null if null is not None else SimulatedNull(), **overrides)
+    null = check_options(SimulatedNull, null, "null")
     alpha, n_null, seed = null.alpha, null.n_null, null.seed
     S = check_states(config.S)
     alpha = check_alpha(alpha)

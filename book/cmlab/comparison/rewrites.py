@@ -69,7 +69,7 @@ def _lm_rewrite(texts: list[str], model: Any, tokenizer: Any, instruction: str,
                 max_new_tokens: int | None, seed: int, batch_size: int, temperature: float,
                 fields: dict[str, str] | None = None) -> list[str]:
     """Ask a causal chat model to rewrite each text from ``instruction`` (chat template)."""
-    from chainmark.embed import generate
+    from chainmark.embed import Sampling, generate
 
     if "{text}" not in instruction:
         raise ValueError("instruction must contain the placeholder {text}")
@@ -79,8 +79,10 @@ def _lm_rewrite(texts: list[str], model: Any, tokenizer: Any, instruction: str,
         return out
     prompts = [instruction.format(text=texts[i].strip(), **(fields or {})) for i in todo]
     budget = max_new_tokens or _default_budget(tokenizer, [texts[i] for i in todo])
-    gens = generate(model, tokenizer, prompts, config=None, max_new_tokens=budget,
-                    batch_size=batch_size, temperature=temperature, seed=seed)
+    gens = generate(model, tokenizer, prompts, config=None, sampling=Sampling(max_new_tokens=budget,
+                                                                              batch_size=batch_size,
+                                                                              temperature=temperature,
+                                                                              seed=seed))
     for i, g in zip(todo, gens):
         out[i] = _clean_reply(g.text)
     return out

@@ -46,8 +46,7 @@ from .corpora import (
 )
 from .grids import (
     AttackSweep as AttackSweep,
-    AttackSweepArgs as AttackSweepArgs,
-    ExplorerGrid as ExplorerGrid,
+    ExplorerOptions as ExplorerOptions,
     attack_curve as attack_curve,
     embedding_grid as embedding_grid,
     generate_example as generate_example,
@@ -87,11 +86,8 @@ from .models import (
 )
 from .options import (
     BatchContext as BatchContext,
-    GridArgs as GridArgs,
     GridOptions as GridOptions,
-    RunArgs as RunArgs,
-    RunOptions as RunOptions,
-    named_sampling as named_sampling,
+    sampling_named as sampling_named,
 )
 from .prompts import (
     DOMAINS as DOMAINS,
@@ -170,4 +166,4 @@ from .stealing import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackSweepArgs", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerGrid", "GENERATED_DIR", "GENERATOR_TOKENS", "GridArgs", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunArgs", "RunControl", "RunFolderBusy", "RunOptions", "SERVING_RECORD", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "account_key", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "complete", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "load_serving", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "mixed_requests", "model_size", "named_sampling", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "reference_requests", "repair", "robustness_grid", "run_batch", "run_grid", "run_vllm", "score_null_texts", "segment_summary", "serving_folder", "shipped_texts", "stealing_point", "stored_gate", "tpr", "use_settings", "vllm_checkpoint", "vllm_environment", "vllm_server", "write_meta", "write_mixed_documents"]
+__all__ = ["ADAPTIVE_FILE", "AttackSweep", "AttackerPool", "BOUNDARY_CASES", "BatchContext", "CACHE_ENV", "CONTEXT_FILE", "CONTEXT_GENERATED_DIR", "CONTEXT_GENERATORS", "CURVE_FILE", "ChainMarkMethod", "ContextKeyedMethod", "DEVICE_MEMORY_ENV", "DOMAINS", "DTYPE_BYTES", "Document", "EMBEDDED_PARAMS", "ExplorerOptions", "GENERATED_DIR", "GENERATOR_TOKENS", "GridOptions", "GridRun", "HELD_OUT_PROMPTS", "KEYSET_FILE", "KGWMethod", "META_FILE", "MIXED_FILE", "MODELCHECK_FILE", "Method", "MixedDocument", "ModelLoadError", "ModelSize", "ModelTooLargeError", "NoWatermark", "ORDERS_FILE", "RECORDS_FILE", "RUNS_ENV", "RecordWriter", "RunControl", "RunFolderBusy", "SERVING_RECORD", "SOURCES", "Settings", "SweetMethod", "TESTS", "TOKENS_OBSERVED", "account_key", "attack_curve", "attacker_pool", "available_ram", "blind_scrub", "boundary_summary", "build_mixed_documents", "check_fits", "complete", "context_pool", "corpus_summary", "default_dtype", "default_runs_dir", "device_memory", "distinct_pair_share", "embedded_gguf_path", "embedding_grid", "first_tokens", "generate_example", "generate_once", "generate_resumable", "generator_batches", "get_settings", "grid_cell", "human_windows", "key_audit_corpus", "last_loaded", "load_adaptive", "load_context", "load_context_generated", "load_curve", "load_generated", "load_keyset", "load_mixed_documents", "load_model", "load_modelcheck", "load_orders", "load_prompts", "load_serving", "lock_run_folder", "match_segments", "measure_context_keyed", "memory_needed", "mixed_config", "mixed_requests", "model_size", "paired_replies", "progress_bars_off", "prompt_grid", "python_reference_documents", "read_records", "read_segment_records", "records_frame", "reference_config", "reference_gate", "reference_requests", "repair", "robustness_grid", "run_batch", "run_grid", "run_vllm", "sampling_named", "score_null_texts", "segment_summary", "serving_folder", "shipped_texts", "stealing_point", "stored_gate", "tpr", "use_settings", "vllm_checkpoint", "vllm_environment", "vllm_server", "write_meta", "write_mixed_documents"]

@@ -23,7 +23,7 @@ import numpy as np
 from cmlab.comparison.baselines import KGWConfig, KGWLogitsProcessor, SweetConfig, kgw_detect, sweet_detect_batch
 from chainmark.detection import detect
 from chainmark.config import ChainMarkConfig
-from chainmark.embed import Generation, generate, logits_width
+from chainmark.embed import Generation, Sampling, generate, logits_width
 
 __all__ = ["ChainMarkMethod", "ContextKeyedMethod", "KGWMethod", "Method", "NoWatermark", "SweetMethod"]
 
@@ -44,10 +44,9 @@ class Method(ABC):
         """JSON-ready settings with the key's fingerprint, never the key."""
 
     @abstractmethod
-    def generate(self, model: Any, tokenizer: Any, prompts: Sequence[str], *, max_new_tokens: int,
-                 seed: int, temperature: float, min_new_tokens: int | None) -> list[Generation]:
-        """Generate one text per prompt, as one batch sampled with ``seed``; ``forced`` marks where the
-        watermark acted."""
+    def generate(self, model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling) -> list[Generation]:
+        """Generate one text per prompt, as one batch sampled as ``sampling`` says (its seed; its batch size
+        is the prompts'); ``forced`` marks where the watermark acted."""
 
     def detect(self, token_ids: Sequence[Sequence[int]], *, vocab_size: int, alpha: float,
                model: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None) -> list[dict[str, Any]]:
@@ -79,10 +78,10 @@ def _acted(gens: Sequence[Generation], flags: np.ndarray) -> list[Generation]:
     return out
 
 
-def _generate(model: Any, tokenizer: Any, prompts: Sequence[str], config: Any = None, gate: Any = None,
-              extra: Sequence[Any] = (), **kwargs: Any) -> list[Generation]:
-    return generate(model, tokenizer, list(prompts), config=config, gate=gate, batch_size=len(prompts),
-                    extra_processors=list(extra), **kwargs)
+def _generate(model: Any, tokenizer: Any, prompts: Sequence[str], sampling: Sampling, config: Any = None,
+              gate: Any = None, extra: Sequence[Any] = ()) -> list[Generation]:
+    return generate(model, tokenizer, list(prompts), config=config, gate=gate,
+                    sampling=replace(sampling, batch_size=max(len(prompts), 1)), extra_processors=list(extra))
 
 
 def _vocab(model: Any) -> int:
@@ -103,8 +102,8 @@ class ChainMarkMethod(Method):
             d["tau"] = float(self.gate.tau)
         return d
 
-    def generate(self, model, tokenizer, prompts, **kwargs):
-        return _generate(model, tokenizer, prompts, self.config, self.gate, **kwargs)
+    def generate(self, model, tokenizer, prompts, sampling):
+        return _generate(model, tokenizer, prompts, sampling, self.config, self.gate)
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
         return [detect(list(ids), self.config, alpha=alpha, vocab_size=vocab_size).to_dict("record")
@@ -124,11 +123,11 @@ class ContextKeyedMethod(ChainMarkMethod):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "method": "context_keyed"}
 
-    def generate(self, model, tokenizer, prompts, **kwargs):
+    def generate(self, model, tokenizer, prompts, sampling):
         from cmlab.comparison.context_keyed import ContextKeyedLogitsProcessor
 
         proc = ContextKeyedLogitsProcessor(self.config, self.gate)
-        gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
+        gens = _generate(model, tokenizer, prompts, sampling, extra=[proc])
         return _acted(gens, proc.acted_matrix())
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
@@ -156,9 +155,9 @@ class KGWMethod(Method):
     def _processor(self, model):
         return KGWLogitsProcessor(self.config, _vocab(model))
 
-    def generate(self, model, tokenizer, prompts, **kwargs):
+    def generate(self, model, tokenizer, prompts, sampling):
         proc = self._processor(model)
-        gens = _generate(model, tokenizer, prompts, extra=[proc], **kwargs)
+        gens = _generate(model, tokenizer, prompts, sampling, extra=[proc])
         return _acted(gens, proc.gated_matrix())
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
@@ -200,5 +199,5 @@ class NoWatermark(Method):
     def describe(self):
         return {"method": "none"}
 
-    def generate(self, model, tokenizer, prompts, **kwargs):
-        return _generate(model, tokenizer, prompts, **kwargs)  # no config: ``forced`` is all False
+    def generate(self, model, tokenizer, prompts, sampling):
+        return _generate(model, tokenizer, prompts, sampling)  # no config: ``forced`` is all False

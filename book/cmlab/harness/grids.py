@@ -8,8 +8,8 @@ is an argument and never part of a result.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -18,21 +18,9 @@ from cmlab.comparison.attacks import ATTACK_SEED
 from cmlab.harness.settings import progress_bars_off
 
 if TYPE_CHECKING:  # chainmark.embed loads torch: the explorers' model-free side must not
-    from typing import Unpack
-
     from chainmark.config import ChainMarkConfig
-    from chainmark.embed import Sampling, SamplingArgs
+    from chainmark.embed import Sampling
     from chainmark.gates import Gate
-
-    class ExplorerGridArgs(SamplingArgs, total=False):
-        """The keywords of :func:`embedding_grid`: the fields of :class:`ExplorerGrid` and of ``Sampling``."""
-
-        S_values: Sequence[int]
-        rho_values: Sequence[float]
-        gate: str
-        alpha: float
-        progress: bool
-        model_name: str | None
 
 #: Substitution rates of the robustness explorer (the default grid of :func:`robustness_grid`).
 _DELTAS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(0, 13))
@@ -103,34 +91,35 @@ def _cell_records(model: Any, tokenizer: Any, method: Any, prompts: Sequence[str
 _EXPLORER_TOKENS = 64
 
 
-def _explorer_sampling(sampling: Sampling | None, overrides: Mapping[str, Any]) -> Sampling:
-    """``sampling`` (default: :data:`_EXPLORER_TOKENS` new tokens, otherwise ``Sampling``'s defaults) with the
-    keywords of ``overrides`` that name its fields; another name is a ``TypeError``."""
+def _explorer_sampling(sampling: Sampling | None) -> Sampling:
+    """``sampling``, or :data:`_EXPLORER_TOKENS` new tokens and ``Sampling``'s other defaults."""
     from chainmark.embed import Sampling
+    from chainmark.checks import check_options
 
-    return Sampling.of(sampling if sampling is not None else Sampling(max_new_tokens=_EXPLORER_TOKENS), **overrides)
+    if sampling is None:
+        return Sampling(max_new_tokens=_EXPLORER_TOKENS)
+    return check_options(Sampling, sampling, "sampling")
 
 
 @dataclass(frozen=True)
-class ExplorerGrid:
-    """The embedding explorer's grid (:func:`embedding_grid`): the S and rho values, the gate's kind, the level
+class ExplorerOptions:
+    """How :func:`embedding_grid` runs its grid, beyond its S and rho values: the gate's kind, the level
     ``alpha`` its cells are judged at, a progress bar or not, and the model named on the page (default: the
     settings' model, as in the banner)."""
 
-    S_values: Sequence[int] = (2, 3, 5, 8)
-    rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0)
     gate: str = "high_entropy"
     alpha: float = 0.01
     progress: bool = True
     model_name: str | None = None
 
 
-def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str], grid: ExplorerGrid | None = None,
-                   *, sampling: Sampling | None = None, **overrides: Unpack[ExplorerGridArgs]) -> dict[str, Any]:
-    """Generate watermarked text for every (S, rho) of a grid and score it.
+def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
+                   S_values: Sequence[int] = (2, 3, 5, 8), rho_values: Sequence[float] = (0.25, 0.5, 0.75, 1.0),
+                   *, sampling: Sampling | None = None, options: ExplorerOptions | None = None) -> dict[str, Any]:
+    """Generate watermarked text for every (S, rho) of the grid ``S_values`` x ``rho_values`` and score it.
 
-    The grid is an :class:`ExplorerGrid`; how texts are sampled a ``Sampling`` (default: 64 new tokens);
-    the fields of either may be given as keywords (``S_values=(2, 5), max_new_tokens=32``). Every text has
+    How texts are sampled is a ``Sampling`` (default: 64 new tokens; ``Sampling(max_new_tokens=32)``), the
+    rest an :class:`ExplorerOptions` (``ExplorerOptions(gate="top2_gap")``). Every text has
     exactly ``max_new_tokens`` tokens (``min_new_tokens`` defaults to it).
     One unwatermarked run of ``prompts`` is the baseline (its self-perplexity)
     and the pilot that calibrates the gate threshold for each rho. Every grid
@@ -142,24 +131,23 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
     """
     from tqdm.auto import tqdm
 
-    from chainmark.checks import check_alpha
+    from chainmark.checks import check_alpha, check_options
     from chainmark.config import ChainMarkConfig
     from chainmark.embed import generate
     from chainmark.gates import Gate
     from cmlab.comparison.quality import self_perplexity
     from cmlab.harness.adapters import ChainMarkMethod
 
-    own = {f.name for f in fields(ExplorerGrid)}
-    spec = replace(grid if grid is not None else ExplorerGrid(), **{k: v for k, v in overrides.items() if k in own})
-    how = _explorer_sampling(sampling, {k: v for k, v in overrides.items() if k not in own})
+    spec = check_options(ExplorerOptions, options, "options")
+    how = _explorer_sampling(sampling)
     if how.min_new_tokens is None:  # texts of one length: every cell compares like with like
         how = replace(how, min_new_tokens=how.max_new_tokens)
     gate, max_new_tokens = spec.gate, how.max_new_tokens
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")
-    S_values = [int(s) for s in spec.S_values]
-    rho_values = [float(r) for r in spec.rho_values]
+    S_values = [int(s) for s in S_values]
+    rho_values = [float(r) for r in rho_values]
     if not S_values or not rho_values:
         raise ValueError("S_values and rho_values must each hold at least one value")
     alpha = check_alpha(spec.alpha)
@@ -188,16 +176,13 @@ def embedding_grid(model: Any, tokenizer: Any, key: Any, prompts: Sequence[str],
 
 
 def generate_example(model: Any, tokenizer: Any, config: ChainMarkConfig, gate: Gate, prompt: str, *,
-                     alpha: float = 0.01, sampling: Sampling | None = None,
-                     **overrides: Unpack[SamplingArgs]) -> dict[str, Any]:
+                     alpha: float = 0.01, sampling: Sampling | None = None) -> dict[str, Any]:
     """Generate one watermarked text with ``config`` (key, S, rho) and ``gate`` (its threshold) and score it
-    (a one-text cell). How it samples is a ``Sampling`` (default: 64 new tokens), whose fields may be given
-    as keywords; the text is one batch of one, sampled with seed ``seed``."""
+    (a one-text cell). How it samples is a ``Sampling`` (default: 64 new tokens); the text is one batch of
+    one (``sampling.batch_size`` is not read), sampled with seed ``sampling.seed``."""
     from cmlab.harness.adapters import ChainMarkMethod
 
-    if "batch_size" in overrides:
-        raise TypeError("generate_example samples one text, a batch of one: it takes no batch_size")
-    how = replace(_explorer_sampling(sampling, overrides), batch_size=1)
+    how = replace(_explorer_sampling(sampling), batch_size=1)
     method = ChainMarkMethod(config, gate, "example")
     records = _cell_records(model, tokenizer, method, [prompt], how, alpha)
     return {"example": grid_cell(config.S, config.rho, records, "example", records[0], config.key, tokenizer,
@@ -287,24 +272,13 @@ class AttackSweep:
     seed: int = ATTACK_SEED
 
 
-class AttackSweepArgs(TypedDict, total=False):
-    """The fields of :class:`AttackSweep`, as keywords of :func:`robustness_grid`."""
-
-    deltas: Sequence[float]
-    alpha: float
-    mc_trials: int
-    mc_length: int | None
-    seed: int
-
-
 @takes_config()
 def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, vocab_size: int,
-                    tokenizer: Any = None, sweep: AttackSweep | None = None,
-                    **overrides: Unpack[AttackSweepArgs]) -> dict[str, Any]:
+                    tokenizer: Any = None, sweep: AttackSweep | None = None) -> dict[str, Any]:
     """z ratio and TPR against delta, on model text and on a Monte Carlo under the theorem's model.
 
     ``texts`` are token ids of texts watermarked with ``config`` (its key, S and rho). How they are attacked is an
-    :class:`AttackSweep`, whose fields may be given as keywords (``mc_trials=100``). Each text
+    :class:`AttackSweep` (``AttackSweep(mc_trials=100)``). Each text
     is attacked with :class:`cmlab.comparison.attacks.Substitution` at every delta
     (seed 43, nested in delta) and detected again; the z ratio is
     mean z after / mean z before. The Monte Carlo does the same on
@@ -313,7 +287,9 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
     """
     from chainmark.partition import states_of
 
-    sweep = replace(sweep if sweep is not None else AttackSweep(), **overrides)
+    from chainmark.checks import check_options
+
+    sweep = check_options(AttackSweep, sweep, "sweep")
     alpha, mc_trials, seed = sweep.alpha, sweep.mc_trials, sweep.seed
     key, S, rho = config.key, config.S, config.rho
     texts = [list(map(int, t)) for t in texts]
@@ -336,5 +312,5 @@ def robustness_grid(texts: Sequence[Sequence[int]], config: ChainMarkConfig, voc
             "texts": texts, "seed": seed}
 
 
-__all__ = ["AttackSweep", "AttackSweepArgs", "ExplorerGrid", "attack_curve", "embedding_grid", "generate_example",
+__all__ = ["AttackSweep", "ExplorerOptions", "attack_curve", "embedding_grid", "generate_example",
            "grid_cell", "robustness_grid"]

@@ -60,18 +60,19 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Unpack
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from cmlab.harness.adapters import Method
 from chainmark import __version__
 from cmlab.comparison.attacks import RECORD_SEEDING, edit_fraction
-from chainmark.checks import check_alpha
-from chainmark.embed import Generation, generate, logits_width
+from chainmark.checks import check_alpha, check_options
+from chainmark.embed import Generation, Sampling, generate, logits_width
 from cmlab.comparison.quality import score_tokens
 from chainmark.jsonio import to_jsonable
 from chainmark.verdict import decide
-from cmlab.harness.options import BatchContext, GridArgs, GridOptions, RunArgs, RunOptions, named_sampling
-from cmlab.harness.runs import META_FILE, RECORDS_FILE, RecordWriter, lock_run_folder, read_records, write_meta
+from cmlab.harness.options import BatchContext, GridOptions, sampling_named
+from cmlab.harness.runs import (META_FILE, RECORDS_FILE, RecordWriter, RunControl, lock_run_folder, read_records,
+                               records_frame, write_meta)
 from cmlab.harness.settings import default_runs_dir, get_settings, progress_bars_off
 
 
@@ -170,6 +171,14 @@ class GridRun:
     @property
     def records_path(self) -> Path:
         return self.path / RECORDS_FILE
+
+    def frame(self) -> Any:
+        """The run's records as one table (a pandas DataFrame), one row per text, detector and condition
+        (:func:`~cmlab.harness.runs.records_frame`).
+
+        >>> run.frame().groupby(["method", "condition"]).z.mean()  # doctest: +SKIP
+        """
+        return records_frame(self.records)
 
 
 def _check_items(items: Sequence[Any]) -> list[tuple[str, int, str]]:
@@ -280,8 +289,8 @@ def run_grid(
     path: str | os.PathLike | None = None,
     attacks: Mapping[str, Any] | None = None,
     *,
+    sampling: Sampling | None = None,
     options: GridOptions | None = None,
-    **overrides: Unpack[GridArgs],
 ) -> GridRun:
     """Run (or resume) a grid and return what was done; records go to ``path/records.jsonl``.
 
@@ -289,15 +298,15 @@ def run_grid(
     a :class:`NoWatermark`); ``items`` are ``(domain, index, prompt)`` triples
     (:func:`cmlab.harness.prompts.prompt_grid`); ``attacks`` maps a label to an
     attack object of :mod:`cmlab.comparison.attacks` (token- or text-level), applied
-    to every watermarked text. How it samples, scores and proceeds is one
-    :class:`~cmlab.harness.options.GridOptions`, whose fields (and its ``Sampling``'s) may be given as
-    keywords (``max_new_tokens=64, alpha=0.01``). ``path`` defaults to
-    ``default_runs_dir() / run_name``. ``stop_after`` stops after writing that
+    to every watermarked text. How it samples is one :class:`chainmark.Sampling` (``sampling``), how it
+    scores and proceeds one :class:`~cmlab.harness.options.GridOptions` (``options``:
+    ``GridOptions(alpha=0.01, progress=False)``). ``path`` defaults to
+    ``default_runs_dir() / options.run_name``. ``options.stop_after`` stops after writing that
     many new records (to demonstrate resuming). ``model`` may be ``None``
     only for methods that need no model (tests), with ``self_ppl=False``.
     """
-    opts = GridOptions.of(options, **overrides)
-    how = opts.sampling
+    opts = check_options(GridOptions, options, "options")
+    how = check_options(Sampling, sampling, "sampling")
     methods = _check_methods(methods)
     items = _check_items(items)
     attacks = dict(attacks or {})
@@ -339,9 +348,7 @@ def run_batch(context: BatchContext, method: Method, detectors: Sequence[Method]
     model, tokenizer, vocab_size, alpha = context.model, context.tokenizer, context.vocab_size, context.alpha
     how, attacks = context.sampling, context.attacks
     t0 = time.perf_counter()
-    outputs = method.generate(model, tokenizer, [p for _, _, p in batch], seed=how.seed + j,
-                              max_new_tokens=how.max_new_tokens, temperature=how.temperature,
-                              min_new_tokens=how.min_new_tokens)
+    outputs = method.generate(model, tokenizer, [p for _, _, p in batch], replace(how, seed=how.seed + j))
     gen_s = (time.perf_counter() - t0) / len(batch)
     ppl = _self_ppl(model, outputs, len(batch)) if context.self_ppl and model is not None \
         else [math.nan] * len(outputs)
@@ -442,20 +449,21 @@ def generate_resumable(
     config: Any = None,
     gate: Any = None,
     *,
-    options: RunOptions | None = None,
-    **overrides: Unpack[RunArgs],
+    sampling: Sampling | None = None,
+    control: RunControl | None = None,
 ) -> list[Any]:
     """:func:`chainmark.generate`, written batch by batch to a JSONL file and resumed from it.
 
     The chapters' long generation runs (hundreds of texts at full scale in
     Colab) go through this so that a dropped session loses at most the batch
-    in flight. How it samples and proceeds is one :class:`~cmlab.harness.options.RunOptions` (its
-    ``Sampling``, ``progress``, ``stop_after``), whose fields may be given as keywords
-    (``batch_size=4, seed=7, max_new_tokens=64``). Batch ``b`` holds ``prompts[b * batch_size:(b + 1) * batch_size]``
-    and is sampled with seed ``seed + b``, exactly as one uninterrupted
+    in flight. How it samples is one :class:`chainmark.Sampling` (``sampling``:
+    ``Sampling(batch_size=4, seed=7, max_new_tokens=64)``), how it proceeds one
+    :class:`~cmlab.harness.runs.RunControl` (``control``: a progress bar, an early stop). Batch ``b`` holds
+    ``prompts[b * batch_size:(b + 1) * batch_size]`` and is sampled with seed ``seed + b``, exactly as one
+    uninterrupted
     ``generate`` call would, so a resumed run returns the same generations.
     ``path/run.json`` records the settings (key fingerprint, never the key);
-    resuming with different settings or prompts is refused. ``stop_after``
+    resuming with different settings or prompts is refused. ``control.stop_after``
     stops after that many new batches (to demonstrate resuming); ``model=None``
     reads a finished run back without generating. Returns one
     :class:`~chainmark.embed.Generation` per prompt, in order, or only the
@@ -463,8 +471,8 @@ def generate_resumable(
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
-    opts = RunOptions.of(options, **overrides)
-    how = opts.sampling
+    opts = check_options(RunControl, control, "control")
+    how = check_options(Sampling, sampling, "sampling")
     batch_size = how.batch_size
     prompts = list(prompts)
     path = Path(path)
@@ -475,8 +483,7 @@ def generate_resumable(
         "gate_tau": getattr(gate, "tau", None),
         "batch_size": batch_size,
         "seed": int(how.seed),
-        "generate": {k: v for k, v in sorted(named_sampling(options, overrides).items())
-                     if k not in ("batch_size", "seed")},
+        "generate": {k: v for k, v in sorted(sampling_named(how).items()) if k not in ("batch_size", "seed")},
         "n_prompts": len(prompts),
     }
     secrets = [config.key] if config is not None else []
@@ -523,25 +530,23 @@ def generate_once(
     gate: Any = None,
     *,
     runs_dir: str | os.PathLike | None = None,
-    options: RunOptions | None = None,
-    **overrides: Unpack[RunArgs],
+    sampling: Sampling | None = None,
+    control: RunControl | None = None,
 ) -> list[Any]:
     """:func:`chainmark.generate`, made once and read back by every later caller that asks for the same texts.
 
     Chapters that need the same live texts (4 and 4.1; 5, 5.1 and 5.2; 9 and 9.1) ask with the same arguments: the
     first call stores them under ``runs_dir`` (default :func:`default_runs_dir`) in a folder named by a
     hash of all that determines them (package version; model, device, dtype, weight checksum; tokenizer;
-    watermark settings with the key's fingerprint; gate; prompts; sampling arguments), later calls read
+    watermark settings with the key's fingerprint; gate; prompts; ``sampling``), later calls read
     them back, and a chapter run alone generates what is missing. Storage is :func:`generate_resumable`'s,
-    with the same options and keywords: the texts equal one ``generate(..., batch_size=batch_size, seed=seed)``
+    with the same ``sampling`` and ``control``: the texts equal one ``generate(..., sampling=sampling)``
     call's.
     """
     if isinstance(prompts, str):
         raise TypeError("prompts must be a sequence of strings, not one string")
-    if "extra_processors" in overrides:
-        raise TypeError("generate_once cannot name a run made with extra_processors (code, not settings): "
-                        "use generate_resumable with a folder of your own")
-    how = RunOptions.of(options, **overrides).sampling
+    how = check_options(Sampling, sampling, "sampling")
+    check_options(RunControl, control, "control")
     prompts = list(prompts)
     identity = {"chainmark_version": __version__, "model": _model_identity(model),
                 "tokenizer": getattr(tokenizer, "name_or_path", None),
@@ -549,12 +554,12 @@ def generate_once(
                 "watermark": config.describe() if config is not None else None,
                 "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
                 "prompts": prompts, "batch_size": how.batch_size, "seed": int(how.seed),
-                "generate": {k: v for k, v in sorted(named_sampling(options, overrides).items())
+                "generate": {k: v for k, v in sorted(sampling_named(how).items())
                              if k not in ("batch_size", "seed")}}
     digest = hashlib.sha256(json.dumps(to_jsonable(identity), sort_keys=True).encode("utf-8")).hexdigest()[:20]
     folder = Path(runs_dir) if runs_dir is not None else default_runs_dir()
     return generate_resumable(folder / SHARED_DIR / digest, model, tokenizer, prompts, config, gate,
-                              options=options, **overrides)
+                              sampling=how, control=control)
 
 
 def _model_identity(model: Any) -> dict[str, Any]:

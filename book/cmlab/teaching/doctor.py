@@ -119,7 +119,7 @@ def _probe_generation() -> tuple[list[Check], float | None]:
     try:
         from chainmark.detection import detect
         from chainmark.config import ChainMarkConfig
-        from chainmark.embed import generate
+        from chainmark.embed import Sampling, generate
         from chainmark.auditor.keyfiles import book_key
         from cmlab.harness.models import load_model
     except ImportError as exc:
@@ -135,8 +135,9 @@ def _probe_generation() -> tuple[list[Check], float | None]:
     key = book_key()
     config = ChainMarkConfig(key=key, S=5, rho=1.0, gate="all")
     start = time.perf_counter()
-    gens = generate(model, tokenizer, ["Describe a walk in the park."], config, max_new_tokens=_SMOKE_TEST_TOKENS,
-                    min_new_tokens=_SMOKE_TEST_TOKENS, batch_size=1)
+    gens = generate(model, tokenizer, ["Describe a walk in the park."], config,
+                    sampling=Sampling(max_new_tokens=_SMOKE_TEST_TOKENS, min_new_tokens=_SMOKE_TEST_TOKENS,
+                                      batch_size=1))
     seconds = time.perf_counter() - start
     rate = gens[0].n_tokens / seconds if seconds > 0 else None
     checks.append(Check("generation", "ok", f"{gens[0].n_tokens} tokens in {seconds:.1f} s "

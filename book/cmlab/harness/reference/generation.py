@@ -35,16 +35,16 @@ class RunContext:
 
     def _gates(self) -> dict[float, Any]:
         """Thresholds for every budget, from one unwatermarked pilot; stored in ``gates.json``."""
-        from chainmark.embed import pilot_signal
+        from chainmark.embed import Sampling, pilot_signal
         p, file = self.protocol, self.root / "gates.json"
         exact = {r: Gate.calibrate("high_entropy", r, []) for r in p.rhos if r in (0.0, 1.0)}  # tau = -inf/+inf
         if file.exists():
             stored = json.loads(file.read_text("utf-8"))
             return {**exact, **{float(r): Gate(stored["kind"], float(t)) for r, t in stored["tau"].items()}}
         pilot = [q for _, _, q in prompt_grid(p.pilot_per_domain, p.domains)]
-        signal = pilot_signal(self.model, self.tokenizer, pilot, "high_entropy", max_new_tokens=p.pilot_tokens,
-                              batch_size=len(pilot), seed=p.seed + p.pilot_seed_offset,
-                              temperature=p.temperature)
+        signal = pilot_signal(self.model, self.tokenizer, pilot, "high_entropy",
+                              sampling=Sampling(max_new_tokens=p.pilot_tokens, batch_size=len(pilot),
+                                                seed=p.seed + p.pilot_seed_offset, temperature=p.temperature))
         gates = {r: Gate.calibrate("high_entropy", r, signal) for r in p.rhos if r not in exact}
         atomic_write(file, json.dumps({"kind": "high_entropy", "pilot_prompts": len(pilot),
                                         "pilot_tokens": p.pilot_tokens,
