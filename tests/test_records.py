@@ -355,25 +355,24 @@ def test_generate_resumable_resumes_to_the_uninterrupted_result(model_and_tokeni
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
     gate = Gate("high_entropy", 1.5)  # a fixed threshold: sampled and forced steps both occur
-    kw = dict(max_new_tokens=10, min_new_tokens=10)
-    direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2), **kw)
+    how = Sampling(max_new_tokens=10, min_new_tokens=10, batch_size=2)
+    direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, sampling=how)
     assert any(not f for g in direct for f in g.forced), "no sampled step: the seeds would go untested"
 
     folder = tmp_path / "gen"
-    first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
-                                 control=RunControl(stop_after=1, progress=False), **kw)
+    first = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=how,
+                                 control=RunControl(stop_after=1, progress=False))
     assert [g.prompt for g in first] == RESUME_PROMPTS[:2]
     with open(folder / RS.RECORDS_FILE, "a") as fh:  # a crash in the middle of the next line
         fh.write('{"index": 2, "prompt": "Wha')
-    resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
-                                   control=RunControl(progress=False),
-                                   **kw)
+    resumed = R.generate_resumable(folder, model, tok, RESUME_PROMPTS, cfg, gate, sampling=how,
+                                   control=RunControl(progress=False))
     assert _same(resumed, direct)
     indices = [r["index"] for r in RS.read_records(folder)]
     assert sorted(indices) == list(range(len(RESUME_PROMPTS))) and len(set(indices)) == len(indices)
     # a finished run is read back without generating again, NaN-free floats intact
-    again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, sampling=Sampling(batch_size=2),
-                                 control=RunControl(progress=False), **kw)
+    again = R.generate_resumable(folder, None, tok, RESUME_PROMPTS, cfg, gate, sampling=how,
+                                 control=RunControl(progress=False))
     assert _same(again, direct)
     assert np.allclose(again[0].entropy, direct[0].entropy, equal_nan=True)
     blob = b"".join(p.read_bytes() for p in folder.iterdir())
@@ -410,10 +409,10 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
     gate = Gate("high_entropy", 1.5)
-    kw = dict(max_new_tokens=6, min_new_tokens=6, batch_size=2)
-    direct = generate(model, tok, RESUME_PROMPTS[:3], cfg, gate, **kw)
+    how = Sampling(max_new_tokens=6, min_new_tokens=6, batch_size=2)
+    direct = generate(model, tok, RESUME_PROMPTS[:3], cfg, gate, sampling=how)
     first = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path,
-                            control=RunControl(progress=False), **kw)
+                            control=RunControl(progress=False), sampling=how)
     assert _same(first, direct)  # the texts one generate call makes
 
     def no_generation(*args, **kwargs):
@@ -421,17 +420,17 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
 
     monkeypatch.setattr(R, "generate", no_generation)
     again = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path,
-                            control=RunControl(progress=False), **kw)
+                            control=RunControl(progress=False), sampling=how)
     assert _same(again, direct)  # read back, not generated
     assert len(list((tmp_path / R.SHARED_DIR).iterdir())) == 1
     # anything that changes the texts asks for another folder (and so generates)
     for other in (dict(config=ChainMarkConfig(KEY[::-1], S=5, gate="high_entropy", rho=0.5)),
-                  dict(gate=Gate("high_entropy", 1.0)), dict(max_new_tokens=7), dict(seed=11),
-                  dict(prompts=RESUME_PROMPTS[1:4])):
-        args = {"config": cfg, "gate": gate, "prompts": RESUME_PROMPTS[:3], **kw, **other}
+                  dict(gate=Gate("high_entropy", 1.0)), dict(sampling=dataclasses.replace(how, max_new_tokens=7)),
+                  dict(sampling=dataclasses.replace(how, seed=11)), dict(prompts=RESUME_PROMPTS[1:4])):
+        args = {"config": cfg, "gate": gate, "prompts": RESUME_PROMPTS[:3], "sampling": how, **other}
         with pytest.raises(AssertionError, match="generated again"):
             R.generate_once(model, tok, runs_dir=tmp_path, control=RunControl(progress=False), **args)
-    with pytest.raises(TypeError, match="extra_processors"):
+    with pytest.raises(TypeError, match="extra_processors"):  # code, not settings: no folder can name it
         R.generate_once(model, tok, RESUME_PROMPTS[:1], extra_processors=[], runs_dir=tmp_path)
     with pytest.raises(TypeError, match="sequence of strings"):
         R.generate_once(model, tok, "one prompt", runs_dir=tmp_path)
