@@ -12,5 +12,5 @@ from ..exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "keyfiles", "keysets", "rates", "regime", "repetition",
-           "segments", "stream", "tokenizer")
+           "segments", "stream", "tokenizer", "transit")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)

@@ -15,6 +15,7 @@ from . import repetition as repetition
 from . import segments as segments
 from . import stream as stream
 from . import tokenizer as tokenizer
+from . import transit as transit
 from .anytime import (
     AnytimeDetector as AnytimeDetector,
     AnytimeResult as AnytimeResult,
@@ -115,6 +116,10 @@ from .tokenizer import (
     default_model_name as default_model_name,
     load_tokenizer as load_tokenizer,
 )
+from .transit import (
+    AS_GIVEN as AS_GIVEN,
+    TextPreparation as TextPreparation,
+)
 
 MODULES: tuple[str, ...]
-__all__ = ["AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TextNull", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_document", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "write_key_file"]
+__all__ = ["AS_GIVEN", "AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TextNull", "TextPreparation", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_document", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "write_key_file"]

@@ -74,7 +74,7 @@ def _tokenizer(settings: Regime) -> Any:
 def _prepare_batch(batch: Batch, settings: Regime) -> tuple[list[tuple[str, str]], dict[int, np.ndarray]]:
     """A batch read and tokenized: its documents, and the token ids of those short enough to tokenize whole.
     The tokenizers library releases the GIL, so the next batch can be prepared in a thread meanwhile."""
-    docs = read_batch(batch)
+    docs = [(doc_id, settings.text_preparation.apply(text)) for doc_id, text in read_batch(batch)]
     short = [i for i, (_, text) in enumerate(docs) if len(text) <= PIECE_CHARS]
     encoded = ids_batch(_tokenizer(settings), [docs[i][1] for i in short])
     return docs, {i: np.asarray(ids, dtype=np.int64) for i, ids in zip(short, encoded)}

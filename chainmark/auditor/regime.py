@@ -23,6 +23,7 @@ from ..limits import MAX_STATES
 from ..partition import key_bytes
 from ..topology import TOPOLOGY_K, Topology, resolve_topology
 from ..verdict import Verdict, decide
+from .transit import AS_GIVEN, TextPreparation
 
 #: Format tag of the published regime document.
 _REGIME_FORMAT = "chainmark-regime/1"
@@ -121,6 +122,9 @@ _REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
     "guarantee": (_is_text, "a string (what the test's alpha promises)"),
+    "text_preparation": (lambda v: not TextPreparation.document_problems(v),
+                         'a JSON object {"unicode": "NFC", "NFD", "NFKC", "NFKD" or null, "newlines": "lf" or "keep", '
+                         '"html_entities": true or false} (what the auditor does to a text before tokenizing it)'),
     "digest": (lambda v: isinstance(v, str) and len(v) == 64, "a 64-digit hexadecimal SHA-256"),
 }
 
@@ -142,7 +146,9 @@ def _regime_problems(doc: Any) -> list[str]:
     problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
     for name, value in doc.items():
         accepts, wanted = _REGIME_FIELDS.get(name, (None, ""))
-        if accepts is not None and not accepts(value):
+        if name == "text_preparation":  # its own messages name the field inside it that is wrong
+            problems += TextPreparation.document_problems(value)
+        elif accepts is not None and not accepts(value):
             problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
     if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
         problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
@@ -257,9 +263,10 @@ def published_regime_problems(doc: Any) -> list[str]:
 
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
 _OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint",
-             "vocab_size", "n_min", "rho", "gate", "recalibration")
+             "vocab_size", "n_min", "rho", "gate", "recalibration", "text_preparation")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
-_OPTIONS = ("S", "topology", "alpha", "threshold", "test", "n_min", "tokenizer", "tokenizer_revision")
+_OPTIONS = ("S", "topology", "alpha", "threshold", "test", "n_min", "tokenizer", "tokenizer_revision",
+            "text_preparation")
 
 
 class RegimeError(ValueError):
@@ -273,7 +280,9 @@ class Regime:
     The defaults are the detector's: S = 5, clockwork, alpha = 0.01, no threshold (flag when p < alpha), no
     length floor. With a ``threshold`` on z a text is flagged when z exceeds it. ``n_min`` is the shortest text
     (in tokens) judged at all; ``tokenizer`` None means the embedded model's. The key appears only as its
-    fingerprint.
+    fingerprint. ``text_preparation`` is what the auditor does to a text before tokenizing it
+    (:class:`~chainmark.auditor.transit.TextPreparation`: NFC and LF line endings unless the regime says
+    otherwise; a published document that names none means the text as given).
     """
 
     S: int = 5
@@ -292,12 +301,16 @@ class Regime:
     test: str | None = None
     key_audit: dict[str, Any] | None = field(default=None, hash=False)
     trades_fpr_for_power: bool | None = None
+    text_preparation: TextPreparation = TextPreparation()
 
     def __post_init__(self) -> None:
         problems = [f'"{name}" must be {wanted}, got {_shown(getattr(self, name))}'
                     for name, (accepts, wanted) in _REGIME_FIELDS.items()
-                    if name in _FIELD_NAMES and name != "n_min" and getattr(self, name) is not None
-                    and not accepts(getattr(self, name))]
+                    if name in _FIELD_NAMES and name not in ("n_min", "text_preparation")
+                    and getattr(self, name) is not None and not accepts(getattr(self, name))]
+        if not isinstance(self.text_preparation, TextPreparation):
+            problems.append(f'"text_preparation" must be a chainmark.auditor.TextPreparation, got '
+                            f'{type(self.text_preparation).__name__}')
         if self.n_min is not None and not _is_int(self.n_min, 0):
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
         if self.test == "exact" and self.threshold is not None:
@@ -419,6 +432,8 @@ class Regime:
         if problems:
             raise RegimeError("; ".join(problems))
         settings = {name: doc[name] for name in _FIELD_NAMES if doc.get(name) is not None}
+        settings["text_preparation"] = (TextPreparation.from_document(doc["text_preparation"])
+                                        if "text_preparation" in doc else AS_GIVEN)  # older documents: as given
         if _document_test(doc) is not None:
             settings["test"] = _document_test(doc)
         return cls(**settings)
@@ -450,6 +465,7 @@ class Regime:
             "guarantee": _GUARANTEES[self.effective_test],
         }
         doc.update({name: getattr(self, name) for name in _OPTIONAL if getattr(self, name) is not None})
+        doc["text_preparation"] = self.text_preparation.to_document()
         for name in ("recalibration", "key_audit"):
             if doc.get(name) is not None:
                 doc[name] = json.loads(json.dumps(doc[name]))  # a copy the caller cannot change

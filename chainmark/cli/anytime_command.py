@@ -122,8 +122,9 @@ def anytime_reports(args: argparse.Namespace, key: bytes, regime: Regime, topo: 
     rows = []
     for path in args.inputs:
         label = "<stdin>" if path == "-" else files[path].label
-        chunks = (_stdin_chunks(sys.stdin, args.encoding, args.max_bytes) if path == "-"
-                  else iter(files[path].chunks(args.max_bytes)))
+        chunks = regime.text_preparation.apply_chunks(
+            _stdin_chunks(sys.stdin, args.encoding, args.max_bytes) if path == "-"
+            else iter(files[path].chunks(args.max_bytes)))
         detector = _score(label, chunks, tokenizer, AnytimeDetector(config, regime.alpha, vocab_size=len(tokenizer)),
                           args.keep_reading, args.encoding)
         if detector.n_scored == 0:

@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..limits import MAX_STATES
-from .common import EXIT_OK, UsageError, finite_float, float_in, int_at_least, int_in, warn
+from .common import EXIT_OK, UsageError, add_text_preparation, finite_float, float_in, int_at_least, int_in, warn
 from .inputs import detect_regime, load_key, load_regime, load_tokenizer, regime_topology
 
 __all__ = ["add_commands"]
@@ -54,6 +54,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     au.add_argument("--tokenizer", metavar="NAME", help="Hub id or local folder (default: the regime's, else "
                     "$CHAINMARK_MODEL's, else the embedded model's)")
     au.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer")
+    add_text_preparation(au)
     au.add_argument("--text-field", default="text", metavar="NAME", help="the field or column holding the text "
                     "(default: text)")
     au.add_argument("--id-field", metavar="NAME", help="the field or column holding the document id (default: the "

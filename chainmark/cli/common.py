@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 __all__ = ["EXIT_DETECTED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "MAX_INPUT_BYTES_LIMIT",
-           "UsageError", "create_file", "fail", "finite_float", "float_in", "int_at_least", "int_in", "out_path",
-           "warn"]
+           "UsageError", "add_text_preparation", "create_file", "fail", "finite_float", "float_in", "int_at_least",
+           "int_in", "out_path", "warn"]
 
 EXIT_OK = 0
 EXIT_DETECTED = 1
@@ -82,6 +82,26 @@ def finite_float() -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         return value
     return parse
+
+
+def _text_preparation(text: str) -> object:
+    """A ``--text-preparation`` spelling, parsed (:meth:`chainmark.auditor.transit.TextPreparation.parse`)."""
+    from ..auditor.transit import TextPreparation
+
+    try:
+        return TextPreparation.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_text_preparation(parser: argparse.ArgumentParser) -> None:
+    """The ``--text-preparation`` option of the commands that tokenize text under a regime."""
+    parser.add_argument("--text-preparation", type=_text_preparation, metavar="STEPS",
+                        help="what is done to each text before it is tokenized, undoing what text picks up on its "
+                             "way to the auditor: 'none', or a comma-separated list of a Unicode normal form (nfc, "
+                             "nfd, nfkc, nfkd), lf (CRLF and lone CR become LF) and html (decode HTML entities). "
+                             "Default: the regime's; without a regime nfc,lf; a regime file that names none: none. "
+                             "Character offsets count characters of the prepared text")
 
 
 def _float(text: str) -> float:

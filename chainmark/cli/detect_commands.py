@@ -10,8 +10,8 @@ from typing import Any, Iterable
 
 from ..auditor.regime import Regime
 from ..limits import DEFAULT_MAX_INPUT_BYTES, DEFAULT_MAX_TEXT_BYTES, MAX_STATES
-from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, finite_float, float_in, int_at_least,
-                     int_in, warn)
+from .common import (EXIT_DETECTED, EXIT_OK, MAX_INPUT_BYTES_LIMIT, UsageError, add_text_preparation, finite_float,
+                     float_in, int_at_least, int_in, warn)
 from .inputs import (TextInput, detect_regime, load_key, load_regime, load_tokenizer, read_certificate, read_input,
                      read_inputs, regime_topology, tokenizer_label)
 
@@ -161,6 +161,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    "'too short' instead of deciding (default: the regime's n_min, else 0)")
     d.add_argument("--encoding", default="utf-8", help="text encoding of the inputs, standard input "
                    "included (default utf-8)")
+    add_text_preparation(d)
     d.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_TEXT_BYTES, metavar="N",
                    help=f"refuse an input larger than N bytes (default {DEFAULT_MAX_TEXT_BYTES}, 1 GiB: a safety "
                         "limit; texts are scored in pieces, so memory stays flat whatever their size)")
@@ -280,7 +281,8 @@ def _cmd_detect(args: argparse.Namespace) -> int:
                                         regime.operating_threshold, regime.alpha, topo.p0)
         rows.append({"file": item.label, **res.to_dict("audit", regime=regime), "repeated_pair_share": round(share, 6),
                      "text_null_fpr": rate, "text_null_variance_ratio": None if null is None else null.variance_ratio,
-                     "z_text_null": None if null is None else null.z_standardised(res.n_hits)})
+                     "z_text_null": None if null is None else null.z_standardised(res.n_hits),
+                     "text_preparation": str(regime.text_preparation)})
         if note:
             warn(f"{_printable(item.label)}: {note}")
     return _emit(args, rows, lambda: _detect_table(rows, regime))
@@ -307,7 +309,7 @@ def _detect_over_keys(args: argparse.Namespace, regime: Regime) -> int:
     regime.check_tokenizer(tokenizer)
     rows = []
     for item in texts:
-        ids, _ = _ids_and_offsets(tokenizer, _whole_text(item, args.max_bytes))
+        ids, _ = _ids_and_offsets(tokenizer, regime.text_preparation.apply(_whole_text(item, args.max_bytes)))
         v = detect_over_keys(ids, configs, regime.alpha, test=regime.effective_test)
         rows.append({"file": item.label, **v.to_dict(), "tokenizer": tokenizer_label(regime.tokenizer)})
     return _emit(args, rows, lambda: _key_set_table(rows))
@@ -355,7 +357,7 @@ def _report_segments(args: argparse.Namespace, texts: list[TextInput], tokenizer
     config = regime.config(key)
     reports = []
     for item in texts:
-        ids, offsets = _ids_and_offsets(tokenizer, _whole_text(item, args.max_bytes))
+        ids, offsets = _ids_and_offsets(tokenizer, regime.text_preparation.apply(_whole_text(item, args.max_bytes)))
         res = detect_segments(ids, config, alpha=regime.alpha, draws=args.draws, seed=args.seed, offsets=offsets)
         reports.append({"file": item.label, **res.to_dict(), "S": topo.S, "k": topo.k, "topology": topo.name,
                         "tokenizer": tokenizer_label(regime.tokenizer), "key_fingerprint": regime.key_fingerprint,
@@ -415,7 +417,7 @@ def _score_input(item: TextInput, tokenizer: Any, key: bytes, regime: Regime, to
     from ..auditor.stream import UncuttableText, stream_text
 
     try:
-        return stream_text(item.chunks(max_bytes), tokenizer, regime.config(key),
+        return stream_text(regime.text_preparation.apply_chunks(item.chunks(max_bytes)), tokenizer, regime.config(key),
                            alpha=regime.alpha, test=regime.effective_test,
                            count_pairs=regime.effective_test != "exact")
     except UncuttableText as exc:
@@ -448,7 +450,8 @@ def _detect_table(rows: list[dict[str, Any]], regime: Regime) -> str:
         f"ChainMark audit: S={topo.S} {topo.name} (k={topo.k}, p0={topo.p0:.3g}), alpha={regime.alpha:g}, "
         + ("exact binomial test on a spanning forest, p < alpha" if regime.exact else
            f"threshold z > {regime.threshold:.3f}{', distinct pairs' if regime.distinct_pairs else ''}"),
-        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {regime.key_fingerprint}",
+        f"tokenizer {rows[0]['tokenizer']}, key fingerprint {regime.key_fingerprint}, text prepared: "
+        f"{regime.text_preparation}",
         line(head), line(["-" * w for w in widths]), *(line(b) for b in body),
         f"{detected} of {len(rows)} input(s) detected as watermarked",
     ]

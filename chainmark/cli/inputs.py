@@ -247,7 +247,8 @@ def detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> 
         test = "exact"
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
                           test=test, n_min=args.min_tokens, tokenizer=args.tokenizer,
-                          tokenizer_revision=args.tokenizer_revision)
+                          tokenizer_revision=args.tokenizer_revision,
+                          text_preparation=getattr(args, "text_preparation", None))
 
 
 def regime_topology(regime: Regime) -> Any:

@@ -8,5 +8,5 @@ from chainmark.exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
 MODULES = ("attacks", "adversary", "rewrites", "baselines", "fpr_recipes", "lrdetect", "quality", "anytime_peer",
-           "segments_peer", "stealing", "model_check", "context_keyed")
+           "segments_peer", "stealing", "model_check", "context_keyed", "transit")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)

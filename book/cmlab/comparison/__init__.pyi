@@ -13,6 +13,7 @@ from . import quality as quality
 from . import rewrites as rewrites
 from . import segments_peer as segments_peer
 from . import stealing as stealing
+from . import transit as transit
 from .adversary import (
     blind_substitution as blind_substitution,
     keyed_forge as keyed_forge,
@@ -115,6 +116,10 @@ from .stealing import (
     scrub_path as scrub_path,
     steal as steal,
 )
+from .transit import (
+    TRANSIT as TRANSIT,
+    transit_table as transit_table,
+)
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "translator_or_fallback"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TRANSIT", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "transit_table", "translator_or_fallback"]
