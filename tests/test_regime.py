@@ -15,6 +15,7 @@ import pytest
 from chainmark.calibrate import z_alpha
 from chainmark.detection import detect
 from chainmark.keys import key_fingerprint
+from chainmark.auditor.transit import AS_GIVEN
 from chainmark.auditor.regime import (_REGIME_FORMAT, Regime, RegimeError, published_regime_problems, _regime_digest,
                                       regime_document, _regime_problems, tokenizer_fingerprint)
 from chainmark.topology import TOPOLOGY_K
@@ -63,7 +64,7 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
     assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)
     assert list(doc) == ["format", "scheme", "S", "topology", "k", "p0", "alpha", "z_alpha", "threshold",
                          "distinct_pairs", "tokenizer", "key_fingerprint", "guarantee", "tokenizer_fingerprint",
-                         "vocab_size", "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
+                         "vocab_size", "text_preparation", "digest"]  # without a tokenizer object, the named (here: embedded) one is loaded
     # the document says what its test's alpha promises, and a reader cannot make it promise more
     exact_promise = regime_document(KEY, Regime(S=5, alpha=0.01, test="exact"), _Vocab())["guarantee"]
     assert "normal approximation" in doc["guarantee"] and doc["guarantee"] != exact_promise
@@ -78,9 +79,10 @@ def test_a_regime_without_a_threshold_publishes_z_alpha():
 
 
 def test_older_and_sparser_documents_still_read():
-    """Fields a document leaves out, or sets to null, take the defaults; derived ones are recomputed."""
+    """Fields a document leaves out, or sets to null, take the defaults (the text preparation: none, as such a
+    document was audited before the field existed); derived ones are recomputed."""
     regime = Regime.from_document({"format": _REGIME_FORMAT, "S": 4, "threshold": None, "tokenizer": None})
-    assert regime == Regime(S=4)
+    assert regime == Regime(S=4, text_preparation=AS_GIVEN)  # written before the field: texts as given
     assert (regime.topology, regime.alpha, regime.threshold, regime.n_min, regime.topo.k) == \
            ("clockwork", 0.01, None, None, 1)
     assert regime.topo.p0 == 0.25 and regime.operating_threshold == z_alpha(0.01)

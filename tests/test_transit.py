@@ -19,7 +19,7 @@ from chainmark.auditor.corpus import read_audit, run_audit
 from chainmark.auditor.corpus_input import CorpusReading
 from chainmark.auditor.keyfiles import write_key_file
 from chainmark.auditor.regime import Regime, RegimeError, _regime_digest, published_regime_problems, regime_document
-from cmlab.comparison.transit import TRANSIT, transit_table
+from cmlab.comparison.transit import _TRANSIT as TRANSIT, transit_table
 from cmlab.harness import reference
 
 #: Characters that meet at piece boundaries in the hard ways: CR before LF, combining marks after their base,
@@ -117,11 +117,12 @@ def test_the_published_regime_carries_the_preparation_and_an_older_one_means_as_
     older = {k: v for k, v in doc.items() if k != "text_preparation"}
     assert Regime.from_document(older).text_preparation == AS_GIVEN
     assert Regime().text_preparation == TextPreparation()  # no document: the default
-    broken = {**doc, "text_preparation": {"unicode": "NFC", "newlines": "crlf"}}
-    with pytest.raises(RegimeError, match='lacks "html_entities".*"newlines" must be "lf" or "keep"'):
-        Regime.from_document(broken)
+    for broken, words in (({"unicode": "NFC", "newlines": "lf"}, 'exactly "unicode", "newlines" and "html_entities"'),
+                          ({"unicode": "NFC", "newlines": "crlf", "html_entities": False}, "newlines must be 'lf'")):
+        with pytest.raises(RegimeError, match=f'"text_preparation" must be a JSON object.*{words}'):
+            Regime.from_document({**doc, "text_preparation": broken})
     assert Regime.resolve(doc, text_preparation=AS_GIVEN).text_preparation == AS_GIVEN  # the option wins
-    with pytest.raises(RegimeError, match="must be a chainmark.auditor.TextPreparation"):
+    with pytest.raises(RegimeError, match="must be a TextPreparation"):
         Regime(text_preparation="nfc,lf")
 
 

@@ -31,6 +31,17 @@ LAZY_PACKAGES = (
 )
 
 
+def _packed(items: list[str], width: int = 116) -> list[str]:
+    """``items`` as indented lines of at most ``width`` characters, whole items to a line (a stub stays short)."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+        else:
+            lines.append("    " + item)
+    return lines
+
+
 def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[str, ...] | None) -> str:
     """The stub of one lazy package: its subpackages and modules, then every exported name from its module."""
     from chainmark.exports import exported_names
@@ -50,9 +61,8 @@ def stub_text(package: str, modules_attr: str | None, subpackages: str | tuple[s
     for name, module in names.items():
         by_module.setdefault(module, []).append(name)
     for module in sorted(by_module):
-        lines.append(f"from .{module} import (")
-        lines += [f"    {name} as {name}," for name in sorted(by_module[module])]
-        lines.append(")")
+        lines += [f"from .{module} import (", *_packed([f"{name} as {name}," for name in sorted(by_module[module])]),
+                  ")"]
     lines.append("")
     for const in ("__version__",):
         if hasattr(pkg, const):

@@ -17,108 +17,61 @@ from . import stream as stream
 from . import tokenizer as tokenizer
 from . import transit as transit
 from .anytime import (
-    AnytimeDetector as AnytimeDetector,
-    AnytimeResult as AnytimeResult,
-    BetGrid as BetGrid,
-    anytime_detect as anytime_detect,
-    bet_grid as bet_grid,
+    AnytimeDetector as AnytimeDetector, AnytimeResult as AnytimeResult, BetGrid as BetGrid,
+    anytime_detect as anytime_detect, bet_grid as bet_grid,
 )
 from .corpus import (
-    AuditExecution as AuditExecution,
-    AuditSummary as AuditSummary,
-    parts_folder as parts_folder,
-    read_audit as read_audit,
-    run_audit as run_audit,
-    score_many as score_many,
+    AuditExecution as AuditExecution, AuditSummary as AuditSummary, parts_folder as parts_folder,
+    read_audit as read_audit, run_audit as run_audit, score_many as score_many,
 )
 from .corpus_input import (
-    AuditError as AuditError,
-    Batch as Batch,
-    CorpusReading as CorpusReading,
-    corpus_batches as corpus_batches,
-    pyarrow_parquet as pyarrow_parquet,
-    read_batch as read_batch,
+    AuditError as AuditError, Batch as Batch, CorpusReading as CorpusReading, corpus_batches as corpus_batches,
+    pyarrow_parquet as pyarrow_parquet, read_batch as read_batch,
 )
 from .keyaudit import (
-    CertificationTarget as CertificationTarget,
-    KeySelection as KeySelection,
-    audit_key as audit_key,
-    certificate_problems as certificate_problems,
-    certify as certify,
-    format_audit as format_audit,
-    fpr_across_keys as fpr_across_keys,
-    read_certificate as read_certificate,
-    recheck_certificate as recheck_certificate,
-    seal as seal,
+    CertificationTarget as CertificationTarget, KeySelection as KeySelection, audit_key as audit_key,
+    certificate_problems as certificate_problems, certify as certify, format_audit as format_audit,
+    fpr_across_keys as fpr_across_keys, read_certificate as read_certificate,
+    recheck_certificate as recheck_certificate, seal as seal,
 )
 from .keyfiles import (
-    KEY_FILE_ENV as KEY_FILE_ENV,
-    book_key as book_key,
-    book_key_source as book_key_source,
-    key_file_is_private as key_file_is_private,
-    load_key as load_key,
-    read_key_file as read_key_file,
-    teaching_key as teaching_key,
-    write_key_file as write_key_file,
+    KEY_FILE_ENV as KEY_FILE_ENV, book_key as book_key, book_key_source as book_key_source,
+    key_file_is_private as key_file_is_private, load_key as load_key, read_key_file as read_key_file,
+    teaching_key as teaching_key, write_key_file as write_key_file,
 )
 from .keysets import (
-    KeySetVerdict as KeySetVerdict,
-    detect_over_keys as detect_over_keys,
+    KeySetVerdict as KeySetVerdict, detect_over_keys as detect_over_keys,
 )
 from .rates import (
-    RateEstimate as RateEstimate,
-    clopper_pearson as clopper_pearson,
-    clopper_pearson_lower as clopper_pearson_lower,
-    clopper_pearson_upper as clopper_pearson_upper,
-    rate_estimate as rate_estimate,
-    trials_to_bound as trials_to_bound,
+    RateEstimate as RateEstimate, clopper_pearson as clopper_pearson,
+    clopper_pearson_lower as clopper_pearson_lower, clopper_pearson_upper as clopper_pearson_upper,
+    rate_estimate as rate_estimate, trials_to_bound as trials_to_bound,
 )
 from .regime import (
-    Regime as Regime,
-    RegimeError as RegimeError,
-    parse_regime_text as parse_regime_text,
-    published_regime_problems as published_regime_problems,
-    regime_document as regime_document,
+    Regime as Regime, RegimeError as RegimeError, parse_regime_text as parse_regime_text,
+    published_regime_problems as published_regime_problems, regime_document as regime_document,
     tokenizer_fingerprint as tokenizer_fingerprint,
 )
 from .repetition import (
-    TextNull as TextNull,
-    null_fpr as null_fpr,
-    pair_counts as pair_counts,
-    pair_null as pair_null,
-    repetition_warning as repetition_warning,
-    text_null as text_null,
+    TextNull as TextNull, null_fpr as null_fpr, pair_counts as pair_counts, pair_null as pair_null,
+    repetition_warning as repetition_warning, text_null as text_null,
 )
 from .segments import (
-    Segment as Segment,
-    SegmentsResult as SegmentsResult,
-    detect_segments as detect_segments,
-    scan_maximum as scan_maximum,
-    window_lengths as window_lengths,
+    Segment as Segment, SegmentsResult as SegmentsResult, detect_segments as detect_segments,
+    scan_maximum as scan_maximum, window_lengths as window_lengths,
 )
 from .stream import (
-    PIECE_CHARS as PIECE_CHARS,
-    StreamingDetector as StreamingDetector,
-    UncuttableText as UncuttableText,
-    decoded_chunks as decoded_chunks,
-    detect_text_stream as detect_text_stream,
-    ids_and_offsets as ids_and_offsets,
-    ids_batch as ids_batch,
-    stream_text as stream_text,
-    text_pieces as text_pieces,
+    PIECE_CHARS as PIECE_CHARS, StreamingDetector as StreamingDetector, UncuttableText as UncuttableText,
+    decoded_chunks as decoded_chunks, detect_text_stream as detect_text_stream, ids_and_offsets as ids_and_offsets,
+    ids_batch as ids_batch, stream_text as stream_text, text_pieces as text_pieces,
 )
 from .tokenizer import (
-    AuditTokenizer as AuditTokenizer,
-    DEFAULT_MODEL as DEFAULT_MODEL,
-    EMBEDDED_TOKENIZER as EMBEDDED_TOKENIZER,
-    MODEL_ENV as MODEL_ENV,
-    TokenizerLoadError as TokenizerLoadError,
-    default_model_name as default_model_name,
+    AuditTokenizer as AuditTokenizer, DEFAULT_MODEL as DEFAULT_MODEL, EMBEDDED_TOKENIZER as EMBEDDED_TOKENIZER,
+    MODEL_ENV as MODEL_ENV, TokenizerLoadError as TokenizerLoadError, default_model_name as default_model_name,
     load_tokenizer as load_tokenizer,
 )
 from .transit import (
-    AS_GIVEN as AS_GIVEN,
-    TextPreparation as TextPreparation,
+    AS_GIVEN as AS_GIVEN, TextPreparation as TextPreparation,
 )
 
 MODULES: tuple[str, ...]

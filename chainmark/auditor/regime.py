@@ -122,11 +122,19 @@ _REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
     "guarantee": (_is_text, "a string (what the test's alpha promises)"),
-    "text_preparation": (lambda v: not TextPreparation.document_problems(v),
-                         'a JSON object {"unicode": "NFC", "NFD", "NFKC", "NFKD" or null, "newlines": "lf" or "keep", '
-                         '"html_entities": true or false} (what the auditor does to a text before tokenizing it)'),
+    "text_preparation": (lambda v: _preparation_problem(v) is None, 'a JSON object {"unicode": "NFC", "NFD", "NFKC", '
+                         '"NFKD" or null, "newlines": "lf" or "keep", "html_entities": true or false}'),
     "digest": (lambda v: isinstance(v, str) and len(v) == 64, "a 64-digit hexadecimal SHA-256"),
 }
+
+
+def _preparation_problem(value: Any) -> str | None:
+    """What is wrong with a document's ``"text_preparation"`` object, None when nothing is."""
+    try:
+        TextPreparation.from_document(value)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def _shown(value: Any) -> str:
@@ -146,10 +154,9 @@ def _regime_problems(doc: Any) -> list[str]:
     problems = [f"unknown field(s) {', '.join(map(repr, unknown))}"] if unknown else []
     for name, value in doc.items():
         accepts, wanted = _REGIME_FIELDS.get(name, (None, ""))
-        if name == "text_preparation":  # its own messages name the field inside it that is wrong
-            problems += TextPreparation.document_problems(value)
-        elif accepts is not None and not accepts(value):
-            problems.append(f'"{name}" must be {wanted}, got {_shown(value)}')
+        if accepts is not None and not accepts(value):
+            problems.append(f'"{name}" must be {wanted}, got {_shown(value)}'
+                            + (f" ({_preparation_problem(value)})" if name == "text_preparation" else ""))
     if doc.get("topology") in TOPOLOGY_K and _is_int(doc.get("k"), 1) and doc["k"] != TOPOLOGY_K[doc["topology"]]:
         problems.append(f'"k" is {doc["k"]}, but the {doc["topology"]} topology has k = {TOPOLOGY_K[doc["topology"]]}')
     test, distinct = doc.get("test"), doc.get("distinct_pairs")
@@ -309,8 +316,7 @@ class Regime:
                     if name in _FIELD_NAMES and name not in ("n_min", "text_preparation")
                     and getattr(self, name) is not None and not accepts(getattr(self, name))]
         if not isinstance(self.text_preparation, TextPreparation):
-            problems.append(f'"text_preparation" must be a chainmark.auditor.TextPreparation, got '
-                            f'{type(self.text_preparation).__name__}')
+            problems.append(f'"text_preparation" must be a TextPreparation, got {_shown(self.text_preparation)}')
         if self.n_min is not None and not _is_int(self.n_min, 0):
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
         if self.test == "exact" and self.threshold is not None:

@@ -84,24 +84,18 @@ def finite_float() -> Callable[[str], float]:
     return parse
 
 
-def _text_preparation(text: str) -> object:
-    """A ``--text-preparation`` spelling, parsed (:meth:`chainmark.auditor.transit.TextPreparation.parse`)."""
-    from ..auditor.transit import TextPreparation
-
-    try:
-        return TextPreparation.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_text_preparation(parser: argparse.ArgumentParser) -> None:
     """The ``--text-preparation`` option of the commands that tokenize text under a regime."""
-    parser.add_argument("--text-preparation", type=_text_preparation, metavar="STEPS",
-                        help="what is done to each text before it is tokenized, undoing what text picks up on its "
-                             "way to the auditor: 'none', or a comma-separated list of a Unicode normal form (nfc, "
-                             "nfd, nfkc, nfkd), lf (CRLF and lone CR become LF) and html (decode HTML entities). "
-                             "Default: the regime's; without a regime nfc,lf; a regime file that names none: none. "
-                             "Character offsets count characters of the prepared text")
+    from ..auditor.transit import TextPreparation
+
+    def parse(text: str) -> object:
+        try:
+            return TextPreparation.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parser.add_argument("--text-preparation", type=parse, metavar="STEPS", help="done to each text before it is "
+                        "tokenized: 'none', or a comma-separated list of a normal form (nfc, nfd, nfkc, nfkd), lf "
+                        "(CRLF and CR become LF) and html (decode entities); default: the regime's, else nfc,lf")
 
 
 def _float(text: str) -> float:

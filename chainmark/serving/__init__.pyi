@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from . import batch as batch
 from .batch import (
-    KEY_ID_ARG as KEY_ID_ARG,
-    RequestWatermarks as RequestWatermarks,
-    SERVING_ENV as SERVING_ENV,
+    KEY_ID_ARG as KEY_ID_ARG, RequestWatermarks as RequestWatermarks, SERVING_ENV as SERVING_ENV,
     ServingConfig as ServingConfig,
 )
 

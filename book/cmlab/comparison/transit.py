@@ -1,6 +1,6 @@
 """Text in transit: what happens to a reply between generation and audit, and what the auditor's preparation undoes.
 
-:data:`TRANSIT` names the everyday changes a reply meets on its way (an editor's Unicode normalisation, Windows
+``_TRANSIT`` names the everyday changes a reply meets on its way (an editor's Unicode normalisation, Windows
 line endings, a page's HTML source, a copy from a rendered page, a collapse of every whitespace run), each a plain
 function of the text. :func:`transit_table` measures, on watermarked replies, how often the auditor still sees the
 token ids the model emitted and how often it still detects the watermark, for each change and each preparation
@@ -15,10 +15,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from chainmark import ChainMarkConfig, detect, rate_estimate
+from chainmark.auditor.rates import rate_estimate
 from chainmark.auditor.transit import TextPreparation
+from chainmark.config import ChainMarkConfig
+from chainmark.detection import detect
 
-__all__ = ["TRANSIT", "transit_table"]
+__all__ = ["transit_table"]
 
 
 def _html_source(text: str) -> str:
@@ -33,7 +35,7 @@ def _web_page_copy(text: str) -> str:
 
 
 #: The changes a reply may meet between generation and audit, by name ("as generated" changes nothing).
-TRANSIT: dict[str, Callable[[str], str]] = {
+_TRANSIT: dict[str, Callable[[str], str]] = {
     "as generated": lambda text: text,
     "NFC (an editor's normalisation)": lambda text: unicodedata.normalize("NFC", text),
     "NFD (macOS file names, some editors)": lambda text: unicodedata.normalize("NFD", text),
@@ -48,7 +50,7 @@ TRANSIT: dict[str, Callable[[str], str]] = {
 def transit_table(texts: Sequence[str], tokenizer: Any, config: ChainMarkConfig,
                   preparations: Mapping[str, TextPreparation], alpha: float = 0.01, test: str = "exact",
                   transit: Mapping[str, Callable[[str], str]] | None = None) -> pd.DataFrame:
-    """For each change in ``transit`` (default :data:`TRANSIT`) and each named preparation: the share of ``texts``
+    """For each change in ``transit`` (default ``_TRANSIT``) and each named preparation: the share of ``texts``
     whose token ids come out exactly as from the text as generated, the share detected at ``alpha`` under
     ``test``, and the share lost (detected as generated, not after the change and the preparation), each with its
     95% Clopper-Pearson interval (one text per prompt: independent texts), and the mean z. The interval objects
@@ -62,7 +64,7 @@ def transit_table(texts: Sequence[str], tokenizer: Any, config: ChainMarkConfig,
         >>> list(table.columns)
         ['transit', 'preparation', 'ids as generated', 'detected', 'lost', 'mean z', 'ids_kept', 'detected_rate', 'lost_rate']
     """
-    changes = TRANSIT if transit is None else transit
+    changes = _TRANSIT if transit is None else transit
     if not texts:
         raise ValueError("texts is empty: give the watermarked replies to measure")
     if not preparations:

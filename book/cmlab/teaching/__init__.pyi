@@ -13,84 +13,46 @@ from . import talks as talks
 from . import widgets as widgets
 from . import workshop as workshop
 from .claims import (
-    ClaimFailed as ClaimFailed,
-    book_configuration as book_configuration,
-    claim as claim,
+    ClaimFailed as ClaimFailed, book_configuration as book_configuration, claim as claim,
     claims_report as claims_report,
 )
 from .colab import (
-    BANDWIDTH_SHARE as BANDWIDTH_SHARE,
-    CHAPTER_WORK as CHAPTER_WORK,
-    COLAB_GPUS as COLAB_GPUS,
-    FLOPS_SHARE as FLOPS_SHARE,
-    FORECAST_MODELS as FORECAST_MODELS,
-    ForecastModel as ForecastModel,
-    Gpu as Gpu,
-    LOAD_BYTES_PER_SECOND as LOAD_BYTES_PER_SECOND,
-    REST_FULL_FACTOR as REST_FULL_FACTOR,
-    STEP_FLOOR_SECONDS as STEP_FLOOR_SECONDS,
-    Work as Work,
-    chapter_timings as chapter_timings,
-    chapter_titles as chapter_titles,
-    colab_forecast_table as colab_forecast_table,
-    gpu_table as gpu_table,
+    BANDWIDTH_SHARE as BANDWIDTH_SHARE, CHAPTER_WORK as CHAPTER_WORK, COLAB_GPUS as COLAB_GPUS,
+    FLOPS_SHARE as FLOPS_SHARE, FORECAST_MODELS as FORECAST_MODELS, ForecastModel as ForecastModel, Gpu as Gpu,
+    LOAD_BYTES_PER_SECOND as LOAD_BYTES_PER_SECOND, REST_FULL_FACTOR as REST_FULL_FACTOR,
+    STEP_FLOOR_SECONDS as STEP_FLOOR_SECONDS, Work as Work, chapter_timings as chapter_timings,
+    chapter_titles as chapter_titles, colab_forecast_table as colab_forecast_table, gpu_table as gpu_table,
 )
 from .doctor import (
-    Check as Check,
-    estimate as estimate,
-    report as report,
-    run_checks as run_checks,
+    Check as Check, estimate as estimate, report as report, run_checks as run_checks,
 )
 from .forecast import (
-    Expectation as Expectation,
-    Step as Step,
-    duration as duration,
-    expect_generation as expect_generation,
+    Expectation as Expectation, Step as Step, duration as duration, expect_generation as expect_generation,
     step_seconds as step_seconds,
 )
 from .playground import (
-    PLAYGROUND_S as PLAYGROUND_S,
-    Playground as Playground,
-    PlaygroundError as PlaygroundError,
-    attack_bounds as attack_bounds,
-    attack_playground as attack_playground,
+    PLAYGROUND_S as PLAYGROUND_S, Playground as Playground, PlaygroundError as PlaygroundError,
+    attack_bounds as attack_bounds, attack_playground as attack_playground,
 )
 from .plots import (
-    STATE_COLOURS as STATE_COLOURS,
-    attack_style as attack_style,
-    banner as banner,
-    glue as glue,
-    set_theme as set_theme,
-    show_source as show_source,
-    show_tokens as show_tokens,
-    state_colour as state_colour,
+    STATE_COLOURS as STATE_COLOURS, attack_style as attack_style, banner as banner, glue as glue,
+    set_theme as set_theme, show_source as show_source, show_tokens as show_tokens, state_colour as state_colour,
     tokens_html as tokens_html,
 )
 from .talks import (
-    OUTLINES_FILE as OUTLINES_FILE,
-    TalkOutline as TalkOutline,
-    load_outlines as load_outlines,
+    OUTLINES_FILE as OUTLINES_FILE, TalkOutline as TalkOutline, load_outlines as load_outlines,
     outline_markdown as outline_markdown,
 )
 from .widgets import (
-    BrowserAsset as BrowserAsset,
-    LENGTHS as LENGTHS,
-    browser_block as browser_block,
-    calibration_explorer as calibration_explorer,
-    calibration_numbers as calibration_numbers,
-    embedding_explorer as embedding_explorer,
-    robustness_explorer as robustness_explorer,
+    BrowserAsset as BrowserAsset, LENGTHS as LENGTHS, browser_block as browser_block,
+    calibration_explorer as calibration_explorer, calibration_numbers as calibration_numbers,
+    embedding_explorer as embedding_explorer, robustness_explorer as robustness_explorer,
     standalone_page as standalone_page,
 )
 from .workshop import (
-    BuildCheck as BuildCheck,
-    BuildCheckFailed as BuildCheckFailed,
-    Comparison as Comparison,
-    check_build as check_build,
-    participant_edition as participant_edition,
-    same_array as same_array,
-    same_arrays as same_arrays,
-    same_values as same_values,
+    BuildCheck as BuildCheck, BuildCheckFailed as BuildCheckFailed, Comparison as Comparison,
+    check_build as check_build, participant_edition as participant_edition, same_array as same_array,
+    same_arrays as same_arrays, same_values as same_values,
 )
 
 MODULES: tuple[str, ...]

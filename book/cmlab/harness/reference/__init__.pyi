@@ -10,55 +10,29 @@ from . import read as read
 from . import store as store
 from . import verification as verification
 from .compare import (
-    VERIFY_TOLERANCE as VERIFY_TOLERANCE,
-    compare_records as compare_records,
-    tolerance_rules as tolerance_rules,
+    VERIFY_TOLERANCE as VERIFY_TOLERANCE, compare_records as compare_records, tolerance_rules as tolerance_rules,
 )
 from .generation import (
-    RunContext as RunContext,
-    regenerate_command as regenerate_command,
-    run as run,
-    status as status,
+    RunContext as RunContext, regenerate_command as regenerate_command, run as run, status as status,
 )
 from .protocol import (
-    Cell as Cell,
-    EXPERIMENTS as EXPERIMENTS,
-    MIN_REWRITE_TOKENS as MIN_REWRITE_TOKENS,
-    PROTOCOL as PROTOCOL,
-    PromptBatch as PromptBatch,
-    Protocol as Protocol,
-    REFERENCE_LABEL as REFERENCE_LABEL,
-    cells as cells,
-    reference_key as reference_key,
-    topology_for as topology_for,
+    Cell as Cell, EXPERIMENTS as EXPERIMENTS, MIN_REWRITE_TOKENS as MIN_REWRITE_TOKENS, PROTOCOL as PROTOCOL,
+    PromptBatch as PromptBatch, Protocol as Protocol, REFERENCE_LABEL as REFERENCE_LABEL, cells as cells,
+    reference_key as reference_key, topology_for as topology_for,
 )
 from .read import (
-    explorer_grid as explorer_grid,
-    load_reference as load_reference,
-    load_texts as load_texts,
+    explorer_grid as explorer_grid, load_reference as load_reference, load_texts as load_texts,
     scores_by_test as scores_by_test,
 )
 from .store import (
-    MANIFEST as MANIFEST,
-    PROVENANCE as PROVENANCE,
-    encode_shard as encode_shard,
-    environment as environment,
-    git_commit as git_commit,
-    manifest_for as manifest_for,
-    protocol_differences as protocol_differences,
-    provenance_parts as provenance_parts,
-    read_dir as read_dir,
-    read_provenance as read_provenance,
-    read_shard as read_shard,
-    reference_dir as reference_dir,
-    shard_path as shard_path,
-    utc_now as utc_now,
+    MANIFEST as MANIFEST, PROVENANCE as PROVENANCE, encode_shard as encode_shard, environment as environment,
+    git_commit as git_commit, manifest_for as manifest_for, protocol_differences as protocol_differences,
+    provenance_parts as provenance_parts, read_dir as read_dir, read_provenance as read_provenance,
+    read_shard as read_shard, reference_dir as reference_dir, shard_path as shard_path, utc_now as utc_now,
     weights_sha256 as weights_sha256,
 )
 from .verification import (
-    NoBatchWithinBound as NoBatchWithinBound,
-    ShardCheck as ShardCheck,
-    verify as verify,
+    NoBatchWithinBound as NoBatchWithinBound, ShardCheck as ShardCheck, verify as verify,
 )
 
 MODULES: tuple[str, ...]
