@@ -13,7 +13,7 @@ applies a gate to a batch of logits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,13 @@ class Gate:
     nothing, the opposite infinity gates everything, so rho = 0 and rho = 1
     are exact.
 
+    ``rho`` is the share of positions the gate was calibrated to open
+    (:meth:`calibrate` sets it; None for a gate built from a threshold alone).
+    Generation refuses a configuration whose rho differs from it, since the
+    detector's expectations (the anytime bets, the closed forms) read
+    ``config.rho``. It is not part of the gate's identity: two gates with the
+    same kind and threshold open the same positions and compare equal.
+
     >>> import numpy as np
     >>> gate = cm.Gate('high_entropy', tau=1.5)
     >>> gate.flags_from_signal(np.array([0.2, 1.5, 3.1]))
@@ -52,6 +59,7 @@ class Gate:
 
     kind: str = "high_entropy"
     tau: float = 0.0
+    rho: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_gate_kind(self.kind)
@@ -59,6 +67,8 @@ class Gate:
             raise TypeError(f"tau must be a number, got {type(self.tau).__name__}")
         if math.isnan(float(self.tau)):
             raise ValueError("tau must not be NaN")
+        if self.rho is not None:
+            object.__setattr__(self, "rho", check_rho(self.rho))
 
     def flags_from_signal(self, signal: Any) -> Any:
         """Gate flags from precomputed signals (entropies or gaps); numpy or torch."""
@@ -84,18 +94,18 @@ class Gate:
         if kind == "all":
             if rho != 1.0:
                 raise ValueError(f"the 'all' gate has rho = 1 by definition, got rho = {rho}")
-            return cls(kind, 0.0)
+            return cls(kind, 0.0, rho)
         values = np.asarray(pilot_signal, dtype=float).ravel()
         values = values[np.isfinite(values)]
         if rho in (0.0, 1.0):
             gate_none = math.inf if kind == "high_entropy" else -math.inf
-            return cls(kind, -gate_none if rho == 1.0 else gate_none)
+            return cls(kind, -gate_none if rho == 1.0 else gate_none, rho)
         if values.size == 0:
             raise ValueError("pilot_signal is empty (no finite values): calibration needs "
                              "the gate signal at the positions of a pilot run")
         if kind == "high_entropy":
-            return cls(kind, _quantile(values, 1.0 - rho))
-        return cls(kind, _quantile(values, rho))
+            return cls(kind, _quantile(values, 1.0 - rho), rho)
+        return cls(kind, _quantile(values, rho), rho)
 
     def rate(self, signal: Any) -> float:
         """Share of positions this gate opens on the given signals."""

@@ -278,6 +278,39 @@ def test_processor_rejects_bad_arguments():
         ChainMarkLogitsProcessor(cfg, Gate("high_entropy", 1.0), vocab_size=0)
 
 
+def test_a_config_whose_rho_its_gate_was_not_calibrated_for_is_refused_before_generation():
+    """A gate calibrated at one rho opens that share of positions; a config at another rho would make the detector
+    expect what generation does not do (the anytime bets, the closed forms), so the processor, and with it
+    ``generate`` (which builds it before the first batch), refuses the pair; a gate built from a threshold alone
+    states no rho and is taken as given."""
+    gate = Gate.calibrate("high_entropy", 0.25, np.linspace(0.0, 4.0, 101))
+    assert gate.rho == 0.25 and gate == Gate("high_entropy", gate.tau)  # rho is not the gate's identity
+    with pytest.raises(ValueError, match=r"calibrated to open a share rho = 0.25 .* config.rho is 0.5"):
+        ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), gate)
+    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.25), gate)
+    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), Gate("high_entropy", gate.tau))
+    assert Gate.calibrate("all", 1.0, []).rho == 1.0 and Gate.calibrate("high_entropy", 0.0, []).rho == 0.0
+    with pytest.raises(ValueError, match="rho"):
+        Gate("high_entropy", 1.0, 1.5)
+
+    class NoModel:  # generate must refuse before it touches the model
+        config = type("C", (), {"vocab_size": 64, "eos_token_id": 0})()
+        generation_config = config
+
+        def parameters(self):
+            yield torch.zeros(1)
+
+        def get_output_embeddings(self):
+            return torch.nn.Linear(4, 64, bias=False)
+
+        def __call__(self, *args, **kwargs):
+            raise AssertionError("the model was called")
+
+    with pytest.raises(ValueError, match="calibrated to open"):
+        generate(NoModel(), type("T", (), {"padding_side": "left", "eos_token_id": 0})(), ["hi"],
+                    ChainMarkConfig(KEY, rho=0.5), gate)
+
+
 def test_record_signals_and_reset():
     ids, scores = random_case(9)
     proc = ChainMarkLogitsProcessor(ChainMarkConfig(KEY, gate="all", rho=1.0), record_signals=True)

@@ -97,6 +97,8 @@ class ServingConfig:
             raise ValueError(f"unkeyed must be one of {_UNKEYED}, got {self.unkeyed!r}")
         # the parameters are checked once, here, by the configuration every reply is generated with
         ChainMarkConfig(b"\x00" * 32, self.S, self.rho, self.gate.kind, self.topology)
+        if self.gate.rho is not None and abs(self.gate.rho - self.rho) > 1e-12:
+            raise ValueError(f"the gate was calibrated for rho = {self.gate.rho:g}, the serving rho is {self.rho:g}")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ServingConfig:

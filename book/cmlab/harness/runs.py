@@ -57,11 +57,11 @@ def stored_gate(path: str | os.PathLike, calibrate: Any, name: str = "gate") -> 
     file = Path(path) / f"{name}.json"
     if file.exists():
         data = json.loads(file.read_text("utf-8"))
-        return Gate(data["kind"], float(data["tau"]))
+        return Gate(data["kind"], float(data["tau"]), data.get("rho"))  # files before rho was kept: none
     gate = calibrate()
     if not isinstance(gate, Gate):
         raise TypeError(f"calibrate() must return a chainmark.gates.Gate, got {type(gate).__name__}")
-    atomic_write_json(file, {"kind": gate.kind, "tau": float(gate.tau)})
+    atomic_write_json(file, {"kind": gate.kind, "tau": float(gate.tau), "rho": gate.rho})
     return gate
 
 

@@ -83,7 +83,7 @@ def reference_gate() -> Any:
     from cmlab.harness.reference.store import read_dir
 
     stored = json.loads((read_dir() / "gates.json").read_text("utf-8"))
-    return Gate(stored["kind"], float(stored["tau"][f"{PROTOCOL.rho:g}"]))
+    return Gate(stored["kind"], float(stored["tau"][f"{PROTOCOL.rho:g}"]), PROTOCOL.rho)
 
 
 def attacker_pool(root: str | Path | None = None, vocab_size: int = 49152, seed: Any = ATTACK_SEED) -> AttackerPool:

@@ -311,7 +311,7 @@ def _embedding_widget(grid: dict[str, Any], start: dict[str, Any], model: Any, t
 
                 S, r = S_slider.value, rho_slider.value
                 config = ChainMarkConfig(key, S=S, rho=r, gate=grid["gate"])
-                show(generate_example(model, tokenizer, config, Gate(grid["gate"], grid["taus"][str(r)]),
+                show(generate_example(model, tokenizer, config, Gate(grid["gate"], grid["taus"][str(r)], r),
                                       grid["prompts"][0], alpha=grid["alpha"],
                                       sampling=Sampling(max_new_tokens=grid["max_new_tokens"])),
                      S, "generated now")

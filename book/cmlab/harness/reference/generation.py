@@ -40,7 +40,7 @@ class RunContext:
         exact = {r: Gate.calibrate("high_entropy", r, []) for r in p.rhos if r in (0.0, 1.0)}  # tau = -inf/+inf
         if file.exists():
             stored = json.loads(file.read_text("utf-8"))
-            return {**exact, **{float(r): Gate(stored["kind"], float(t)) for r, t in stored["tau"].items()}}
+            return {**exact, **{float(r): Gate(stored["kind"], float(t), float(r)) for r, t in stored["tau"].items()}}
         pilot = [q for _, _, q in prompt_grid(p.pilot_per_domain, p.domains)]
         signal = pilot_signal(self.model, self.tokenizer, pilot, "high_entropy",
                               sampling=Sampling(max_new_tokens=p.pilot_tokens, batch_size=len(pilot),
