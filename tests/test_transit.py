@@ -197,3 +197,17 @@ def test_the_transit_table_measures_each_change_under_each_preparation(replies, 
     assert table.loc[("all whitespace collapsed", "nfc,lf"), "ids_kept"].hits < len(replies)
     with pytest.raises(ValueError, match="texts is empty"):
         transit_table([], tokenizer, config, {"none": AS_GIVEN})
+
+
+def test_chainmark_regime_publishes_the_preparation_it_is_given(capsys, tmp_path):
+    key_file = tmp_path / "deploy.key"
+    write_key_file(key_file, bytes(range(32)))
+    docs = {}
+    for steps in (None, "nfc,lf,html"):
+        code = cli.main(["regime", "--key-file", str(key_file), "--S", "5", "--alpha", "0.01"]
+                        + (["--text-preparation", steps] if steps else []))
+        assert code == 0
+        docs[steps] = json.loads(capsys.readouterr().out)
+    assert docs[None]["text_preparation"] == TextPreparation().to_document()
+    assert docs["nfc,lf,html"]["text_preparation"] == TextPreparation(html_entities=True).to_document()
+    assert Regime.from_document(docs["nfc,lf,html"]).text_preparation == TextPreparation(html_entities=True)

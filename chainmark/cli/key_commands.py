@@ -10,7 +10,8 @@ from typing import Any
 
 from ..auditor.regime import Regime, regime_document
 from ..limits import MAX_STATES
-from .common import EXIT_OK, UsageError, create_file, finite_float, float_in, int_at_least, int_in, out_path
+from .common import (EXIT_OK, UsageError, add_text_preparation, create_file, finite_float, float_in, int_at_least,
+                     int_in, out_path)
 from .inputs import load_key, load_tokenizer, read_certificate, tokenizer_label, warn_if_not_private
 
 __all__ = ["add_commands"]
@@ -51,6 +52,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer to "
                    "load and publish, so auditors load the same files")
     g.add_argument("--n-min", type=int_at_least(2), metavar="N", help="minimum text length in tokens")
+    add_text_preparation(g)
     g.add_argument("--rho", type=float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help; "
@@ -139,7 +141,8 @@ def _cmd_regime(args: argparse.Namespace) -> int:
                         tokenizer_revision=args.tokenizer_revision, rho=args.rho, gate=args.gate,
                         recalibration=args.recalibrated, test=test,
                         key_audit=read_certificate(args.certificate) if args.certificate else None,
-                        trades_fpr_for_power=True if args.trades_fpr_for_power else None)
+                        trades_fpr_for_power=True if args.trades_fpr_for_power else None,
+                        **({"text_preparation": args.text_preparation} if args.text_preparation else {}))
         doc = regime_document(key, regime, tokenizer)
     except ValueError as exc:  # the options do not fit together (soft_cycle with S = 2, another key's certificate)
         raise UsageError(str(exc)) from None
