@@ -164,9 +164,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
             raise ValueError(f"gate kind {self.gate.kind!r} does not match config.gate {config.gate!r}")
         if self.gate.rho is not None and not math.isclose(self.gate.rho, config.rho, abs_tol=1e-12):
             raise ValueError(f"the gate was calibrated to open a share rho = {self.gate.rho:g} of positions, but "
-                             f"config.rho is {config.rho:g}: calibrate the gate at the config's rho "
-                             "(calibrate_gate(model, tok, prompts, config.gate, config.rho)) or give the config "
-                             "the gate's rho")
+                             f"config.rho is {config.rho:g}: calibrate it at config.rho, or give the config its rho")
         if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
                                        or vocab_size < 1):
             raise ValueError(f"vocab_size must be a positive integer (the logits' width), got {vocab_size!r}")

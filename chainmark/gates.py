@@ -67,8 +67,7 @@ class Gate:
             raise TypeError(f"tau must be a number, got {type(self.tau).__name__}")
         if math.isnan(float(self.tau)):
             raise ValueError("tau must not be NaN")
-        if self.rho is not None:
-            object.__setattr__(self, "rho", check_rho(self.rho))
+        if self.rho is not None: check_rho(self.rho)  # noqa: E701 (the share it was calibrated for, when stated)
 
     def flags_from_signal(self, signal: Any) -> Any:
         """Gate flags from precomputed signals (entropies or gaps); numpy or torch."""
