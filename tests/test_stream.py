@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from chainmark import cli
+from chainmark.auditor.transit import TextPreparation
 from chainmark.config import ChainMarkConfig
 from chainmark.significance import TESTS
 from chainmark.detection import detect, detect_text
@@ -214,7 +215,8 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     """The acceptance check: a 4 MB text cut into 64 pieces gives identical tokens and statistics, for every
     test, as the whole; the command line, scoring the file, agrees. (It was once 40 MB in 40 pieces:
     the equality is a property of the cuts, not of the size, and 64 cuts test more boundaries in a tenth of the
-    time; bench_stream.py streams the large inputs whose whole tokenization would not fit in memory.)"""
+    time; bench_stream.py streams the large inputs whose whole tokenization would not fit in memory.) The command
+    line prepares the text in pieces (chainmark.auditor.transit) and must agree with the text prepared whole."""
     text = mixed_text(4 << 20, seed=40)
     ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
     piece_ids = []
@@ -237,7 +239,9 @@ def test_a_long_text_scores_the_same_in_pieces_as_whole(tokenizer, tmp_path):
     proc = _cli("detect", "--key-file", str(key), "--test", "z", "--json", str(path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     row = json.loads(proc.stdout)
-    streamed, _ = detect_text_stream([text], tokenizer, ChainMarkConfig(KEY), test="z")
+    # the command line prepares the text first (NFC, LF line endings: the regime's default), in pieces
+    streamed, _ = detect_text_stream([TextPreparation().apply(text)], tokenizer, ChainMarkConfig(KEY), test="z")
+    assert text != TextPreparation().apply(text)  # the text holds what the preparation changes (CR, combining marks)
     assert row["n_tokens"] == streamed.n_tokens and row["z"] == streamed.z and row["n_valid"] == streamed.n_hits
 
 
