@@ -94,8 +94,9 @@ def add_text_preparation(parser: argparse.ArgumentParser) -> None:
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     parser.add_argument("--text-preparation", type=parse, metavar="STEPS", help="done to each text before it is "
-                        "tokenized: 'none', or a comma-separated list of a normal form (nfc, nfd, nfkc, nfkd), lf "
-                        "(CRLF and CR become LF) and html (decode entities); default: the regime's, else nfc,lf")
+                        "tokenized: 'none', or a list of a normal form (nfc, nfd, nfkc, nfkd), lf (CRLF, CR to LF), "
+                        "html (decode entities); default: the regime's (none if it names none), else nfc,lf; "
+                        "--segments' character offsets count the prepared text")
 
 
 def _float(text: str) -> float:
