@@ -510,7 +510,9 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
 #: code, not blank lines, comments or docstrings, as SLOC counters count them (a multi-line string that is not a
 #: docstring, such as the command line's help, counts every line). The docstrings are what the book's
 #: ``show_source`` shows, so they are not what the budget is to keep small; the lines of text are printed beside it.
-MAX_WHEEL_SOURCE_LINES = 6000
+#: 6,000 until the key audit learned to plan (``plan_certification``, ``--plan``, a certificate's promise): the wheel
+#: had no duplicated code left to remove, so the budget grew by that feature's size instead of the feature moving out.
+MAX_WHEEL_SOURCE_LINES = 6150
 _NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
              tokenize.ENDMARKER}
 

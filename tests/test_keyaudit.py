@@ -10,10 +10,11 @@ from chainmark import cli
 from chainmark.auditor.rates import clopper_pearson, clopper_pearson_upper
 from chainmark.detection import detect
 from chainmark.auditor.keyaudit import (_CERTIFICATE_FORMAT, _CERTIFICATE_LEVEL, _KEYS_TRIED_NOTE, _SCOPE,
-                                       CertificationTarget,
+                                       _SCOPE_4, CertificationTarget,
                                        KeySelection, audit_key, certificate_problems, certify, _corpus_fingerprint,
                                        format_audit, _minimum_documents, read_certificate, recheck_certificate, seal)
 from chainmark.auditor.keyfiles import _KEY_ENV, KEY_FILE_ENV
+from chainmark.auditor.keyplan import plan_certification
 from chainmark.config import ChainMarkConfig
 from chainmark.keys import key_fingerprint
 
@@ -176,7 +177,7 @@ def test_the_fingerprint_covers_how_the_texts_are_grouped_into_documents():
 
 
 def test_an_older_certificate_is_refused_with_the_advice_to_re_run_the_audit(tmp_path):
-    assert _CERTIFICATE_FORMAT == "chainmark-key-audit/4"
+    assert _CERTIFICATE_FORMAT == "chainmark-key-audit/5"
     cert = _sealed(audit_key(CONFIG, repetitive_corpus(30), vocab_size=400))
     older = certificate_problems(seal({**cert, "format": "chainmark-key-audit/3"}))
     assert len(older) == 1 and "does not state what it certifies" in older[0] and "public-output budget" in older[0]
@@ -420,3 +421,105 @@ def test_fpr_across_keys_gives_one_row_per_key_and_test():
     assert rows[0]["flagged"] == one["tests"]["z"]["flagged"]  # the same scores as the audit
     with pytest.raises(ValueError, match="at least one text"):
         fpr_across_keys([], keys)
+
+
+def test_a_certificate_promises_a_rate_apart_from_the_level_its_test_flags_at():
+    """Tested at alpha = 0.4% and certified against a promise of 1%: the rows and the verdict are judged against
+    the promise, the regime's alpha is the test's; a format-4 certificate (no promise) promises its alpha."""
+    corpus = [np.random.default_rng(i).integers(0, 400, 60) for i in range(700)]
+    target = CertificationTarget(alpha=0.004, promise=0.01)
+    cert = _sealed(audit_key(CONFIG, corpus, target, vocab_size=400))
+    row = cert["tests"]["exact"]
+    assert cert["alpha"] == 0.004 and cert["promise"] == 0.01 and cert["minimum_documents"] == 299
+    assert row["certified"] == (row["upper_bound"] <= 0.01) and cert["verdict"] == certify(row["flagged"], 700, 0.01)
+    assert certificate_problems(cert, alpha=0.004) == []
+    assert "made for alpha 0.004, this audit uses 0.01" in certificate_problems(cert, alpha=0.01)[0]
+    assert "alpha=0.004 (the test's level), promise=0.01" in format_audit(cert)
+    assert "at most 0.01 with 95% confidence" in format_audit(cert) or cert["verdict"] != "pass"
+    # the promise is covered by the digest, and a resealed promise no longer fits the verdict
+    assert "digest" in " ".join(certificate_problems({**cert, "promise": 0.002}))
+    if cert["verdict"] == "pass":
+        assert any("verdict" in p for p in certificate_problems(_sealed({**cert, "promise": 0.002})))
+    # a format-4 certificate (written before the promise existed) promises its alpha and is still read
+    four = {k: v for k, v in audit_key(CONFIG, corpus, CertificationTarget(alpha=0.01), vocab_size=400).items()
+            if k != "promise"}
+    four = _sealed({**four, "format": "chainmark-key-audit/4", "scope": dict(_SCOPE_4)})
+    assert certificate_problems(four) == []
+    assert any("lacks promise" in p for p in certificate_problems(_sealed({k: v for k, v in cert.items()
+                                                                            if k != "promise"})))
+    with pytest.raises(ValueError, match="promise"):
+        CertificationTarget(promise=1.5)
+
+
+def test_a_plan_finds_the_level_at_which_pilot_keys_certify_and_is_reproducible():
+    corpus = [np.random.default_rng(i).integers(0, 300, 50) for i in range(500)]
+    plan = plan_certification(CONFIG, corpus, 0.05, probability=0.8, pilot_keys=40, vocab_size=300)
+    passing = [x for x in range(501) if certify(x, 500, 0.05) == "pass"]
+    assert plan.most_flagged == max(passing) and plan.documents == plan.texts == 500
+    assert 0 < plan.test_alpha <= 0.05 and plan.pass_share.trials == 40 and plan.pass_share.rate >= 0.8
+    assert plan.at_promise.rate <= plan.pass_share.rate
+    assert plan == plan_certification(CONFIG, corpus, 0.05, probability=0.8, pilot_keys=40, vocab_size=300)
+    assert "deploy the exact test at alpha = " in plan.describe() and "never draw keys" in plan.describe()
+    # the plan's level holds: an audit at it, under keys the plan never saw, passes about as often
+    fresh = [audit_key(ChainMarkConfig(KEY + bytes([i]), S=5), corpus,
+                       CertificationTarget(alpha=plan.test_alpha, promise=0.05), vocab_size=300)["verdict"] == "pass"
+             for i in range(20)]
+    assert np.mean(fresh) >= 0.5
+    # a stricter probability asks for a stricter level; windows of one document count once
+    assert plan_certification(CONFIG, corpus, 0.05, probability=0.95, pilot_keys=40,
+                              vocab_size=300).test_alpha <= plan.test_alpha
+    grouped = plan_certification(CONFIG, corpus, 0.05, pilot_keys=20, vocab_size=300,
+                                 documents=[i // 5 for i in range(500)][:500])
+    assert grouped.documents == 100 and grouped.texts == 500
+
+
+def test_a_plan_refuses_what_cannot_certify():
+    corpus = [np.arange(i, i + 20) for i in range(100)]
+    with pytest.raises(ValueError, match="100 documents cannot certify 0.01 even with none flagged"):
+        plan_certification(CONFIG, corpus, 0.01, vocab_size=400)
+    with pytest.raises(ValueError, match="pilot_keys"):
+        plan_certification(CONFIG, corpus, 0.05, pilot_keys=5, vocab_size=400)
+    with pytest.raises(ValueError, match="probability"):
+        plan_certification(CONFIG, corpus, 0.05, probability=1.0, vocab_size=400)
+
+
+def test_key_audit_plans_before_it_audits(tmp_path, keys, capsys):
+    corpus = tmp_path / "posts.jsonl"
+    corpus.write_text("\n".join(json.dumps({"text": f"Post {i}: " + " ".join(f"w{(i * 7 + j) % 97}" for j in range(30))})
+                                for i in range(400)) + "\n", "utf-8")
+    base = ["key", "audit", "--key-file", str(keys["a"]), "--S", "5", "--corpus", str(corpus), "--promise", "0.05"]
+    assert cli.main(base + ["--plan", "--probability", "0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "on 400 documents (400 texts)" in out and "deploy the exact test at alpha = " in out
+    assert cli.main(base + ["--plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["promise"] == 0.05 and plan["pass_share"]["trials"] == 200 and plan["test_alpha"] <= 0.05
+    assert cli.main(base + ["--plan", "--test", "z"]) == 2 and "--plan plans the exact test" in capsys.readouterr().err
+    assert cli.main(base + ["--alpha", str(plan["test_alpha"]), "--json"]) in (0, 1)
+    cert = json.loads(capsys.readouterr().out)
+    assert cert["alpha"] == plan["test_alpha"] and cert["promise"] == 0.05
+
+
+@pytest.mark.slow
+def test_on_the_books_corpus_fresh_keys_certify_as_often_as_the_plan_says():
+    """The plan's probability, from pilot keys derived from one key, against 24 fresh keys audited at its level
+    on the default corpus (the model's replies and the Language Reference): the fresh keys' share that passes,
+    with its 95% interval, holds the planned probability."""
+    pytest.importorskip("cmlab")
+    from cmlab.harness.corpora import key_audit_corpus
+
+    from chainmark.auditor.tokenizer import load_tokenizer
+    from chainmark.auditor.rates import rate_estimate
+    from chainmark.keys import derive_key
+
+    tokenizer = load_tokenizer()
+    _, _, texts, documents = key_audit_corpus(tokenizer)
+    config = ChainMarkConfig(derive_key(KEY, "plan"), S=5)
+    plan = plan_certification(config, texts, 0.01, probability=0.9, documents=documents, vocab_size=len(tokenizer))
+    assert plan.most_flagged == 6 and plan.test_alpha < 0.01 and plan.at_promise.rate < 0.5
+    fresh = rate_estimate([
+        audit_key(ChainMarkConfig(derive_key(KEY, f"fresh/{i}"), S=5), texts,
+                  CertificationTarget(alpha=plan.test_alpha, promise=0.01), vocab_size=len(tokenizer),
+                  documents=documents)["verdict"] == "pass" for i in range(24)])
+    assert fresh.low <= plan.probability <= fresh.high, (fresh, plan)
+    assert fresh.low <= plan.pass_share.rate <= fresh.high, (fresh, plan)

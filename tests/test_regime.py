@@ -304,7 +304,7 @@ def test_a_regime_refuses_a_certificate_below_95_percent_or_of_an_older_format()
     old = _certificate(format="chainmark-key-audit/2")
     for bad, says in ((low, "the certificate's level is 0.5, but a certificate states its bound at a confidence "
                             "of at least 0.95"),
-                      (old, "a chainmark-key-audit/2 certificate, an older format than chainmark-key-audit/4")):
+                      (old, "a chainmark-key-audit/2 certificate, an older format than chainmark-key-audit/5")):
         with pytest.raises(RegimeError, match=re.escape("certificate does not fit this audit: " + says)):
             _published(test="exact", key_audit=bad)  # publishing it
         regime = Regime.from_document(doc).replace(key_audit=bad)

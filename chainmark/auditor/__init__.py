@@ -11,6 +11,6 @@ from __future__ import annotations
 from ..exports import lazy_exports
 
 #: The modules whose ``__all__`` this package exports, each imported on first use of one of its names.
-MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "keyfiles", "keysets", "rates", "regime", "repetition",
-           "segments", "stream", "tokenizer", "transit")
+MODULES = ("anytime", "corpus", "corpus_input", "keyaudit", "keyfiles", "keyplan", "keysets", "rates", "regime",
+           "repetition", "segments", "stream", "tokenizer", "transit")
 __getattr__, __dir__ = lazy_exports(__name__, __file__, MODULES)

@@ -8,6 +8,7 @@ from . import corpus as corpus
 from . import corpus_input as corpus_input
 from . import keyaudit as keyaudit
 from . import keyfiles as keyfiles
+from . import keyplan as keyplan
 from . import keysets as keysets
 from . import rates as rates
 from . import regime as regime
@@ -38,6 +39,9 @@ from .keyfiles import (
     KEY_FILE_ENV as KEY_FILE_ENV, book_key as book_key, book_key_source as book_key_source,
     key_file_is_private as key_file_is_private, load_key as load_key, read_key_file as read_key_file,
     teaching_key as teaching_key, write_key_file as write_key_file,
+)
+from .keyplan import (
+    CertificationPlan as CertificationPlan, plan_certification as plan_certification,
 )
 from .keysets import (
     KeySetVerdict as KeySetVerdict, detect_over_keys as detect_over_keys,
@@ -75,4 +79,4 @@ from .transit import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["AS_GIVEN", "AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TextNull", "TextPreparation", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_document", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "write_key_file"]
+__all__ = ["AS_GIVEN", "AnytimeDetector", "AnytimeResult", "AuditError", "AuditExecution", "AuditSummary", "AuditTokenizer", "Batch", "BetGrid", "CertificationPlan", "CertificationTarget", "CorpusReading", "DEFAULT_MODEL", "EMBEDDED_TOKENIZER", "KEY_FILE_ENV", "KeySelection", "KeySetVerdict", "MODEL_ENV", "PIECE_CHARS", "RateEstimate", "Regime", "RegimeError", "Segment", "SegmentsResult", "StreamingDetector", "TextNull", "TextPreparation", "TokenizerLoadError", "UncuttableText", "anytime_detect", "audit_key", "bet_grid", "book_key", "book_key_source", "certificate_problems", "certify", "clopper_pearson", "clopper_pearson_lower", "clopper_pearson_upper", "corpus_batches", "decoded_chunks", "default_model_name", "detect_over_keys", "detect_segments", "detect_text_stream", "format_audit", "fpr_across_keys", "ids_and_offsets", "ids_batch", "key_file_is_private", "load_key", "load_tokenizer", "null_fpr", "pair_counts", "pair_null", "parse_regime_text", "parts_folder", "plan_certification", "published_regime_problems", "pyarrow_parquet", "rate_estimate", "read_audit", "read_batch", "read_certificate", "read_key_file", "recheck_certificate", "regime_document", "repetition_warning", "run_audit", "scan_maximum", "score_many", "seal", "stream_text", "teaching_key", "text_null", "text_pieces", "tokenizer_fingerprint", "trials_to_bound", "window_lengths", "write_key_file"]

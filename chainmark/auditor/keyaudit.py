@@ -29,10 +29,11 @@ from ..keys import key_fingerprint
 from ..partition import Key
 from ..topology import TopologyLike, resolve_topology
 
-#: Format 4: the certificate states its scope (what it certifies, what it does not) and the key's public-output
-#: budget; format 3's corpus fingerprint already covered which texts form which document (format 2's hashed the
-#: texts only).
-_CERTIFICATE_FORMAT = "chainmark-key-audit/4"
+#: Format 5: the certificate states its ``promise`` (the rate it certifies) apart from ``alpha`` (the level the
+#: deployed test flags at); format 4, read as promising its alpha, stated its scope and the public-output budget;
+#: format 3's corpus fingerprint already covered which texts form which document (format 2's hashed the texts only).
+_CERTIFICATE_FORMAT = "chainmark-key-audit/5"
+_PROMISE_AT_ALPHA_FORMAT = "chainmark-key-audit/4"
 #: The confidence of the bound a certificate states (one-sided): the least a certificate may use.
 _CERTIFICATE_LEVEL = 0.95
 #: What a certificate says of ``keys_tried`` and ``selected_on``: nothing in it can check them.
@@ -41,17 +42,18 @@ _KEYS_TRIED_NOTE = ("keys_tried and selected_on are declared by whoever ran the 
 #: What every certificate says it certifies and what it does not: an audit on natural text measures mislabelling,
 #: not an adversary who reads the deployment's outputs (the book's chapter 9.5 measures that one).
 _SCOPE = {"certifies": "this key's false-positive rate on natural text: unwatermarked documents like the corpus's "
-                      "are flagged at most alpha of the time (a one-sided bound at the stated level)",
+                      "are flagged at most the promise's share of the time (a one-sided bound at the stated level)",
          "does_not_certify": "that flagged text came from the deployment: anyone who collects this key's outputs can "
                              "learn the states of its frequent tokens, then make any text look watermarked "
                              "(forgery) or edit watermarked text until it is not (scrubbing). Retire the key before "
                              "its public output reaches the public_output_budget"}
+_SCOPE_4 = {**_SCOPE, "certifies": _SCOPE["certifies"].replace("the promise's share", "alpha")}
 _BUDGET_NOTE = ("the tokens of output the deployer promises to publish under this key before retiring it, declared "
                 "by whoever ran the audit, not verified; null: no budget stated")
 #: The fields a certificate, its rows and its corpus must have.
 _CERTIFICATE_FIELDS = ("format", "key_fingerprint", "tokenizer", "tokenizer_fingerprint", "S", "topology", "k",
                       "alpha", "level", "minimum_documents", "corpus", "selection", "tests", "deploy_test",
-                      "verdict", "scope", "public_output_budget", "package_version", "digest")
+                      "verdict", "scope", "public_output_budget", "package_version", "digest", "promise")
 _ROW_FIELDS = ("texts", "documents", "flagged", "fpr", "ci_low", "ci_high", "upper_bound", "certified")
 _CORPUS_FIELDS = ("texts", "documents", "tokens", "fingerprint", "texts_fingerprint", "unit", "grouping")
 
@@ -149,18 +151,24 @@ def seal(cert: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class CertificationTarget:
     """What a key audit certifies: that the key's false-positive rate under the deployed ``test``
-    (:data:`chainmark.detection.TESTS`) is at most ``alpha``, by a one-sided upper bound at confidence
-    ``level``. A ``level`` below :data:`_CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the
-    certificate pass keys whose rate lies above alpha."""
+    (:data:`chainmark.detection.TESTS`), flagging at ``alpha``, is at most ``promise`` (by default alpha), by a
+    one-sided upper bound at confidence ``level``. A test at the level it promises certifies only when the key's
+    rate lies well below it; :func:`chainmark.auditor.keyplan.plan_certification` finds the stricter ``alpha`` at which a fresh key passes.
+    A ``level`` below :data:`_CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the certificate pass
+    keys whose rate lies above the promise."""
 
     test: str = "exact"
     alpha: float = 0.01
     level: float = _CERTIFICATE_LEVEL
     #: the tokens of output the deployer will publish under the key before retiring it (None: not stated)
     public_output_budget: int | None = None
+    #: the false-positive rate the certificate promises (None: alpha)
+    promise: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        object.__setattr__(self, "promise", check_alpha(self.alpha if self.promise is None else self.promise,
+                                                        "promise"))
         object.__setattr__(self, "level", _check_level(self.level))
         object.__setattr__(self, "test", check_test(self.test))
         if self.public_output_budget is not None:
@@ -210,7 +218,7 @@ def audit_key(
         if not isinstance(value, kind):
             raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
     key, topo = config.key, config.topo
-    alpha, level, deploy_test = target.alpha, target.level, target.test
+    alpha, level, deploy_test, promise = target.alpha, target.level, target.test, target.promise
     keys_tried, selected_on = selection.keys_tried, selection.selected_on
     if documents is not None and len(documents) != len(texts):
         raise ValueError(f"documents must name one document per text: {len(documents)} names for "
@@ -233,7 +241,7 @@ def audit_key(
         z = np.array([r.z for r in results])
         p = np.array([r.p_value for r in results])
         tests[test] = {
-            **_row(_per_document(flags, doc_index), len(kept), alpha, level),
+            **_row(_per_document(flags, doc_index), len(kept), promise, level),
             "texts_flagged": int(np.count_nonzero(flags)),
             "z_threshold": None if test == "exact" else _threshold(z, alpha, upper=True),
             "p_threshold": _threshold(p, alpha, upper=False) if test == "exact" else None,
@@ -242,8 +250,8 @@ def audit_key(
     return {
         "format": _CERTIFICATE_FORMAT,
         "key_fingerprint": key_fingerprint(key),
-        "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "level": level,
-        "minimum_documents": _minimum_documents(alpha, level),
+        "S": topo.S, "topology": topo.name, "k": topo.k, "alpha": alpha, "promise": promise, "level": level,
+        "minimum_documents": _minimum_documents(promise, level),
         "corpus": {"texts": len(kept), "documents": n_docs, "tokens": int(sum(t.size for t in kept)),
                    "fingerprint": fingerprint, "texts_fingerprint": texts_fingerprint, "unit": "document",
                    "grouping": grouping or _default_grouping(documents is None, len(kept), n_docs),
@@ -253,7 +261,7 @@ def audit_key(
         "selection": {"keys_tried": int(keys_tried), "selected_on": selected_on, "note": _KEYS_TRIED_NOTE},
         "tests": tests,
         "deploy_test": deploy_test,
-        "verdict": certify(tests[deploy_test]["flagged"], n_docs, alpha, level),
+        "verdict": certify(tests[deploy_test]["flagged"], n_docs, promise, level),
         "scope": dict(_SCOPE),
         "public_output_budget": {"tokens": target.public_output_budget, "note": _BUDGET_NOTE},
     }
@@ -303,9 +311,10 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
     old = _older_format(cert)
     if old:
         return [old]
-    if not isinstance(cert, Mapping) or cert.get("format") != _CERTIFICATE_FORMAT:
+    if not isinstance(cert, Mapping) or cert.get("format") not in (_CERTIFICATE_FORMAT, _PROMISE_AT_ALPHA_FORMAT):
         return [f"not a {_CERTIFICATE_FORMAT} certificate"]
-    missing = [f for f in _CERTIFICATE_FIELDS if f not in cert]
+    fields = _CERTIFICATE_FIELDS if cert["format"] == _CERTIFICATE_FORMAT else _CERTIFICATE_FIELDS[:-1]
+    missing = [f for f in fields if f not in cert]
     if missing:
         return [f"the certificate lacks {', '.join(missing)}"]
     problems = []
@@ -322,6 +331,11 @@ def certificate_problems(cert: Any, *, key_fingerprint: str | None = None, token
     return problems
 
 
+def _promise(cert: Mapping[str, Any]) -> Any:
+    """The rate a certificate promises: its ``promise``, or for format 4 its alpha."""
+    return cert["alpha"] if cert.get("format") == _PROMISE_AT_ALPHA_FORMAT else cert["promise"]
+
+
 def _is_count(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and value >= 1
 
@@ -329,7 +343,8 @@ def _is_count(value: Any) -> bool:
 def _older_format(cert: Any) -> str | None:
     """The problem with a certificate of an older format of this package, else None."""
     fmt = cert.get("format") if isinstance(cert, Mapping) else None
-    if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt == _CERTIFICATE_FORMAT:
+    if not isinstance(fmt, str) or not fmt.startswith("chainmark-key-audit/") or fmt in (_CERTIFICATE_FORMAT,
+                                                                                            _PROMISE_AT_ALPHA_FORMAT):
         return None
     lacks = ("it does not state what it certifies and what it does not, nor the key's public-output budget"
              if fmt == "chainmark-key-audit/3" else
@@ -359,7 +374,7 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
     problems = [f"the certificate's corpus lacks {', '.join(missing)}"] if missing else []
     if cert["selection"].get("note") != _KEYS_TRIED_NOTE:
         problems.append("the certificate's selection lacks its note that keys_tried is declared, not verified")
-    if cert["scope"] != _SCOPE:
+    if cert["scope"] != (_SCOPE if cert["format"] == _CERTIFICATE_FORMAT else _SCOPE_4):
         problems.append("the certificate's scope is not the one every certificate states (what it certifies and "
                         "what it does not)")
     budget = cert["public_output_budget"]
@@ -369,9 +384,9 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
     if not (tokens is None or _is_count(tokens)) or budget.get("note") != _BUDGET_NOTE:
         problems.append("the certificate's public_output_budget must hold tokens (an integer >= 1, or null) and "
                         "its note")
-    alpha, level = check_alpha(cert["alpha"]), float(cert["level"])
+    alpha, level = check_alpha(_promise(cert), "promise"), float(cert["level"])  # what the rows are judged against
     if cert["minimum_documents"] != _minimum_documents(alpha, level):
-        problems.append(f"minimum_documents is {cert['minimum_documents']}, but alpha {alpha:g} at level "
+        problems.append(f"minimum_documents is {cert['minimum_documents']}, but promise {alpha:g} at level "
                         f"{level:g} needs {_minimum_documents(alpha, level)}")
     tests = cert["tests"]
     if cert["deploy_test"] not in tests:
@@ -388,7 +403,7 @@ def _internal_problems(cert: Mapping[str, Any]) -> list[str]:
                                 f"{row['documents']} documents give {fresh[name]!r}")
         if row["certified"] != fresh["certified"]:
             problems.append(f"the {test} row says certified={row['certified']}, but its upper bound "
-                            f"{fresh['upper_bound']:.4g} against alpha {alpha:g} says {fresh['certified']}")
+                            f"{fresh['upper_bound']:.4g} against the promise {alpha:g} says {fresh['certified']}")
     row = tests[cert["deploy_test"]]
     if row["documents"] != cert["corpus"].get("documents"):
         problems.append(f"the {cert['deploy_test']} row counts {row['documents']} documents, the corpus "
@@ -415,7 +430,8 @@ def recheck_certificate(cert: Mapping[str, Any], key: Key, texts: Sequence[Seque
     if key_fingerprint(key) != cert["key_fingerprint"]:
         return [f"the key's fingerprint {key_fingerprint(key)} is not the certificate's {cert['key_fingerprint']}"]
     fresh = audit_key(ChainMarkConfig(key, S=cert["S"], topology=cert["topology"]), texts,
-                      CertificationTarget(test=cert["deploy_test"], alpha=cert["alpha"], level=cert["level"]),
+                      CertificationTarget(test=cert["deploy_test"], alpha=cert["alpha"], level=cert["level"],
+                                          promise=_promise(cert)),
                       vocab_size=vocab_size, documents=documents)
     if fresh["corpus"]["fingerprint"] != cert["corpus"]["fingerprint"]:
         return [_corpus_mismatch(fresh["corpus"], cert["corpus"])]
@@ -463,7 +479,9 @@ def format_audit(cert: Mapping[str, Any]) -> str:
     interval and upper bound, the corpus threshold), then the verdict, what it means, and the keys tried."""
     corpus = cert["corpus"]
     level = f"{100 * cert['level']:g}%"
-    lines = [f"key {cert['key_fingerprint']}: S={cert['S']} {cert['topology']}, alpha={cert['alpha']:g}, "
+    promise = _promise(cert)
+    lines = [f"key {cert['key_fingerprint']}: S={cert['S']} {cert['topology']}, alpha={cert['alpha']:g}"
+             + ("" if promise == cert["alpha"] else f" (the test's level), promise={promise:g}") + ", "
              f"{corpus['documents']} documents ({corpus['texts']} texts, {corpus['tokens']} tokens, "
              f"corpus {corpus['fingerprint']})",
              f"documents: {corpus['grouping']}",
@@ -477,9 +495,9 @@ def format_audit(cert: Mapping[str, Any]) -> str:
                      f"{100 * row['upper_bound']:9.2f}%  {'yes' if row['certified'] else 'no':9s} {thr}")
     row = cert["tests"][cert["deploy_test"]]
     meaning = {
-        "pass": f"the key's false-positive rate is at most alpha = {cert['alpha']:g} with {level} confidence",
-        "fail": f"the key's false-positive rate lies above alpha = {cert['alpha']:g} with {level} confidence",
-        "inconclusive": (f"the corpus cannot certify alpha = {cert['alpha']:g}: the upper bound "
+        "pass": f"the key's false-positive rate is at most {promise:g} with {level} confidence",
+        "fail": f"the key's false-positive rate lies above {promise:g} with {level} confidence",
+        "inconclusive": (f"the corpus cannot certify {promise:g}: the upper bound "
                          f"{100 * row['upper_bound']:.2f}% lies above it"
                          + (f" (certifying needs at least {cert['minimum_documents']} documents)"
                             if corpus["documents"] < cert["minimum_documents"] else "")),

@@ -47,6 +47,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                          epilog="exit codes: 0 the key is certified for --test on the corpus (PASS), 1 it is "
                                 "not (the certificate is written either way), 2 a usage error.\n"
                                 "examples:\n  chainmark key audit --key-file acme.key --S 5 --out acme.audit.json\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --plan --promise 0.01\n"
+                                "  chainmark key audit --key-file acme.key --S 5 --alpha 0.003 --promise 0.01\n"
                                 "  chainmark key audit --key-file acme.key --S 5 --corpus forum/*.txt --test z\n"
                                 "  chainmark key audit --key-file acme.key --S 5 --check acme.audit.json",
                          formatter_class=fmt)
@@ -56,7 +58,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     ka.add_argument("--S", type=int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
     ka.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
     ka.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), default=0.01,
-                    help="significance level (default 0.01)")
+                    help="the level the deployed test flags at (default 0.01)")
+    ka.add_argument("--promise", type=float_in(0.0, 1.0, closed=False), metavar="RATE",
+                    help="the false-positive rate the certificate promises (default: --alpha). A key tested at "
+                         "the rate it promises passes only when its rate lies well below it: --plan finds the "
+                         "stricter --alpha at which a fresh key passes")
+    ka.add_argument("--plan", action="store_true", help="instead of auditing, plan: the largest --alpha for "
+                    "the exact test at which a fresh key certifies --promise on this corpus with probability "
+                    "--probability, measured on 200 pilot keys derived from the key (the key is not scored)")
+    ka.add_argument("--probability", type=float_in(0.0, 1.0, closed=False), default=0.9,
+                    help="with --plan: the chance of a pass to plan for (default 0.9)")
     ka.add_argument("--test", choices=("z", "distinct", "exact"), default="exact",
                     help="the test the deployment will use: the verdict is for it (default exact)")
     ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
@@ -167,9 +178,11 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
     name, grouping, texts, documents = _audit_corpus(args, tokenizer)
     if args.check:
         return _check_key_audit(args.check, key, texts, documents, len(tokenizer))
+    if args.plan:
+        return _plan(args, ChainMarkConfig(key, S=args.S, topology=topo), texts, documents, len(tokenizer))
     try:
         cert = audit_key(ChainMarkConfig(key, S=args.S, topology=topo), texts,
-                         CertificationTarget(test=args.test, alpha=args.alpha,
+                         CertificationTarget(test=args.test, alpha=args.alpha, promise=args.promise,
                                              public_output_budget=args.public_output_budget),
                          vocab_size=len(tokenizer),
                          documents=documents, grouping=grouping,
@@ -186,6 +199,24 @@ def _cmd_key_audit(args: argparse.Namespace) -> int:
         print(f"wrote the key-audit certificate to {out}", file=sys.stderr)
     print(text if args.json else format_audit(cert))
     return EXIT_OK if cert["verdict"] == "pass" else EXIT_DETECTED
+
+
+def _plan(args: argparse.Namespace, config: Any, texts: list[list[int]], documents: list[str], vocab: int) -> int:
+    """`chainmark key audit --plan`: the test level at which a fresh key certifies the promise on this corpus."""
+    import dataclasses
+
+    from ..auditor.keyplan import plan_certification
+
+    if args.test != "exact" or args.out:
+        raise UsageError("--plan plans the exact test, whose size is bounded for every text, and writes no "
+                         "certificate: leave out --test and --out")
+    try:
+        plan = plan_certification(config, texts, args.alpha if args.promise is None else args.promise,
+                                  probability=args.probability, documents=documents, vocab_size=vocab)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(dataclasses.asdict(plan), allow_nan=False) if args.json else plan.describe())
+    return EXIT_OK
 
 
 def _check_key_audit(path: str, key: bytes, texts: list[list[int]], documents: list[str], vocab_size: int) -> int:
