@@ -30,7 +30,8 @@ import numpy as np
 from .checks import check_alpha, check_states
 from .config import ChainMarkConfig, takes_config
 from .partition import Key, as_token_array, key_bytes, states_of
-from .significance import check_test, first_occurrences, forest_mask, log_p_value, transition_statistics
+from .significance import (DEFAULT_TEST, check_test, first_occurrences, forest_mask, log_p_value,
+                           transition_statistics)
 from .topology import Topology
 from .verdict import RECORD_FORM, FormField, Verdict, decide
 
@@ -280,7 +281,7 @@ def detection_args(config: ChainMarkConfig, alpha: object, test: object = None) 
     topo = config.topo
     if topo.k is None:
         raise ValueError("detection needs a k-regular topology (p0 = k/S); this one is irregular")
-    return topo, alpha, "z" if test is None else check_test(test)
+    return topo, alpha, DEFAULT_TEST if test is None else check_test(test)
 
 
 def _generation_type() -> type | None:
@@ -362,14 +363,15 @@ def detect(
     needs none. A batch (a 2-D array or tensor, or a list of sequences) is a ``ValueError``:
     score it with :func:`detect_batch`, which always returns a list.
 
-    ``test`` picks the test by name (:data:`TESTS`): ``"z"`` (the default,
-    every transition), ``"distinct"`` (each distinct (t_i, t_{i+1}) pair
-    once: repeated n-grams otherwise count several times and break the
-    independence the z-test assumes) or ``"exact"``, the binomial test
-    on a spanning forest of the text (:func:`spanning_forest`), whose size
-    is at most alpha for every text over a uniformly random key (a fixed
-    key's rate on a corpus is what :mod:`chainmark.auditor.keyaudit` measures); the
-    z-test's normal tail is an approximation. ``vocab_size`` (when
+    ``test`` picks the test by name (:data:`TESTS`): ``"exact"`` (the default,
+    :data:`DEFAULT_TEST`, as on the command line), the binomial test on a
+    spanning forest of the text (:func:`spanning_forest`), whose size is at
+    most alpha for every text over a uniformly random key (a fixed key's rate
+    on a corpus is what :mod:`chainmark.auditor.keyaudit` measures);
+    ``"z"``, the paper's z-test on every transition, whose normal tail is an
+    approximation; or ``"distinct"`` (each distinct (t_i, t_{i+1}) pair once:
+    repeated n-grams otherwise count several times and break the
+    independence the z-test assumes). ``vocab_size`` (when
     known) rejects ids outside the vocabulary and saves a pass over the ids.
     ``S`` is at most :data:`~chainmark.limits.MAX_STATES`.
 

@@ -17,8 +17,8 @@ from scipy.special import bdtrc, log_ndtr, ndtr
 
 from .checks import check_int
 
-__all__ = ["TESTS", "binomial_p_value", "check_test", "first_occurrences", "forest_mask", "log_p_value", "p_value", "spanning_forest",
-           "transition_statistics", "z_score"]
+__all__ = ["DEFAULT_TEST", "TESTS", "binomial_p_value", "check_test", "first_occurrences", "forest_mask",
+           "log_p_value", "p_value", "spanning_forest", "transition_statistics", "z_score"]
 
 
 def z_score(phi: float, p0: float, n_transitions: int) -> float:
@@ -110,6 +110,7 @@ def first_occurrences(ids: np.ndarray) -> np.ndarray:
 #: spanning forest of the text's token graph (:func:`spanning_forest`), an exact binomial test whose size
 #: is at most alpha for every text under a uniformly random key.
 TESTS = ("z", "distinct", "exact")
+DEFAULT_TEST = "exact"  # without a named test, in the API and the command line alike: its size holds for every text
 
 
 def check_test(test: object) -> str:

@@ -97,7 +97,7 @@ def test_matches_independent_per_token_implementation(S, key):
     for n in (2, 3, 17, 300):
         ids = rng.integers(0, VOCAB, n)
         ref = per_token_detect(ids.tolist(), key, T)
-        res = detect(ids, ChainMarkConfig(key, S=S))
+        res = detect(ids, ChainMarkConfig(key, S=S), test="z")
         assert res.n_scored == n - 1 and res.n_tokens == n
         assert res.n_hits == ref["c"]
         assert res.valid_mask.tolist() == ref["valid"]
@@ -114,7 +114,7 @@ def test_agrees_with_the_reference_listing(S):
     for n in (2, 5, 64, 1000):
         ids = rng.integers(0, VOCAB, n).tolist()
         ref = reference_detect(ids, key, S)
-        res = detect(ids, ChainMarkConfig(key, S=S))
+        res = detect(ids, ChainMarkConfig(key, S=S), test="z")
         # same formula, same order of operations: bit-for-bit equal
         assert res.phi == ref["phi"] and res.z == ref["z"]
         # the listing's 1 - cdf(z) has absolute error ~1e-16; ours is the exact tail
@@ -127,7 +127,7 @@ def test_agrees_with_the_listing_on_watermarked_text():
     key = b"walk"
     ids = walk_ids(key, 5, 40, rng)
     ref = reference_detect(ids, key, 5)
-    res = detect(ids, ChainMarkConfig(key, S=5))
+    res = detect(ids, ChainMarkConfig(key, S=5), test="z")
     assert res.phi == ref["phi"] == 1.0
     assert res.z == ref["z"]
     assert res.is_watermarked and ref["is_watermarked"]
@@ -151,7 +151,7 @@ def test_k_regular_topologies(topology, S):
         for n in (2, 9, 400):
             ids = rng.integers(0, VOCAB, n)
             ref = per_token_detect(ids.tolist(), key, T)
-            res = detect(ids, ChainMarkConfig(key, S=S, topology=topology))
+            res = detect(ids, ChainMarkConfig(key, S=S, topology=topology), test="z")
             assert res.k == topo.k and res.p0 == pytest.approx(topo.k / S, rel=1e-15)
             assert res.valid_mask.tolist() == ref["valid"]
             assert res.phi == ref["phi"]
@@ -163,9 +163,9 @@ def test_k_regular_topologies(topology, S):
 def test_soft_cycle_walk_is_fully_valid():
     rng = np.random.default_rng(3)
     ids = walk_ids(b"k", 7, 60, rng, offsets=(1, 2))
-    res = detect(ids, ChainMarkConfig(b"k", S=7, topology="soft_cycle"))
+    res = detect(ids, ChainMarkConfig(b"k", S=7, topology="soft_cycle"), test="z")
     assert res.phi == 1.0 and res.is_watermarked
-    assert not detect(ids, ChainMarkConfig(b"k", S=7, topology="clockwork")).phi == 1.0
+    assert not detect(ids, ChainMarkConfig(b"k", S=7, topology="clockwork"), test="z").phi == 1.0
 
 
 def test_valid_transitions_circulant_and_matrix_paths_agree():
@@ -216,7 +216,7 @@ def test_z_score_matches_the_formula():
 
 @pytest.mark.parametrize("ids", [[], [17], np.array([], dtype=np.int64), np.array([5])])
 def test_fewer_than_two_tokens(ids):
-    res = detect(ids, CONFIG)
+    res = detect(ids, CONFIG, test="z")
     assert isinstance(res, DetectionResult)
     assert res.n_scored == 0 and res.n_hits == 0
     assert res.p_value == 1.0 and res.z == 0.0 and res.phi == 0.0 and not res.is_watermarked
@@ -228,20 +228,20 @@ def test_torch_inputs():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
     ids = rng.integers(0, VOCAB, 50)
-    a = detect(torch.tensor(ids), CONFIG)
-    b = detect(ids.tolist(), CONFIG)
+    a = detect(torch.tensor(ids), CONFIG, test="z")
+    b = detect(ids.tolist(), CONFIG, test="z")
     assert a.to_dict() == b.to_dict()
-    assert detect(torch.tensor([3]), CONFIG).n_scored == 0
+    assert detect(torch.tensor([3]), CONFIG, test="z").n_scored == 0
     matrix = rng.integers(0, VOCAB, (3, 20))
-    rows = detect_batch(torch.tensor(matrix), CONFIG)
-    assert [r.to_dict() for r in rows] == [detect(r, CONFIG).to_dict() for r in matrix]
+    rows = detect_batch(torch.tensor(matrix), CONFIG, test="z")
+    assert [r.to_dict() for r in rows] == [detect(r, CONFIG, test="z").to_dict() for r in matrix]
 
 
 def test_vocab_size_checks_range_and_agrees():
     ids = np.random.default_rng(2).integers(0, 1000, 100)
-    assert detect(ids, CONFIG, vocab_size=1000).to_dict() == detect(ids, CONFIG).to_dict()
+    assert detect(ids, CONFIG, vocab_size=1000, test="z").to_dict() == detect(ids, CONFIG, test="z").to_dict()
     with pytest.raises(ValueError, match="token_ids"):
-        detect([1, 2, 1000], CONFIG, vocab_size=1000)
+        detect([1, 2, 1000], CONFIG, vocab_size=1000, test="z")
 
 
 @pytest.mark.parametrize("kwargs,exc", [
@@ -265,14 +265,14 @@ def test_bad_arguments_raise_clear_errors(kwargs, exc):
 ])
 def test_bad_token_ids_raise(ids, exc):
     with pytest.raises(exc):
-        detect(ids, CONFIG)
+        detect(ids, CONFIG, test="z")
 
 
 def test_irregular_topology_is_refused():
     m = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]])
     topo = Topology.from_matrix(m, allow_irregular=True)
     with pytest.raises(ValueError, match="k-regular"):
-        detect([1, 2, 3], ChainMarkConfig(b"k", S=3, topology=topo))
+        detect([1, 2, 3], ChainMarkConfig(b"k", S=3, topology=topo), test="z")
     with pytest.raises(ValueError, match="k-regular"):
         score_states(np.array([0, 1, 2]), topo)
 
@@ -297,11 +297,11 @@ def test_score_states_validates_states_and_mask():
 
 def test_long_input_and_big_token_ids():
     ids = np.random.default_rng(5).integers(0, 2**40, 500, dtype=np.int64)
-    res = detect(ids, CONFIG)
+    res = detect(ids, CONFIG, test="z")
     ref = per_token_detect(ids.tolist(), b"k", clockwork_matrix(5))
     assert res.phi == ref["phi"]
     big = np.array([2**64 - 1, 2**63, 5, 2**64 - 1], dtype=np.uint64)
-    res = detect(big, CONFIG)
+    res = detect(big, CONFIG, test="z")
     assert res.valid_mask.tolist() == per_token_detect(big.tolist(), b"k", clockwork_matrix(5))["valid"]
 
 
@@ -316,14 +316,14 @@ def test_batches_equal_per_row_results():
     rng = np.random.default_rng(11)
     matrix = rng.integers(0, VOCAB, (6, 40))
     matrix[2] = walk_ids(b"k", 5, 40, rng)
-    rows = detect_batch(matrix, CONFIG)
+    rows = detect_batch(matrix, CONFIG, test="z")
     assert isinstance(rows, list) and len(rows) == 6
     for r, res in zip(matrix, rows):
-        _same(res, detect(r, CONFIG))
+        _same(res, detect(r, CONFIG, test="z"))
     assert rows[2].is_watermarked and rows[2].phi == 1.0
     # the same rows as a list of lists, and with the distinct test (the per-row path)
-    for res, r in zip(detect_batch(matrix.tolist(), CONFIG), matrix):
-        _same(res, detect(r.tolist(), CONFIG))
+    for res, r in zip(detect_batch(matrix.tolist(), CONFIG, test="z"), matrix):
+        _same(res, detect(r.tolist(), CONFIG, test="z"))
     for res, r in zip(detect_batch(matrix, CONFIG, test="distinct"), matrix):
         _same(res, detect(r, CONFIG, test="distinct"))
 
@@ -331,19 +331,19 @@ def test_batches_equal_per_row_results():
 def test_ragged_batches():
     rng = np.random.default_rng(12)
     rows = [rng.integers(0, VOCAB, n).tolist() for n in (0, 1, 2, 30, 7)]
-    out = detect_batch(rows, ChainMarkConfig(b"k", S=5, topology="soft_cycle"))
+    out = detect_batch(rows, ChainMarkConfig(b"k", S=5, topology="soft_cycle"), test="z")
     assert len(out) == 5
     for res, r in zip(out, rows):
-        _same(res, detect(r, ChainMarkConfig(b"k", S=5, topology="soft_cycle")))
+        _same(res, detect(r, ChainMarkConfig(b"k", S=5, topology="soft_cycle"), test="z"))
     assert out[0].n_scored == 0 and out[1].n_scored == 0 and out[2].n_scored == 1
-    mixed = detect_batch((np.array(rows[3]), rows[4]), CONFIG)  # a tuple of an array and a list
-    _same(mixed[0], detect(rows[3], CONFIG))
-    _same(mixed[1], detect(rows[4], CONFIG))
+    mixed = detect_batch((np.array(rows[3]), rows[4]), CONFIG, test="z")  # a tuple of an array and a list
+    _same(mixed[0], detect(rows[3], CONFIG, test="z"))
+    _same(mixed[1], detect(rows[4], CONFIG, test="z"))
 
 
 def test_degenerate_matrix_batches():
-    assert detect_batch(np.zeros((0, 5), dtype=int), CONFIG) == [] == detect_batch([], CONFIG)
-    res = detect_batch(np.array([[3], [4]]), CONFIG)
+    assert detect_batch(np.zeros((0, 5), dtype=int), CONFIG, test="z") == [] == detect_batch([], CONFIG, test="z")
+    res = detect_batch(np.array([[3], [4]]), CONFIG, test="z")
     assert [r.n_scored for r in res] == [0, 0]
 
 
@@ -352,15 +352,15 @@ def test_degenerate_matrix_batches():
 ], ids=["2-D array", "list of lists", "tuple of a list and an array", "one empty row", "list of one array"])
 def test_detect_refuses_a_batch_and_names_detect_batch(batch):
     with pytest.raises(ValueError, match="detect_batch"):
-        detect(batch, CONFIG)
+        detect(batch, CONFIG, test="z")
 
 
 def test_detect_refuses_a_tensor_batch():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="detect_batch"):
-        detect(torch.zeros((3, 4), dtype=torch.long), CONFIG)
+        detect(torch.zeros((3, 4), dtype=torch.long), CONFIG, test="z")
     with pytest.raises(ValueError, match="detect_batch"):
-        detect([torch.arange(4), torch.arange(4)], CONFIG)
+        detect([torch.arange(4), torch.arange(4)], CONFIG, test="z")
 
 
 @pytest.mark.parametrize("one_text,exc", [
@@ -369,7 +369,7 @@ def test_detect_refuses_a_tensor_batch():
 ])
 def test_detect_batch_refuses_one_text(one_text, exc):
     with pytest.raises(exc, match="batch"):
-        detect_batch(one_text, CONFIG)
+        detect_batch(one_text, CONFIG, test="z")
 
 
 def test_detect_batch_is_exported_beside_detect():
@@ -381,13 +381,13 @@ def test_detect_batch_is_exported_beside_detect():
 
 def test_detect_batch_checks_its_arguments_before_the_rows():
     with pytest.raises(ValueError, match="alpha"):
-        detect_batch([], CONFIG, alpha=1.5)
+        detect_batch([], CONFIG, alpha=1.5, test="z")
     with pytest.raises(TypeError, match="ChainMarkConfig"):
-        detect_batch([], 12345)
+        detect_batch([], 12345, test="z")
     with pytest.raises(ValueError, match="token_ids"):
-        detect_batch([[1, 2], [3, -4]], CONFIG)
+        detect_batch([[1, 2], [3, -4]], CONFIG, test="z")
     with pytest.raises(ValueError, match="token_ids"):
-        detect_batch(np.array([[1, 2], [3, 1000]]), CONFIG, vocab_size=1000)
+        detect_batch(np.array([[1, 2], [3, 1000]]), CONFIG, vocab_size=1000, test="z")
 
 
 def test_the_return_type_does_not_depend_on_the_shape():
@@ -398,7 +398,7 @@ def test_the_return_type_does_not_depend_on_the_shape():
     singles = [np.array([], dtype=int), [5], matrix[0], matrix[0].tolist(), torch.tensor(matrix[0]),
                list(matrix[0]), tuple(torch.tensor(matrix[0]))]
     for one in singles:  # one text: always one result
-        assert isinstance(detect(one, CONFIG), DetectionResult)
+        assert isinstance(detect(one, CONFIG, test="z"), DetectionResult)
     batches = [matrix, matrix.tolist(), ragged, torch.tensor(matrix), matrix[:1], matrix[:0], [], [[]]]
     for batch in batches:  # a batch: always a list, equal to per-row detect
         for test in ("z", "distinct"):
@@ -407,9 +407,9 @@ def test_the_return_type_does_not_depend_on_the_shape():
             for res, row in zip(out, batch):
                 assert isinstance(res, DetectionResult)
                 _same(res, detect(row, CONFIG, test=test))
-    from_generator = detect_batch((row for row in matrix), CONFIG)  # any iterable of rows
+    from_generator = detect_batch((row for row in matrix), CONFIG, test="z")  # any iterable of rows
     for res, row in zip(from_generator, matrix, strict=True):
-        _same(res, detect(row, CONFIG))
+        _same(res, detect(row, CONFIG, test="z"))
 
 
 # ---------------------------------------------------------------- distinct pairs
@@ -438,11 +438,11 @@ def test_the_distinct_test_scores_repeats_once():
     assert res.n_scored == 3 and res.n_tokens == 7
     assert res.scored_mask.tolist() == [True, True, False, False, False, True]
     assert res.n_hits == int(res.valid_mask[res.scored_mask].sum())
-    plain = detect(ids, CONFIG)
+    plain = detect(ids, CONFIG, test="z")
     assert plain.n_scored == 6
     # with no repeated pair the distinct test is the z-test
     fresh = np.random.default_rng(1).permutation(VOCAB)[:100]
-    _same(detect(fresh, CONFIG, test="distinct"), detect(fresh, CONFIG))
+    _same(detect(fresh, CONFIG, test="distinct"), detect(fresh, CONFIG, test="z"))
 
 
 def _z_test_fpr(m, p0, alpha):
@@ -456,7 +456,7 @@ def test_null_false_positive_rate_on_random_tokens():
     # iid random tokens are the null of the paper's lemma: the FPR must be the z-test's own
     rng = np.random.default_rng(2024)
     trials, n, alpha = 4000, 200, 0.01
-    rows = detect_batch(rng.integers(0, VOCAB, (trials, n)), ChainMarkConfig(b"null key", S=5), alpha=alpha)
+    rows = detect_batch(rng.integers(0, VOCAB, (trials, n)), ChainMarkConfig(b"null key", S=5), alpha=alpha, test="z")
     hits = sum(r.is_watermarked for r in rows)
     expected = _z_test_fpr(n - 1, 0.2, alpha)
     lo, hi = binom.interval(0.999, trials, expected)
@@ -472,7 +472,7 @@ def test_the_distinct_test_restores_the_null_on_repetitive_text():
     for _ in range(trials):
         block = rng.choice(VOCAB, 20, replace=False)
         texts.append(np.tile(block, 10))
-    plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), CONFIG, alpha=alpha))
+    plain = sum(r.is_watermarked for r in detect_batch(np.array(texts), CONFIG, alpha=alpha, test="z"))
     distinct = sum(r.is_watermarked for r in detect_batch(np.array(texts), CONFIG, alpha=alpha,
                                                           test="distinct"))
     exp_distinct = _z_test_fpr(20, 0.2, alpha)  # 19 in-phrase pairs + the wrap-around pair
@@ -500,12 +500,12 @@ class CharTokenizer:
 def test_detect_text_tokenizes_without_special_tokens():
     tok = CharTokenizer()
     text = "Ünïcödé text, with emoji 🙂 and more."
-    res = detect_text(text, tok, CONFIG)
-    _same(res, detect([ord(c) for c in text], CONFIG))
-    assert detect_text("", tok, CONFIG).n_scored == 0
-    assert detect_text("x", tok, CONFIG).p_value == 1.0
+    res = detect_text(text, tok, CONFIG, test="z")
+    _same(res, detect([ord(c) for c in text], CONFIG, test="z"))
+    assert detect_text("", tok, CONFIG, test="z").n_scored == 0
+    assert detect_text("x", tok, CONFIG, test="z").p_value == 1.0
     with pytest.raises(TypeError, match="text"):
-        detect_text(b"bytes", tok, CONFIG)
+        detect_text(b"bytes", tok, CONFIG, test="z")
 
 
 # ---------------------------------------------------------------- LM-aware detector
@@ -584,8 +584,8 @@ def test_lr_detector_survives_an_illegal_gated_step():
     g = np.ones(40)
     ids = _synthetic_watermark(key, 41, g, rng)
     config = ChainMarkConfig(key)
-    ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], config).valid_mask[0]
-                   and not detect([t, ids[21]], config).valid_mask[0])
+    ids[20] = next(t for t in range(VOCAB) if not detect([ids[19], t], config, test="z").valid_mask[0]
+                   and not detect([t, ids[21]], config, test="z").valid_mask[0])
     res = lr_detect(ids, config, np.full(40, 0.95), null=SimulatedNull(n_null=2000))
     assert math.isfinite(res.llr) and res.n_hits == 38 and res.is_watermarked
 
@@ -671,10 +671,10 @@ def test_watermarked_generations_are_detected(generations, model_and_tokenizer):
     _, tok = model_and_tokenizer
     config = ChainMarkConfig(key, S=5)
     for g in marked:
-        res = detect(g.token_ids, config, alpha=0.01)
+        res = detect(g.token_ids, config, alpha=0.01, test="z")
         assert res.is_watermarked, res
-        assert detect_text(g.text, tok, config).z > 2.326
-    flagged = sum(detect(g.token_ids, config).is_watermarked for g in plain)
+        assert detect_text(g.text, tok, config, test="z").z > 2.326
+    flagged = sum(detect(g.token_ids, config, test="z").is_watermarked for g in plain)
     assert flagged <= 1
 
 
@@ -699,12 +699,12 @@ def test_a_generation_carries_its_config_to_detect(generations):
     cfg = marked[0].config
     assert cfg.key == key and all(g.config is cfg for g in marked) and all(g.config is None for g in plain)
     for g in marked:
-        _same(detect(g), detect(g.token_ids, cfg))
-    for res, g in zip(detect_batch(marked), marked, strict=True):
-        _same(res, detect(g.token_ids, cfg))
+        _same(detect(g, test="z"), detect(g.token_ids, cfg, test="z"))
+    for res, g in zip(detect_batch(marked, test="z"), marked, strict=True):
+        _same(res, detect(g.token_ids, cfg, test="z"))
     with pytest.raises(ValueError, match="carries no configuration"):
-        detect(plain[0])
-    _same(detect(plain[0], cfg), detect(plain[0].token_ids, cfg))  # an unwatermarked text, tested under cfg
+        detect(plain[0], test="z")
+    _same(detect(plain[0], cfg, test="z"), detect(plain[0].token_ids, cfg, test="z"))  # an unwatermarked text, tested under cfg
 
 
 def _generation(ids, config=None):
@@ -719,23 +719,23 @@ def test_detect_takes_a_generation_in_place_of_ids_and_config():
     cfg = ChainMarkConfig(b"k" * 16, S=7, topology="soft_cycle")
     ids = walk_ids(b"k" * 16, 7, 60, np.random.default_rng(5), offsets=(1, 2))  # a soft-cycle walk
     g = _generation(ids, cfg)
-    _same(detect(g), detect(ids, cfg))
+    _same(detect(g, test="z"), detect(ids, cfg, test="z"))
     _same(detect(g, test="exact"), detect(ids, cfg, test="exact"))
     other = ChainMarkConfig(b"other")
-    _same(detect(g, other), detect(ids, other))  # a config given wins over the generation's
+    _same(detect(g, other, test="z"), detect(ids, other, test="z"))  # a config given wins over the generation's
     with pytest.raises(TypeError, match=r"pass ChainMarkConfig\(key, S=.*\(got NoneType and S\)"):
-        detect(g, S=5)
+        detect(g, S=5, test="z")
     with pytest.raises(ValueError, match="carries no configuration.*pass the ChainMarkConfig"):
-        detect(_generation(ids))
+        detect(_generation(ids), test="z")
     with pytest.raises(TypeError, match="pass the ChainMarkConfig"):
-        detect(ids)  # only a Generation carries its own configuration
+        detect(ids, test="z")  # only a Generation carries its own configuration
     rows = [g, _generation(ids[:30], cfg)]
-    for res, row in zip(detect_batch(rows), rows, strict=True):
-        _same(res, detect(row.token_ids, cfg))
+    for res, row in zip(detect_batch(rows, test="z"), rows, strict=True):
+        _same(res, detect(row.token_ids, cfg, test="z"))
     with pytest.raises(ValueError, match="different configurations"):
-        detect_batch([g, _generation(ids, ChainMarkConfig(b"j" * 16, S=7))])
+        detect_batch([g, _generation(ids, ChainMarkConfig(b"j" * 16, S=7))], test="z")
     with pytest.raises(TypeError, match="every row is a Generation"):
-        detect_batch([g, ids])
+        detect_batch([g, ids], test="z")
     assert "config" not in repr(g) and g == _generation(ids)  # not shown, not compared
 
 
@@ -750,7 +750,7 @@ AUDIT_KEYS = ["n_tokens", "n_transitions", "n_valid", "phi", "z", "p_value", "th
 def test_a_detection_result_is_a_verdict_under_one_set_of_names():
     """Every detector's verdict has the verdict's names only (n_scored, n_hits, is_watermarked, p0): the older
     attribute names are gone; the dictionaries keep theirs (RESULT_KEYS, AUDIT_KEYS), which are formats."""
-    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), CONFIG)
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(3)), CONFIG, test="z")
     assert isinstance(res, Verdict)
     assert (res.n_scored, res.n_hits, res.is_watermarked, res.p0) == (39, 39, True, 0.2)
     for name in ("n_transitions", "n_valid", "decision"):
@@ -763,7 +763,7 @@ def test_a_detection_result_is_a_verdict_under_one_set_of_names():
 
 
 def test_to_dict_writes_the_published_forms():
-    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(4)), CONFIG)
+    res = detect(walk_ids(b"k", 5, 40, np.random.default_rng(4)), CONFIG, test="z")
     assert list(res.to_dict()) == RESULT_KEYS
     assert list(res.to_dict(include_masks=True)) == RESULT_KEYS + ["valid_mask", "scored_mask"]
     assert json.loads(json.dumps(res.to_dict(include_masks=True))) == res.to_dict(include_masks=True)
@@ -795,7 +795,7 @@ def test_the_decision_rule_at_its_boundaries():
     with pytest.raises(ValueError, match="p_value and alpha"):
         decide(z=1.0)
     rows = np.random.default_rng(5).integers(0, VOCAB, (20, 30))
-    for res in detect_batch(rows, ChainMarkConfig(b"k", S=3), alpha=0.2):
+    for res in detect_batch(rows, ChainMarkConfig(b"k", S=3), alpha=0.2, test="z"):
         assert res.is_watermarked == decide(z=res.z, p_value=res.p_value, alpha=0.2)
 
 
@@ -808,12 +808,12 @@ def test_detect_takes_the_configuration_it_was_generated_with():
     key = b"k" * 32
     config = ChainMarkConfig(key, S=7, rho=0.5, topology="soft_cycle")
     ids = np.random.default_rng(3).integers(0, 5000, 300)
-    assert [r.z for r in detect_batch([ids, ids[:50]], config)] == [detect(ids, config).z, detect(ids[:50], config).z]
-    assert detect(ids, config).z != detect(ids, ChainMarkConfig(key)).z  # S = 5 and the clockwork by default
-    for loose in (lambda: detect(ids, key), lambda: detect(ids, key, 7, "soft_cycle"), lambda: detect(ids, config, S=7),
-                  lambda: detect(ids, topology="soft_cycle"), lambda: detect_batch([ids], key, S=7),
-                  lambda: detect_batch([ids], config, topology="soft_cycle"),
-                  lambda: detect_text("x", CharTokenizer(), key, 7)):
+    assert [r.z for r in detect_batch([ids, ids[:50]], config, test="z")] == [detect(ids, config, test="z").z, detect(ids[:50], config, test="z").z]
+    assert detect(ids, config, test="z").z != detect(ids, ChainMarkConfig(key), test="z").z  # S = 5 and the clockwork by default
+    for loose in (lambda: detect(ids, key, test="z"), lambda: detect(ids, key, 7, "soft_cycle", test="z"), lambda: detect(ids, config, S=7, test="z"),
+                  lambda: detect(ids, topology="soft_cycle", test="z"), lambda: detect_batch([ids], key, S=7, test="z"),
+                  lambda: detect_batch([ids], config, topology="soft_cycle", test="z"),
+                  lambda: detect_text("x", CharTokenizer(), key, 7, test="z")):
         with pytest.raises(TypeError, match=r"takes one ChainMarkConfig .*pass ChainMarkConfig\(key, S="):
             loose()
     regime = Regime.from_config(config, alpha=0.001)
@@ -841,4 +841,41 @@ def test_text_given_to_detect_points_to_detect_text():
     """``detect`` scores ids (or a Generation); text is a TypeError that names the call for text."""
     config = ChainMarkConfig(b"k" * 32, S=5)
     with pytest.raises(TypeError, match=r"detect_text\(text, tokenizer, config\)"):
-        detect("some published text", config)
+        detect("some published text", config, test="z")
+
+
+def test_the_api_and_the_command_line_default_to_the_same_test(tmp_path, capsys):
+    """One default test: ``chainmark.detect`` and its siblings, the streaming detector, the key-set detector, the
+    key audit and ``chainmark detect`` all run :data:`DEFAULT_TEST` (the exact test) when no test is named."""
+    import inspect
+
+    from chainmark import cli
+    from chainmark.auditor.keyaudit import CertificationTarget
+    from chainmark.auditor.keysets import detect_over_keys
+    from chainmark.auditor.stream import StreamingDetector
+    from chainmark.auditor.tokenizer import load_tokenizer
+    from chainmark.significance import DEFAULT_TEST
+
+    assert DEFAULT_TEST == "exact"
+    tokenizer = load_tokenizer()
+    text = "The cat sat on the mat, and the cat sat on the mat again, as cats do. " * 4
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    config = ChainMarkConfig(b"one-default-test", S=5)
+    named = detect(ids, config, test=DEFAULT_TEST)
+    assert named.n_scored < len(ids) - 1  # the exact test scores new tokens only: a text with repeats tells them apart
+    for result in (detect(ids, config), detect_batch([ids], config)[0], detect_text(text, tokenizer, config)):
+        assert (result.n_scored, result.n_hits, result.p_value) == (named.n_scored, named.n_hits, named.p_value)
+    streaming = StreamingDetector(config, vocab_size=len(tokenizer))
+    streaming.update(ids)
+    assert streaming.test == DEFAULT_TEST and streaming.result().p_value == named.p_value
+    assert inspect.signature(detect_over_keys).parameters["test"].default == DEFAULT_TEST
+    assert CertificationTarget().test == DEFAULT_TEST
+    key, doc = tmp_path / "k.key", tmp_path / "t.txt"
+    from chainmark.auditor.keyfiles import write_key_file
+
+    write_key_file(key, config.key)
+    doc.write_text(text, "utf-8")
+    assert cli.main(["detect", "--key-file", str(key), "--S", "5", "--json", str(doc)]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["test"] == DEFAULT_TEST and row["n_transitions"] == named.n_scored
+    assert math.isclose(row["p_value"], named.p_value, rel_tol=1e-12)

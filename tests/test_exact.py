@@ -128,7 +128,7 @@ def test_test_names_and_conflicts_are_checked():
     with pytest.raises(ValueError, match="test must be one of"):
         detect(REPETITIVE, CONFIG, test="binomial")
     with pytest.raises(TypeError, match="distinct_pairs"):  # one spelling: test="distinct"
-        detect(REPETITIVE, CONFIG, distinct_pairs=True)
+        detect(REPETITIVE, CONFIG, distinct_pairs=True, test="z")
 
 
 def test_detect_batch_runs_the_exact_test_on_every_row():

@@ -102,13 +102,13 @@ def test_1_detect_with_S_50000_exits_2_under_a_4_gb_memory_limit(tmp_path, key_f
 
 def test_1_every_entry_point_refuses_S_above_the_bound(capsys, tmp_path, key_file):
     ids = np.arange(50)
-    for call in (lambda: detect(ids, ChainMarkConfig(KEY, S=MAX_STATES + 1)),
+    for call in (lambda: detect(ids, ChainMarkConfig(KEY, S=MAX_STATES + 1), test="z"),
                  lambda: lr_detect(ids, ChainMarkConfig(KEY, S=MAX_STATES + 1), np.zeros(49))):
         with pytest.raises(ValueError, match=f"at most {MAX_STATES}"):
             call()
     with pytest.raises(ValueError, match=rf'"S" must be an integer in \[2, {MAX_STATES}\]'):  # a regime to publish
         regime_document(KEY, Regime(S=MAX_STATES + 1, alpha=0.01))
-    assert detect(ids, ChainMarkConfig(KEY, S=MAX_STATES)).S == MAX_STATES  # the bound itself is allowed
+    assert detect(ids, ChainMarkConfig(KEY, S=MAX_STATES), test="z").S == MAX_STATES  # the bound itself is allowed
     code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", MAX_STATES + 1, "--alpha", "0.01")
     assert code == EXIT_USAGE and "--S" in err
     code, _, err = run(capsys, "calibrate", "--n", "100", "--rho", "0.5", "--alpha", "0.01", "--k", MAX_STATES)
@@ -202,16 +202,16 @@ def test_2_a_valid_regime_still_applies(capsys, tmp_path, key_file, regime):
 # ---------------------------------------------------------------------------
 def test_3_sequences_of_scalars_are_one_text():
     torch = pytest.importorskip("torch")
-    ref = detect(np.arange(50), ChainMarkConfig(KEY))
+    ref = detect(np.arange(50), ChainMarkConfig(KEY), test="z")
     for ids in (list(np.arange(50)), tuple(np.arange(50)), [torch.tensor(i) for i in range(50)],
                 list(np.arange(50, dtype=np.uint16))):
-        res = detect(ids, ChainMarkConfig(KEY))
+        res = detect(ids, ChainMarkConfig(KEY), test="z")
         assert not isinstance(res, list) and res.n_tokens == 50
         assert (res.z, res.n_hits) == (ref.z, ref.n_hits)
-    batch = detect_batch((np.arange(50), torch.arange(50)), ChainMarkConfig(KEY))  # sequences of sequences are a batch
+    batch = detect_batch((np.arange(50), torch.arange(50)), ChainMarkConfig(KEY), test="z")  # sequences of sequences are a batch
     assert isinstance(batch, list) and [r.z for r in batch] == [ref.z, ref.z]
     with pytest.raises(ValueError, match="detect_batch"):  # which detect refuses, naming detect_batch
-        detect((np.arange(50), torch.arange(50)), ChainMarkConfig(KEY))
+        detect((np.arange(50), torch.arange(50)), ChainMarkConfig(KEY), test="z")
 
 
 # ---------------------------------------------------------------------------

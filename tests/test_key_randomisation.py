@@ -54,7 +54,7 @@ def test_the_observed_value_and_the_null_use_the_key_and_the_texts_copies():
     rng = np.random.default_rng(5)
     ids = repetitive_text(rng, n=200)
     res = key_randomisation_test(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
-    assert res.observed == detect(ids, ChainMarkConfig(KEY, S=3)).n_hits
+    assert res.observed == detect(ids, ChainMarkConfig(KEY, S=3), test="z").n_hits
     assert res.null.shape == (99,) and res.exceedances == int((res.null >= res.observed).sum())
     assert res.p_value == _monte_carlo_p_value(res.observed, res.null) == (1 + res.exceedances) / 100
     legal = legal_transitions_null(ids, ChainMarkConfig(KEY, S=3), draws=99, seed=1)
@@ -78,7 +78,7 @@ def test_blocks_do_not_change_the_draws(monkeypatch):
 def test_config_and_errors():
     ids = np.arange(100) % 17
     config = ChainMarkConfig(KEY, S=4, rho=0.5)
-    assert key_randomisation_test(ids, config, draws=9).observed == detect(ids, config).n_hits
+    assert key_randomisation_test(ids, config, draws=9).observed == detect(ids, config, test="z").n_hits
     for loose in (lambda: key_randomisation_test(ids, KEY, 4), lambda: key_randomisation_test(ids, KEY, S=4),
                   lambda: key_randomisation_test(ids, config, S=4)):
         with pytest.raises(TypeError, match=r"pass ChainMarkConfig\(key, S=\.\.\., topology=\.\.\.\)"):

@@ -190,8 +190,8 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
             ids[2 * j + 1] = of[(2 * j + 1 + 3) % S]
         return ids
 
-    assert not detect(erase(b["perfect_edits"]), ChainMarkConfig(reference_key, S=S)).is_watermarked
-    assert detect(erase(b["perfect_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
+    assert not detect(erase(b["perfect_edits"]), ChainMarkConfig(reference_key, S=S), test="z").is_watermarked
+    assert detect(erase(b["perfect_edits"] - 1), ChainMarkConfig(reference_key, S=S), test="z").is_watermarked
     # no legal step at all: even positions climb by 2, odd ones sit 3 above the token before
     broken = [of[(i // 2 * 2 + (3 if i % 2 else 0)) % S] for i in range(200)]
     f = attack_bounds(broken, ChainMarkConfig(reference_key, S=S))
@@ -203,8 +203,8 @@ def test_attack_bounds_are_reached_and_tight(reference_key) -> None:
             ids[2 * j + 1] = of[((2 * j + 1) // 2 * 2 + 1) % S]
         return ids
 
-    assert detect(forge(f["forge_edits"]), ChainMarkConfig(reference_key, S=S)).is_watermarked
-    assert not detect(forge(f["forge_edits"] - 1), ChainMarkConfig(reference_key, S=S)).is_watermarked
+    assert detect(forge(f["forge_edits"]), ChainMarkConfig(reference_key, S=S), test="z").is_watermarked
+    assert not detect(forge(f["forge_edits"] - 1), ChainMarkConfig(reference_key, S=S), test="z").is_watermarked
 
 
 def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
@@ -218,7 +218,7 @@ def test_attack_bounds_take_the_config_and_its_topology(reference_key) -> None:
     with pytest.raises(TypeError, match="ChainMarkConfig"):
         attack_bounds(walk, reference_key)
     soft = ChainMarkConfig(reference_key, S=PLAYGROUND_S, topology="soft_cycle")
-    b, det, p0 = attack_bounds(walk, soft), detect(walk, soft), soft.topo.p0
+    b, det, p0 = attack_bounds(walk, soft), detect(walk, soft, test="z"), soft.topo.p0
     assert p0 == 2 / PLAYGROUND_S and b["z"] == det.z and b["flagged"]
     m = det.n_scored
     assert b["perfect_edits"] == math.ceil((det.n_hits - p0 * m - z_alpha(0.01) * math.sqrt(p0 * (1 - p0) * m)) / 2)
@@ -304,8 +304,8 @@ def _check_against_python(page: Page, tokenizer, key: bytes, original: str) -> d
     text = page.text()
     ids = tokenizer.encode(text, add_special_tokens=False)
     orig = tokenizer.encode(original, add_special_tokens=False)
-    det = detect(ids, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01)
-    z0 = detect(orig, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01).z
+    det = detect(ids, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01, test="z")
+    z0 = detect(orig, ChainMarkConfig(key, S=PLAYGROUND_S), alpha=0.01, test="z").z
     shown = {k: float(v) for k, v in page.shown().items() if k != "score"}
     assert int(shown["n_tokens"]) == det.n_tokens, text
     assert int(shown["n_valid"]) == det.n_hits
@@ -520,7 +520,7 @@ def test_browser_state_table_and_statistics(standalone, reference_key) -> None:
         const r = ChainMarkPlayground.math.score(ids, {page.inst}.table, 5, 0.01);
         return [r.n, r.m, r.c, r.phi, r.z, r.p, r.flagged]; }})""")
     for ids, (n, m, c, phi, z, p, flagged) in zip(seqs, scores):
-        d = detect(ids, ChainMarkConfig(reference_key, S=PLAYGROUND_S), alpha=0.01)
+        d = detect(ids, ChainMarkConfig(reference_key, S=PLAYGROUND_S), alpha=0.01, test="z")
         assert (n, m, c, flagged) == (d.n_tokens, d.n_scored, d.n_hits, d.is_watermarked)
         assert phi == d.phi and z == d.z
         assert math.isclose(p, d.p_value, rel_tol=1e-11, abs_tol=1e-300)

@@ -91,7 +91,7 @@ def test_list_input_equals_array_input(data, key, S):
     if regime == "huge":  # Python-int lists mixing ids above and below 2**63: see test_validation
         ids = ids >> np.uint64(1)
     config = ChainMarkConfig(key, S=S)
-    a, b = detect(ids, config), detect([int(t) for t in ids], config)
+    a, b = detect(ids, config, test="z"), detect([int(t) for t in ids], config, test="z")
     assert (a.phi, a.z, a.n_hits, a.n_scored) == (b.phi, b.z, b.n_hits, b.n_scored)
 
 
@@ -132,7 +132,7 @@ def test_vectorised_states_equal_the_per_token_hash(key, S, ids):
 @given(key=st.binary(min_size=1, max_size=64), S=num_states,
        ids=st.lists(st.integers(0, VOCAB - 1), max_size=400))
 def test_clockwork_detect_equals_the_reference_listing(key, S, ids):
-    ours = detect(ids, ChainMarkConfig(key, S=S))
+    ours = detect(ids, ChainMarkConfig(key, S=S), test="z")
     ref = reference_detect(ids, key, S)
     assert ours.phi == pytest.approx(ref["phi"])
     assert ours.z == pytest.approx(ref["z"], abs=1e-9)
@@ -147,7 +147,7 @@ def test_a_perfect_walk_has_phi_one(key, S, n):
     by_state = [np.flatnonzero(table == s) for s in range(S)]
     assume(all(len(b) for b in by_state))
     ids = [int(by_state[i % S][0]) for i in range(n)]
-    res = detect(ids, ChainMarkConfig(key, S=S))
+    res = detect(ids, ChainMarkConfig(key, S=S), test="z")
     assert res.phi == 1.0 and res.n_hits == n - 1
     assert res.z == pytest.approx(math.sqrt((S - 1) * (n - 1)))
 
@@ -156,7 +156,7 @@ def test_a_perfect_walk_has_phi_one(key, S, n):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(max_size=2000), key=st.binary(min_size=1, max_size=48), S=num_states)
 def test_detect_text_survives_arbitrary_unicode(real_tokenizer, text, key, S):
-    res = detect_text(text, real_tokenizer, ChainMarkConfig(key, S=S))
+    res = detect_text(text, real_tokenizer, ChainMarkConfig(key, S=S), test="z")
     n = len(real_tokenizer(text, add_special_tokens=False)["input_ids"])
     check_result(res, n, S, 0.01)
 
@@ -168,7 +168,7 @@ def test_detect_text_survives_arbitrary_unicode(real_tokenizer, text, key, S):
                        min_size=0, max_size=3000))
 def test_detect_text_on_odd_characters(real_tokenizer, pieces):
     text = "".join(pieces)
-    res = detect_text(text, real_tokenizer, ChainMarkConfig(b"odd-text-key", S=5))
+    res = detect_text(text, real_tokenizer, ChainMarkConfig(b"odd-text-key", S=5), test="z")
     n = len(real_tokenizer(text, add_special_tokens=False)["input_ids"])
     check_result(res, n, 5, 0.01)
 

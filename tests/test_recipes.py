@@ -85,4 +85,4 @@ def test_the_iid_recipe_is_the_detectors_z() -> None:
 
     ids = np.random.default_rng(6).integers(0, V, size=150)
     valid = valid_transitions(states_of(ids, KEY, 5), Topology.clockwork(5))
-    assert _iid_z(valid, 0.2) == detect(ids, CONFIG).z
+    assert _iid_z(valid, 0.2) == detect(ids, CONFIG, test="z").z

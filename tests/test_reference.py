@@ -155,7 +155,7 @@ def test_the_explorer_grid_summarises_every_cell_and_keeps_one_prompt_token_by_t
         ex = c["example"]
         assert ex["domain"] == "wiki" and len(ex["tokens"]) == len(ex["states"]) == len(ex["forced"]) == ex["n_tokens"]
         assert ex["states"] == states_of(ex["token_ids"], ref.reference_key(), c["S"]).tolist()
-        assert ex["z"] == pytest.approx(detect(ex["token_ids"], ChainMarkConfig(ref.reference_key(), S=c["S"])).z)
+        assert ex["z"] == pytest.approx(detect(ex["token_ids"], ChainMarkConfig(ref.reference_key(), S=c["S"]), test="z").z)
     with pytest.raises(ValueError, match="no explorer prompt"):
         ref.explorer_grid(tok, root, TINY, example=("code", 0))
 

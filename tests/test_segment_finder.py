@@ -147,7 +147,7 @@ def test_the_committed_documents_hold_chainmark_segments_at_their_ground_truth()
     docs = load_mixed_documents(design="one_200_in_2000")
     assert len(docs) == 50 and all(d.n_tokens == 2000 for d in docs)
     config = mixed_config()
-    inside = [detect(d.token_ids[s:e], config).z for d in docs for s, e in d.segments]
+    inside = [detect(d.token_ids[s:e], config, test="z").z for d in docs for s, e in d.segments]
     assert np.median(inside) > 8, np.median(inside)
     with pytest.raises(ValueError, match="no documents of design"):
         load_mixed_documents(design="three_in_one")

@@ -183,7 +183,7 @@ def test_embedding_explorer(browser: GuardedPage, site_url: str) -> None:
         cell = next(c for c in data["cells"] if c["S"] == S and c["rho"] == rho)
         ex = cell["example"]
         shown = _values(browser, sel)
-        det = detect(ex["token_ids"], ChainMarkConfig(key, S=S))  # the detector re-scores the shown text
+        det = detect(ex["token_ids"], ChainMarkConfig(key, S=S), test="z")  # the detector re-scores the shown text
         assert _close(shown["z"], det.z, 1e-9) and _close(shown["phi"], det.phi, 1e-9), (S, rho)
         assert _close(shown["p_value"], det.p_value, 1e-6)
         assert int(shown["n_tokens"]) == det.n_tokens

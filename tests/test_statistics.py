@@ -131,7 +131,7 @@ def test_null_with_hashed_token_ids(S, n, topology):
     rng = np.random.default_rng(SEED + S + n)
     key = rng.bytes(32)
     ids = rng.integers(0, VOCAB, size=(reps, n))
-    results = detect_batch(ids, ChainMarkConfig(key, S=S, topology=topology), alpha=0.01, vocab_size=VOCAB)
+    results = detect_batch(ids, ChainMarkConfig(key, S=S, topology=topology), alpha=0.01, vocab_size=VOCAB, test="z")
     topo = Topology.clockwork(S) if topology == "clockwork" else Topology.soft_cycle(S)
     p0 = topo.p0
     phi = np.array([r.phi for r in results])

@@ -161,7 +161,7 @@ def test_repetition_warning_fires_for_the_z_test_on_repetitive_text_only(tokeniz
     # a higher (recalibrated) threshold lowers the rate the text's null gives
     assert null_fpr(null, 0.2, 3.5) < null_fpr(null, 0.2, Z_ALPHA_01)
     with pytest.raises(ValueError, match="count_pairs"):
-        stream_text([prose], tokenizer, ChainMarkConfig(KEY)).pair_counts()
+        stream_text([prose], tokenizer, ChainMarkConfig(KEY), test="z").pair_counts()
 
 
 def test_cli_reports_the_share_and_warns(tmp_path, capsys, monkeypatch):

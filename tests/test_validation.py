@@ -94,41 +94,41 @@ CASES = [
     ("calibrate all rho", lambda: Gate.calibrate("all", 0.5, [1.0]), ValueError, ["rho", "1"]),
     ("gate rate empty", lambda: Gate("high_entropy", 1.0).rate([]), ValueError, ["signal"]),
     # ---- detect ------------------------------------------------------------
-    ("detect a bare key", lambda: detect([1, 2], KEY), TypeError, ["pass ChainMarkConfig(key, S=", "got bytes"]),
-    ("detect a key with S", lambda: detect([1, 2], KEY, 5, "clockwork"), TypeError, ["ChainMarkConfig", "bytes"]),
-    ("detect a config with S", lambda: detect([1, 2], CONFIG, S=5), TypeError, ["got ChainMarkConfig and S"]),
-    ("detect key keyword", lambda: detect([1, 2], key=KEY), TypeError, ["got NoneType and key"]),
-    ("detect alpha 0", lambda: detect([1, 2], CONFIG, alpha=0.0), ValueError, ["alpha", "(0, 1)"]),
-    ("detect alpha 1", lambda: detect([1, 2], CONFIG, alpha=1.0), ValueError, ["alpha", "(0, 1)"]),
-    ("detect alpha 1.5", lambda: detect([1, 2], CONFIG, alpha=1.5), ValueError, ["alpha", "(0, 1)"]),
-    ("detect alpha nan", lambda: detect([1, 2], CONFIG, alpha=float("nan")), ValueError, ["alpha", "(0, 1)"]),
-    ("detect alpha str", lambda: detect([1, 2], CONFIG, alpha="0.01"), TypeError, ["alpha", "(0, 1)"]),
-    ("detect alpha on empty input", lambda: detect([], CONFIG, alpha=2.0), ValueError, ["alpha", "(0, 1)"]),
-    ("detect negative ids", lambda: detect([1, -2], CONFIG), ValueError, ["token_ids", "non-negative"]),
-    ("detect id >= vocab", lambda: detect([1, 50000], CONFIG, vocab_size=49152), ValueError,
+    ("detect a bare key", lambda: detect([1, 2], KEY, test="z"), TypeError, ["pass ChainMarkConfig(key, S=", "got bytes"]),
+    ("detect a key with S", lambda: detect([1, 2], KEY, 5, "clockwork", test="z"), TypeError, ["ChainMarkConfig", "bytes"]),
+    ("detect a config with S", lambda: detect([1, 2], CONFIG, S=5, test="z"), TypeError, ["got ChainMarkConfig and S"]),
+    ("detect key keyword", lambda: detect([1, 2], key=KEY, test="z"), TypeError, ["got NoneType and key"]),
+    ("detect alpha 0", lambda: detect([1, 2], CONFIG, alpha=0.0, test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha 1", lambda: detect([1, 2], CONFIG, alpha=1.0, test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha 1.5", lambda: detect([1, 2], CONFIG, alpha=1.5, test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha nan", lambda: detect([1, 2], CONFIG, alpha=float("nan"), test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect alpha str", lambda: detect([1, 2], CONFIG, alpha="0.01", test="z"), TypeError, ["alpha", "(0, 1)"]),
+    ("detect alpha on empty input", lambda: detect([], CONFIG, alpha=2.0, test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect negative ids", lambda: detect([1, -2], CONFIG, test="z"), ValueError, ["token_ids", "non-negative"]),
+    ("detect id >= vocab", lambda: detect([1, 50000], CONFIG, vocab_size=49152, test="z"), ValueError,
      ["token_ids", "[0, 49151]"]),
-    ("detect key int", lambda: detect([1, 2], 12345), TypeError, ["ChainMarkConfig", "got int"]),
-    ("detect no config on empty input", lambda: detect([], None), TypeError, ["pass the ChainMarkConfig"]),
+    ("detect key int", lambda: detect([1, 2], 12345, test="z"), TypeError, ["ChainMarkConfig", "got int"]),
+    ("detect no config on empty input", lambda: detect([], None, test="z"), TypeError, ["pass the ChainMarkConfig"]),
     ("detect test bool", lambda: detect([1, 2], CONFIG, test=True), ValueError, ["test must be one of"]),
-    ("detect 3-D", lambda: detect(np.zeros((2, 2, 2), dtype=int), CONFIG), ValueError, ["token_ids"]),
-    ("detect 2-D", lambda: detect(np.zeros((2, 3), dtype=int), CONFIG), ValueError, ["token_ids", "detect_batch"]),
-    ("detect list of lists", lambda: detect([[1, 2], [3, 4]], CONFIG), ValueError, ["token_ids", "detect_batch"]),
-    ("detect 2-D tensor", lambda: detect(torch.zeros((2, 3), dtype=torch.long), CONFIG), ValueError,
+    ("detect 3-D", lambda: detect(np.zeros((2, 2, 2), dtype=int), CONFIG, test="z"), ValueError, ["token_ids"]),
+    ("detect 2-D", lambda: detect(np.zeros((2, 3), dtype=int), CONFIG, test="z"), ValueError, ["token_ids", "detect_batch"]),
+    ("detect list of lists", lambda: detect([[1, 2], [3, 4]], CONFIG, test="z"), ValueError, ["token_ids", "detect_batch"]),
+    ("detect 2-D tensor", lambda: detect(torch.zeros((2, 3), dtype=torch.long), CONFIG, test="z"), ValueError,
      ["token_ids", "detect_batch"]),
-    ("detect scalars and rows mixed", lambda: detect([1, [2, 3]], CONFIG), ValueError, ["token_ids", "flat"]),
+    ("detect scalars and rows mixed", lambda: detect([1, [2, 3]], CONFIG, test="z"), ValueError, ["token_ids", "flat"]),
     # ---- detect_batch --------------------------------------------------------
-    ("detect_batch 1-D", lambda: detect_batch(np.arange(5), CONFIG), ValueError, ["batch", "2-D", "detect"]),
-    ("detect_batch list of ids", lambda: detect_batch([1, 2, 3], CONFIG), TypeError, ["batch", "detect"]),
-    ("detect_batch not iterable", lambda: detect_batch(5, CONFIG), TypeError, ["batch"]),
-    ("detect_batch text", lambda: detect_batch("some text", CONFIG), TypeError, ["batch", "tokenize"]),
-    ("detect_batch negative id", lambda: detect_batch([[1, 2], [-3]], CONFIG), ValueError,
+    ("detect_batch 1-D", lambda: detect_batch(np.arange(5), CONFIG, test="z"), ValueError, ["batch", "2-D", "detect"]),
+    ("detect_batch list of ids", lambda: detect_batch([1, 2, 3], CONFIG, test="z"), TypeError, ["batch", "detect"]),
+    ("detect_batch not iterable", lambda: detect_batch(5, CONFIG, test="z"), TypeError, ["batch"]),
+    ("detect_batch text", lambda: detect_batch("some text", CONFIG, test="z"), TypeError, ["batch", "tokenize"]),
+    ("detect_batch negative id", lambda: detect_batch([[1, 2], [-3]], CONFIG, test="z"), ValueError,
      ["token_ids", "non-negative"]),
-    ("detect_batch id >= vocab", lambda: detect_batch(np.array([[1, 50000]]), CONFIG, vocab_size=49152), ValueError,
+    ("detect_batch id >= vocab", lambda: detect_batch(np.array([[1, 50000]]), CONFIG, vocab_size=49152, test="z"), ValueError,
      ["token_ids", "[0, 49151]"]),
-    ("detect_batch floats", lambda: detect_batch(np.ones((2, 3)), CONFIG), TypeError, ["token_ids", "integers"]),
-    ("detect_batch alpha", lambda: detect_batch([], CONFIG, alpha=0.0), ValueError, ["alpha", "(0, 1)"]),
-    ("detect_batch a bare key", lambda: detect_batch([], KEY), TypeError, ["detect_batch", "ChainMarkConfig"]),
-    ("detect_batch loose topology", lambda: detect_batch([], CONFIG, topology="clockwork"), TypeError,
+    ("detect_batch floats", lambda: detect_batch(np.ones((2, 3)), CONFIG, test="z"), TypeError, ["token_ids", "integers"]),
+    ("detect_batch alpha", lambda: detect_batch([], CONFIG, alpha=0.0, test="z"), ValueError, ["alpha", "(0, 1)"]),
+    ("detect_batch a bare key", lambda: detect_batch([], KEY, test="z"), TypeError, ["detect_batch", "ChainMarkConfig"]),
+    ("detect_batch loose topology", lambda: detect_batch([], CONFIG, topology="clockwork", test="z"), TypeError,
      ["got ChainMarkConfig and topology"]),
     # ---- the one id normaliser, at every call site ----------------------------
     ("lr_detect 2-D", lambda: lr_detect([[1, 2]], CONFIG, []), ValueError, ["token_ids", "one-dimensional"]),
@@ -151,10 +151,10 @@ CASES = [
      ["token_ids", "integers"]),
     ("sweet_detect text", lambda: baselines._sweet_detect("abc", baselines.SweetConfig(KEY), 100, [0.0] * 3),
      TypeError, ["token_ids", "tokenize"]),
-    ("detect_text bytes", lambda: detect_text(b"bytes", ByteTokenizer(), CONFIG), TypeError, ["text", "str"]),
-    ("detect_text a key with S", lambda: detect_text("x", ByteTokenizer(), KEY, S=5), TypeError,
+    ("detect_text bytes", lambda: detect_text(b"bytes", ByteTokenizer(), CONFIG, test="z"), TypeError, ["text", "str"]),
+    ("detect_text a key with S", lambda: detect_text("x", ByteTokenizer(), KEY, S=5, test="z"), TypeError,
      ["detect_text", "pass ChainMarkConfig(key, S="]),
-    ("detect_text id >= vocab", lambda: detect_text("\u00e9t\u00e9", ByteTokenizer(), CONFIG, vocab_size=100),
+    ("detect_text id >= vocab", lambda: detect_text("\u00e9t\u00e9", ByteTokenizer(), CONFIG, vocab_size=100, test="z"),
      ValueError, ["token_ids", "[0, 99]"]),
     ("score_states out of range", lambda: score_states(np.array([0, 7]), Topology.clockwork(5)), ValueError,
      ["states", "[0, 4]"]),
@@ -251,7 +251,7 @@ def test_python_int_list_across_2_to_the_63():
     ids = [2**64 - 1, 1, 2**63, 5]
     states = states_of(ids, KEY, 7)
     assert [int(st) for st in states] == [state_of(t, KEY, 7) for t in ids]
-    assert detect(ids, ChainMarkConfig(KEY, S=7)).n_scored == 3
+    assert detect(ids, ChainMarkConfig(KEY, S=7), test="z").n_scored == 3
 
 
 def test_every_id_call_site_takes_tensors_and_numpy_scalars():
@@ -260,17 +260,17 @@ def test_every_id_call_site_takes_tensors_and_numpy_scalars():
     forms = [ids, np.array(ids), list(np.array(ids)), [torch.tensor(t) for t in ids], torch.tensor(ids),
              tuple(np.array(ids, dtype=np.uint16))]
     kgw = baselines.KGWConfig(KEY)
-    ref = (detect(ids, CONFIG).to_dict(), attacks.Substitution(0.5, 100).edit(ids), attacks.Deletion(0.5).edit(ids),
+    ref = (detect(ids, CONFIG, test="z").to_dict(), attacks.Substitution(0.5, 100).edit(ids), attacks.Deletion(0.5).edit(ids),
            adversary.keyed_scrub(ids, CONFIG, 100), baselines.kgw_detect(ids, kgw, 100).z,
            lr_detect(ids, CONFIG, [0.5] * 7).llr)
     for form in forms:
-        got = (detect(form, CONFIG).to_dict(), attacks.Substitution(0.5, 100).edit(form),
+        got = (detect(form, CONFIG, test="z").to_dict(), attacks.Substitution(0.5, 100).edit(form),
                attacks.Deletion(0.5).edit(form),
                adversary.keyed_scrub(form, CONFIG, 100), baselines.kgw_detect(form, kgw, 100).z,
                lr_detect(form, CONFIG, [0.5] * 7).llr)
         assert got == ref, type(form)
         assert attacks.edit_fraction(form, ids) == 0.0
-    assert detect_batch([forms[3], forms[4]], CONFIG)[1].to_dict() == ref[0]
+    assert detect_batch([forms[3], forms[4]], CONFIG, test="z")[1].to_dict() == ref[0]
 
 
 def test_as_token_array_is_the_one_normaliser_for_texts_and_batches():
@@ -300,9 +300,9 @@ def test_as_token_array_is_the_one_normaliser_for_texts_and_batches():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_tensors_on_the_gpu_are_read_back():
     ids = torch.tensor([3, 17, 42, 5, 99], device="cuda")
-    assert detect(ids, CONFIG).to_dict() == detect(ids.tolist(), CONFIG).to_dict()
+    assert detect(ids, CONFIG, test="z").to_dict() == detect(ids.tolist(), CONFIG, test="z").to_dict()
     assert attacks.Deletion(0.4).edit(ids) == attacks.Deletion(0.4).edit(ids.tolist())
-    assert [r.z for r in detect_batch(ids[None, :], CONFIG)] == [detect(ids, CONFIG).z]
+    assert [r.z for r in detect_batch(ids[None, :], CONFIG, test="z")] == [detect(ids, CONFIG, test="z").z]
 
 
 # ---- calibration (chainmark.calibrate) --------------------------------------
@@ -357,11 +357,11 @@ def test_valid_edge_values_are_accepted():
     assert check_alpha(1e-300) == 1e-300
     assert Topology.from_matrix(np.ones((3, 3)) - np.eye(3)).k == 2  # k = S - 1
     assert ChainMarkConfig(KEY, S=2, rho=0.0).S == 2
-    res = detect([], ChainMarkConfig(KEY, S=64))
+    res = detect([], ChainMarkConfig(KEY, S=64), test="z")
     assert res.n_tokens == 0 and res.p_value == 1.0
-    assert math.isfinite(detect([0, 1], ChainMarkConfig(KEY, S=2)).z)
+    assert math.isfinite(detect([0, 1], ChainMarkConfig(KEY, S=2), test="z").z)
     # no transitions: z = 0 as detect reports for fewer than two tokens; phi's ends are allowed
-    assert z_score(0.7, 0.2, 0) == 0.0 == detect([3], CONFIG).z
+    assert z_score(0.7, 0.2, 0) == 0.0 == detect([3], CONFIG, test="z").z
     assert z_score(0.0, 0.2, 10) < 0 < z_score(1.0, 0.2, np.int64(10))
     assert p_value(math.inf) == 0.0 and p_value(-math.inf) == 1.0 and log_p_value(np.float64(0.0)) < 0
     assert attacks.n_edits(0.5, 0) == 0 and attacks.n_edits(0.5, np.int64(3)) == 2

@@ -129,7 +129,7 @@ def test_robustness_grid_on_synthetic_texts():
     assert rob["mc"]["length"] == 80
     ex = rob["text"]["examples"][1]
     assert len(ex["tokens"]) == 80 and sum(ex["substituted"]) <= math.ceil(0.2 * 80)
-    z_before = np.mean([detect(t, ChainMarkConfig(KEY, S=5)).z for t in texts])
+    z_before = np.mean([detect(t, ChainMarkConfig(KEY, S=5), test="z").z for t in texts])
     assert rob["text"]["mean_z_before"] == pytest.approx(z_before)
     data = _payload(W.robustness_explorer(rob, delta=0.21).html)
     assert data["start"] == {"delta": 0.2} and "texts" not in data
@@ -140,7 +140,7 @@ def _fake_grid() -> dict:
     for S in (2, 5):
         for rho in (0.5, 1.0):
             ids = E._simulate_watermarked_ids(1, 30, ChainMarkConfig(KEY, S=S, rho=rho), V, seed=S).tolist()[0]
-            d = detect(ids, ChainMarkConfig(KEY, S=S))
+            d = detect(ids, ChainMarkConfig(KEY, S=S), test="z")
             ex = {"prompt": "p", "token_ids": ids, "tokens": [f"t{t}" for t in ids],
                   "states": states_of(ids, KEY, S).tolist(), "forced": [0] * 30, "n_tokens": 30,
                   "phi": d.phi, "z": d.z, "p_value": d.p_value, "rho_realised": rho, "self_ppl": 3.0}
@@ -195,5 +195,5 @@ def test_live_generation_button_path(model_and_tokenizer):
     out = E.generate_example(model, tokenizer, ChainMarkConfig(KEY, S=5, rho=1.0), Gate("high_entropy", -math.inf),
                              "Name three colours.", sampling=Sampling(max_new_tokens=12))["example"]
     assert 1 <= out["n_tokens"] <= 12 and len(out["tokens"]) == out["n_tokens"]
-    assert out["z"] == pytest.approx(detect(out["token_ids"], ChainMarkConfig(KEY, S=5)).z)
+    assert out["z"] == pytest.approx(detect(out["token_ids"], ChainMarkConfig(KEY, S=5), test="z").z)
     assert out["rho_realised"] > 0.5 and out["self_ppl"] > 1.0

@@ -23,7 +23,7 @@ from ..calibrate import recalibrate
 from ..config import ChainMarkConfig
 from .rates import clopper_pearson, clopper_pearson_lower, clopper_pearson_upper, rate_estimate, trials_to_bound
 from ..checks import check_alpha, check_int
-from ..significance import TESTS, check_test
+from ..significance import DEFAULT_TEST, TESTS, check_test
 from ..detection import detect
 from ..keys import key_fingerprint
 from ..partition import Key
@@ -153,11 +153,12 @@ class CertificationTarget:
     """What a key audit certifies: that the key's false-positive rate under the deployed ``test``
     (:data:`chainmark.detection.TESTS`), flagging at ``alpha``, is at most ``promise`` (by default alpha), by a
     one-sided upper bound at confidence ``level``. A test at the level it promises certifies only when the key's
-    rate lies well below it; :func:`chainmark.auditor.keyplan.plan_certification` finds the stricter ``alpha`` at which a fresh key passes.
+    rate lies well below it; :func:`chainmark.auditor.keyplan.plan_certification` finds the stricter ``alpha``
+    at which a fresh key passes.
     A ``level`` below :data:`_CERTIFICATE_LEVEL` is a ``ValueError``: a lower one would let the certificate pass
     keys whose rate lies above the promise."""
 
-    test: str = "exact"
+    test: str = DEFAULT_TEST
     alpha: float = 0.01
     level: float = _CERTIFICATE_LEVEL
     #: the tokens of output the deployer will publish under the key before retiring it (None: not stated)

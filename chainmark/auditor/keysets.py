@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from ..checks import check_alpha
 from ..config import ChainMarkConfig
+from ..significance import DEFAULT_TEST
 
 __all__ = ["KeySetVerdict", "detect_over_keys"]
 
@@ -58,7 +59,7 @@ class KeySetVerdict:
 
 
 def detect_over_keys(token_ids: Any, configs: Sequence[ChainMarkConfig], alpha: float = 0.01,
-                     vocab_size: int | None = None, *, test: str = "exact") -> KeySetVerdict:
+                     vocab_size: int | None = None, *, test: str = DEFAULT_TEST) -> KeySetVerdict:
     """Test one text under every configuration of ``configs`` (one per key) with family-wise error ``alpha``.
 
     Each key is tested at alpha / K; the family-wise error (some key flags an unwatermarked text) is at most

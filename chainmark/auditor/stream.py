@@ -180,8 +180,8 @@ class StreamingDetector:
     """
 
     @takes_config()
-    def __init__(self, config: ChainMarkConfig, alpha: float = 0.01, test: str = "z", vocab_size: int | None = None,
-                 count_pairs: bool = False) -> None:
+    def __init__(self, config: ChainMarkConfig, alpha: float = 0.01, test: str | None = None,
+                 vocab_size: int | None = None, count_pairs: bool = False) -> None:
         self.vocab_size, self.count_pairs = vocab_size, count_pairs
         self._key = config.key
         self._topo, self.alpha, self.test = detection_args(config, alpha, test)
@@ -341,7 +341,7 @@ class StreamingDetector:
 
 @takes_config()
 def detect_text_stream(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01,
-                       test: str = "z", vocab_size: int | None = None,
+                       test: str | None = None, vocab_size: int | None = None,
                        piece_chars: int | None = None) -> tuple[DetectionResult, float]:
     """:func:`~chainmark.detection.detect_text` for a text given in chunks of any size, in bounded memory: the
     result (equal to scoring the whole text; masks left empty) and the text's repeated-pair share.
@@ -354,8 +354,8 @@ def detect_text_stream(chunks: Iterable[str], tokenizer: Any, config: ChainMarkC
 
 
 @takes_config()
-def stream_text(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01, test: str = "z",
-                vocab_size: int | None = None, piece_chars: int | None = None,
+def stream_text(chunks: Iterable[str], tokenizer: Any, config: ChainMarkConfig, alpha: float = 0.01,
+                test: str | None = None, vocab_size: int | None = None, piece_chars: int | None = None,
                 count_pairs: bool = False) -> StreamingDetector:
     """The :class:`StreamingDetector` fed with a text given in chunks (what :func:`detect_text_stream` reads);
     with ``count_pairs`` it also holds the pairs' multiplicities, for the text's own null."""

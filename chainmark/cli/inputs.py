@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence, TextIO
 
 from ..auditor.regime import Regime, parse_regime_text, published_regime_problems
 from ..limits import MAX_REGIME_BYTES
+from ..significance import DEFAULT_TEST
 from .common import UsageError, warn
 
 __all__ = ["TextInput", "detect_regime", "load_key", "load_regime", "load_tokenizer", "read_certificate",
@@ -244,7 +245,7 @@ def detect_regime(args: argparse.Namespace, document: dict[str, Any] | None) -> 
     it applies to."""
     test = args.test
     if test is None and document is None and args.threshold is None:
-        test = "exact"
+        test = DEFAULT_TEST
     return Regime.resolve(document, S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
                           test=test, n_min=args.min_tokens, tokenizer=args.tokenizer,
                           tokenizer_revision=args.tokenizer_revision,

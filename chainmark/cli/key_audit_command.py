@@ -10,6 +10,7 @@ from typing import Any
 
 from ..auditor.regime import Regime, tokenizer_fingerprint
 from ..limits import DEFAULT_MAX_CORPUS_BYTES, MAX_STATES
+from ..significance import DEFAULT_TEST
 from .common import (EXIT_DETECTED, EXIT_OK, EXIT_USAGE, MAX_INPUT_BYTES_LIMIT, UsageError, create_file, float_in,
                      int_in, out_path)
 from .inputs import load_key, load_tokenizer, read_certificate, read_input, regime_topology, tokenizer_label
@@ -68,7 +69,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "--probability, measured on 200 pilot keys derived from the key (the key is not scored)")
     ka.add_argument("--probability", type=float_in(0.0, 1.0, closed=False), default=0.9,
                     help="with --plan: the chance of a pass to plan for (default 0.9)")
-    ka.add_argument("--test", choices=("z", "distinct", "exact"), default="exact",
+    ka.add_argument("--test", choices=("z", "distinct", "exact"), default=DEFAULT_TEST,
                     help="the test the deployment will use: the verdict is for it (default exact)")
     ka.add_argument("--corpus", nargs="+", metavar="FILE", help="your own unwatermarked text instead of the "
                     "default corpus: .txt files (each file one document) or .jsonl files (each non-blank line "

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..auditor.regime import Regime, regime_document
 from ..limits import MAX_STATES
+from ..significance import DEFAULT_TEST
 from .common import (EXIT_OK, UsageError, add_text_preparation, create_file, finite_float, float_in, int_at_least,
                      int_in, out_path)
 from .inputs import load_key, load_tokenizer, read_certificate, tokenizer_label, warn_if_not_private
@@ -135,7 +136,7 @@ def _cmd_regime(args: argparse.Namespace) -> int:
     key = load_key(args.key_file)
     tokenizer = load_tokenizer(args.tokenizer, args.tokenizer_revision)
     try:
-        test = args.test or (None if args.threshold is not None else "exact")
+        test = args.test or (None if args.threshold is not None else DEFAULT_TEST)
         regime = Regime(S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
                         n_min=args.n_min, tokenizer=tokenizer_label(args.tokenizer),
                         tokenizer_revision=args.tokenizer_revision, rho=args.rho, gate=args.gate,

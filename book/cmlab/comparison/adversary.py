@@ -164,7 +164,7 @@ def _informed_edit(token_ids: Sequence[int], config: ChainMarkConfig, vocab_size
     def done() -> bool:
         if target_z is None:
             return False
-        z = detect(ids.tolist(), config).z
+        z = detect(ids.tolist(), config, test="z").z
         return z < target_z if not want_valid else z > target_z
 
     # Visit the transitions in a random order so that the edits spread over the

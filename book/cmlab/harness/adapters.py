@@ -106,7 +106,7 @@ class ChainMarkMethod(Method):
         return _generate(model, tokenizer, prompts, sampling, self.config, self.gate)
 
     def detect(self, token_ids, *, vocab_size, alpha, model=None, prompt_ids=None):
-        return [detect(list(ids), self.config, alpha=alpha, vocab_size=vocab_size).to_dict("record")
+        return [detect(list(ids), self.config, alpha=alpha, vocab_size=vocab_size, test="z").to_dict("record")
                 for ids in token_ids]
 
     def secrets(self):

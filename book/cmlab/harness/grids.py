@@ -245,11 +245,11 @@ def attack_curve(id_lists: Sequence[Sequence[int]], config: ChainMarkConfig, voc
     from cmlab.comparison.attacks import Substitution
     from chainmark.detection import detect
 
-    z0 = np.array([detect(ids, config, alpha=alpha).z for ids in id_lists])
+    z0 = np.array([detect(ids, config, alpha=alpha, test="z").z for ids in id_lists])
     ratio, tpr, mean_z, attacked_first = [], [], [], []
     for delta in deltas:
         attacked = Substitution(delta, vocab_size, seed=seed).apply_ids(list(id_lists))
-        dets = [detect(a, config, alpha=alpha) for a in attacked]
+        dets = [detect(a, config, alpha=alpha, test="z") for a in attacked]
         z = np.array([d.z for d in dets])
         mean_z.append(float(z.mean()))
         ratio.append(float(z.mean() / z0.mean()) if z0.mean() > 0 else float("nan"))

@@ -142,7 +142,7 @@ def _probe_generation() -> tuple[list[Check], float | None]:
     rate = gens[0].n_tokens / seconds if seconds > 0 else None
     checks.append(Check("generation", "ok", f"{gens[0].n_tokens} tokens in {seconds:.1f} s "
                                             f"({rate:.1f} tokens/s)"))
-    result = detect(gens[0].token_ids, config)
+    result = detect(gens[0].token_ids, config, test="z")
     checks.append(Check("detection", "ok" if result.is_watermarked else "fail",
                         f"z = {result.z:.1f}, p = {result.p_value:.1e}",
                         "" if result.is_watermarked else "the watermark was not detected: please report this "

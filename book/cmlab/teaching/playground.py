@@ -340,7 +340,7 @@ def attack_bounds(token_ids: Sequence[int], config: ChainMarkConfig,
     from chainmark.calibrate import z_alpha
     from chainmark.detection import detect
 
-    det = detect(list(token_ids), config, alpha=alpha)
+    det = detect(list(token_ids), config, alpha=alpha, test="z")
     za, p0, m = z_alpha(alpha), config.topo.p0, det.n_scored
     allowed = za * math.sqrt(p0 * (1.0 - p0) * m)
     excess = det.n_hits - p0 * m

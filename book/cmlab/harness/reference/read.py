@@ -57,7 +57,7 @@ def _null_rows(root: Path, protocol: Protocol, scorers: Mapping[str, tuple[Any, 
             if cell.spec["method"] != "none":
                 continue
             for name, (_, extra) in scorers.items():
-                d = detect(r["token_ids"], configs[name], protocol.alpha)
+                d = detect(r["token_ids"], configs[name], protocol.alpha, test="z")
                 rows.append({"id": r["id"], "experiment": experiment, "cell": cell.name, "method": "none",
                              "detector": name, "domain": r["domain"], "prompt_index": r["prompt_index"],
                              "seed": r.get("seed"), "attack": "clean", "n_tokens": r["n_tokens"],
@@ -206,7 +206,7 @@ def scores_by_test(tests: Sequence[str] | None = None, root: str | os.PathLike |
             if label.startswith("sub"):
                 ids = Substitution(float(label[3:]), vocab, seed=p.attack_seed).apply_ids(
                     [r["token_ids"]], names=[r["id"]])[0]
-                again = detect(ids, config, p.alpha, vocab_size=vocab)
+                again = detect(ids, config, p.alpha, vocab_size=vocab, test="z")
                 if not math.isclose(again.z, stored["z"], rel_tol=1e-9, abs_tol=1e-9):
                     raise ValueError(f"{r['id']} {label}: the rebuilt attack scores z = {again.z}, the record "
                                      f"{stored['z']}: the attack's seeding has changed")
