@@ -99,10 +99,10 @@ def plan_certification(config: ChainMarkConfig, texts: Sequence[Sequence[int]], 
         np.minimum.at(smallest[i], groups, p_values)
     edge = np.sort(smallest, axis=1)[:, most]  # a pilot key passes at alpha <= its (most + 1)-th smallest p
     best = float(np.sort(edge)[::-1][math.ceil(probability * pilot_keys - _EPS) - 1])
-    digits = 1 - math.floor(math.log10(best)) if best > 0 else 0
-    test_alpha = min(promise, math.floor(best * 10 ** digits) / 10 ** digits) if best > 0 else best
-    if test_alpha <= 0:
+    if best <= 0:
         raise ValueError("no test level lets a fresh key certify this promise with that probability on this corpus")
+    digits = 1 - math.floor(math.log10(best))  # rounded down to two significant digits: a share can only rise
+    test_alpha = min(promise, math.floor(best * 10 ** digits) / 10 ** digits)
     counts = (smallest < promise).sum(axis=1)
     return CertificationPlan(promise, probability, level, n_docs, len(kept), most, test_alpha,
                              rate_estimate(edge >= test_alpha), rate_estimate(edge >= promise),
