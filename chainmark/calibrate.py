@@ -1,22 +1,17 @@
 """Calibration, the paper's: from a regulator's targets (alpha, n, rho) to a configuration, and back.
 
-*Closed form.* Under the i.i.d. null the validity indicators of a k-regular
-topology are Bernoulli(p0 = k/S) with zero covariance, and a watermark with
-gate density rho lifts their mean by rho (1 - p0). That gives the expected
-watermarked z (:func:`predicted_z`), the midpoint threshold halfway between
-the two means (:func:`midpoint_threshold`), the Hoeffding bound on its false
-positive rate (:func:`hoeffding_fpr_bound`) and the paper's state-count rule
-S*(n, rho, alpha) (:func:`s_star`, :func:`calibration_table`). Because the
-count of valid transitions of i.i.d. uniform states is exactly
-Binomial(n - 1, p0), the true size of the Gaussian z-test is computable too
-(:func:`exact_fpr`).
+*Closed form.* Under the i.i.d. null the validity indicators of a k-regular topology are Bernoulli(p0 = k/S) with
+zero covariance, and a watermark with gate density rho lifts their mean by rho (1 - p0). That gives the expected
+watermarked z (:func:`predicted_z`), the midpoint threshold halfway between the two means
+(:func:`midpoint_threshold`), the Hoeffding bound on its false positive rate (:func:`hoeffding_fpr_bound`) and the
+paper's state-count rule S*(n, rho, alpha) (:func:`s_star`, :func:`calibration_table`). Because the count of valid
+transitions of i.i.d. uniform states is exactly Binomial(n - 1, p0), the true size of the Gaussian z-test is
+computable too (:func:`exact_fpr`).
 
-*Empirical.* Natural text is not i.i.d., so the analytic threshold drifts.
-:func:`recalibrate` sets a new threshold from null z-scores of a corpus
-(the SD recipe mu + z_alpha sigma, or an order-statistic quantile), on a
-corpus of at least :func:`min_null_samples` texts. Measured rates and their
-exact intervals are :mod:`chainmark.auditor.rates`; the experiments' statistics
-(bootstrap intervals, split halves, the lifted threshold) are the book's lab.
+*Empirical.* Natural text is not i.i.d., so the analytic threshold drifts. :func:`recalibrate` sets a new threshold
+from null z-scores of a corpus (the SD recipe mu + z_alpha sigma, or an order-statistic quantile), on a corpus of at
+least :func:`min_null_samples` texts. Measured rates and their exact intervals are :mod:`chainmark.auditor.rates`;
+the experiments' statistics (bootstrap intervals, split halves, the lifted threshold) are the book's lab.
 """
 from __future__ import annotations
 

@@ -1,22 +1,19 @@
 """The detectors: re-derive states from the key and test whether the text walks the cycle.
 
-**Model-free detector** (the paper's Algorithm 2 and reference listing).
-phi is the share of transitions t_i -> t_{i+1} whose states follow the
-topology. Under the null (text not written with this key) phi has mean
-p0 = k/S and variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
+**Model-free detector** (the paper's Algorithm 2 and reference listing). phi is the share of transitions t_i ->
+t_{i+1} whose states follow the topology. Under the null (text not written with this key) phi has mean p0 = k/S and
+variance p0 (1 - p0) / (n - 1) for any k-regular topology, so
 
     z = (phi - p0) / sqrt(p0 (1 - p0) / (n - 1)),   p = 1 - Phi(z),
 
-and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the
-package's one decision rule). Only the configuration (one
-:class:`~chainmark.config.ChainMarkConfig`, which carries the key, S and the
-topology) and the tokenizer are needed. The implementation is vectorised
-through the cached state table (the per-token ``hashlib`` loop of the paper's
-listing, kept for comparison, is ``tests/paper_listing.py``). The result is a :class:`DetectionResult`, the
-package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
+and the text is flagged when p < alpha (:func:`chainmark.verdict.decide`, the package's one decision rule). Only the
+configuration (one :class:`~chainmark.config.ChainMarkConfig`, which carries the key, S and the topology) and the
+tokenizer are needed. The implementation is vectorised through the cached state table (the per-token ``hashlib``
+loop of the paper's listing, kept for comparison, is ``tests/paper_listing.py``). The result is a
+:class:`DetectionResult`, the package's :class:`~chainmark.verdict.Verdict` with the masks, S and k.
 
-The LM-aware likelihood-ratio detector, for a verifier who also has the
-model, is :mod:`cmlab.comparison.lrdetect`; this module needs neither torch nor a model.
+The LM-aware likelihood-ratio detector, for a verifier who also has the model, is :mod:`cmlab.comparison.lrdetect`;
+this module needs neither torch nor a model.
 """
 from __future__ import annotations
 

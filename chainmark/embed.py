@@ -1,27 +1,21 @@
 """Watermark embedding: a ``transformers`` LogitsProcessor that forces the walk.
 
-At a gated position only tokens whose state is a legal successor of the
-previous token's state stay available, and the most likely of them is forced
-(the paper's Algorithm 1). At other positions the model's distribution is left
-untouched and sampled (T = 0.7 by default). If the allowed tokens carry no
-probability mass at all (every allowed logit is -inf, e.g. because an earlier
-processor removed them), the position is sampled freely.
+At a gated position only tokens whose state is a legal successor of the previous token's state stay available, and
+the most likely of them is forced (the paper's Algorithm 1). At other positions the model's distribution is left
+untouched and sampled (T = 0.7 by default). If the allowed tokens carry no probability mass at all (every allowed
+logit is -inf, e.g. because an earlier processor removed them), the position is sampled freely.
 
-Speed matters because the processor runs once per generated token. Four
-choices keep it cheap:
+Speed matters because the processor runs once per generated token. Four choices keep it cheap:
 
-* the tokens allowed after each state are listed once, as an ``S x L`` table
-  of token ids (``L`` ~ k V / S), so the masked argmax reads only the
-  candidate logits instead of masking the whole ``batch x V`` matrix;
-* the gate signal (entropy, and the top-2 gap when asked for) is computed
-  once per step and shared with the trace recorder, sharing one softmax
-  (:func:`chainmark.gate_signals.entropy_signals` with ``fused=True``, or
+* the tokens allowed after each state are listed once, as an ``S x L`` table of token ids (``L`` ~ k V / S), so the
+  masked argmax reads only the candidate logits instead of masking the whole ``batch x V`` matrix;
+* the gate signal (entropy, and the top-2 gap when asked for) is computed once per step and shared with the trace
+  recorder, sharing one softmax (:func:`chainmark.gate_signals.entropy_signals` with ``fused=True``, or
   :func:`chainmark.gate_signals.row_signals` row by row);
-* scratch memory is reused from step to step (fresh vocabulary-sized
-  temporaries cost more than the arithmetic on them);
-* on the CPU each row is handled while it sits in the cache (signal, masked
-  argmax and output row from one read of the logits); on a GPU the whole
-  batch is processed at once, with no host synchronisation.
+* scratch memory is reused from step to step (fresh vocabulary-sized temporaries cost more than the arithmetic on
+  them);
+* on the CPU each row is handled while it sits in the cache (signal, masked argmax and output row from one read of
+  the logits); on a GPU the whole batch is processed at once, with no host synchronisation.
 """
 from __future__ import annotations
 
@@ -157,14 +151,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         if not isinstance(config, ChainMarkConfig):
             raise TypeError(f"config must be a ChainMarkConfig, got {type(config).__name__}")
         self.config = config
-        self.gate = gate if gate is not None else config.default_gate()
-        if not isinstance(self.gate, Gate):
-            raise TypeError(f"gate must be a chainmark Gate, got {type(self.gate).__name__}")
-        if self.gate.kind != config.gate:
-            raise ValueError(f"gate kind {self.gate.kind!r} does not match config.gate {config.gate!r}")
-        if self.gate.rho is not None and not math.isclose(self.gate.rho, config.rho, abs_tol=1e-12):
-            raise ValueError(f"the gate was calibrated to open a share rho = {self.gate.rho:g} of positions, but "
-                             f"config.rho is {config.rho:g}: calibrate it at config.rho, or give the config its rho")
+        self.gate = config.gate_for(gate)  # refuses a gate that is not shown to open config.rho
         if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer))
                                        or vocab_size < 1):
             raise ValueError(f"vocab_size must be a positive integer (the logits' width), got {vocab_size!r}")
@@ -304,8 +291,7 @@ class ChainMarkLogitsProcessor(LogitsProcessor):
         # batched path (GPU, or a vocabulary too large for candidate lists)
         prev_state = table[input_ids[:, -1]]
         x = scores if scores.dtype == torch.float32 else scores.float()
-        signals = (entropy_signals(x, gap=want_gap, fused=True, workspace=self._workspace)
-                   if want_signals else None)
+        signals = (entropy_signals(x, gap=want_gap, fused=True, workspace=self._workspace) if want_signals else None)
         choice, best = self._masked_argmax(x, prev_state)
         if self.record_signals:
             assert signals is not None
@@ -344,8 +330,7 @@ def pilot_signal(model: Any, tokenizer: Any, prompts: Sequence[str], kind: str =
     """
     check_gate_kind(kind)
     pilot = generate(model, tokenizer, prompts, config=None, sampling=_pilot_sampling(sampling))
-    return np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float)
-                           for g in pilot])
+    return np.concatenate([np.asarray(g.gap if kind == "top2_gap" else g.entropy, dtype=float) for g in pilot])
 
 
 def _pilot_sampling(sampling: Sampling | None) -> Sampling:
@@ -519,8 +504,7 @@ def generate(
     table = state_table(config.key, vocab_size, config.S) if config is not None else None
     cm = None
     if config is not None:  # built once, reused (reset) for every batch
-        cm = ChainMarkLogitsProcessor(config, gate, vocab_size=vocab_size, device=device,
-                                      record_signals=True)
+        cm = ChainMarkLogitsProcessor(config, gate, vocab_size=vocab_size, device=device, record_signals=True)
     results: list[Generation] = []
     for b in range(0, len(prompts), batch_size):
         batch = list(prompts[b:b + batch_size])

@@ -1,11 +1,9 @@
 """The next-token signals a gate reads, computed on torch tensors: entropy and top-2 gap.
 
-The next-token entropy is computed here and nowhere else: :func:`entropy_signals`
-(the definition, or with ``fused=True`` the generation hot path's one-pass form)
-and :func:`row_signals` (that form for one row at a time) serve the gates, the
-generation step and the quality scores. The gate's logic (kinds, thresholds,
-calibration) is model-free and lives in :mod:`chainmark.gates`; this module is the
-part of gating that needs torch.
+The next-token entropy is computed here and nowhere else: :func:`entropy_signals` (the definition, or with
+``fused=True`` the generation hot path's one-pass form) and :func:`row_signals` (that form for one row at a time)
+serve the gates, the generation step and the quality scores. The gate's logic (kinds, thresholds, calibration) is
+model-free and lives in :mod:`chainmark.gates`; this module is the part of gating that needs torch.
 """
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
 """Entropy gates: at which positions the watermark is applied.
 
-The paper's gate family (Definition "Gate family"): every position, high
-entropy H > tau, low entropy H < tau, or a small gap between the two most
-likely tokens (Delta < tau). The threshold tau is calibrated on a pilot by
-quantile matching, so that the share of gated positions tracks the budget rho.
+The paper's gate family (Definition "Gate family"): every position, high entropy H > tau, low entropy H < tau, or a
+small gap between the two most likely tokens (Delta < tau). The threshold tau is calibrated on a pilot by quantile
+matching, so that the share of gated positions tracks the budget rho.
 
-This module is the gate's model-free logic (kinds, thresholds, calibration,
-flags from a signal), importable without torch; the signals themselves are
-computed from logits in :mod:`chainmark.gate_signals`, whose :func:`~chainmark.gate_signals.gate_flags`
-applies a gate to a batch of logits.
+This module is the gate's model-free logic (kinds, thresholds, calibration, flags from a signal), importable without
+torch; the signals themselves are computed from logits in :mod:`chainmark.gate_signals`, whose
+:func:`~chainmark.gate_signals.gate_flags` applies a gate to a batch of logits.
 """
 from __future__ import annotations
 
@@ -68,6 +66,8 @@ class Gate:
         if math.isnan(float(self.tau)):
             raise ValueError("tau must not be NaN")
         if self.rho is not None: check_rho(self.rho)  # noqa: E701 (the share it was calibrated for, when stated)
+        elif self.kind == "all" or math.isinf(self.tau):  # it opens every position or none: its share is exact
+            object.__setattr__(self, "rho", float(self.kind == "all" or (self.tau < 0) == (self.kind == "high_entropy")))
 
     def flags_from_signal(self, signal: Any) -> Any:
         """Gate flags from precomputed signals (entropies or gaps); numpy or torch."""

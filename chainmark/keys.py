@@ -1,10 +1,9 @@
 """Secret keys: generate one, derive per-deployment keys from a master (HKDF), name a key by its fingerprint.
 
-Keys are bytes and are never printed. Per-deployment keys are derived from a
-master key with HKDF (RFC 5869, HMAC-SHA-256, standard library ``hmac``). A
-key is identified in logs and records only by its fingerprint, a truncated
-hash that cannot be reversed. Key files, the environment and the book's
-published teaching key are :mod:`chainmark.auditor.keyfiles`.
+Keys are bytes and are never printed. Per-deployment keys are derived from a master key with HKDF (RFC 5869,
+HMAC-SHA-256, standard library ``hmac``). A key is identified in logs and records only by its fingerprint, a
+truncated hash that cannot be reversed. Key files, the environment and the book's published teaching key are
+:mod:`chainmark.auditor.keyfiles`.
 """
 from __future__ import annotations
 

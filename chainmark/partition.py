@@ -1,8 +1,8 @@
 """The keyed partition: every token id is hashed with the secret key into a state.
 
-sigma_kappa(t) = SHA-256(key || t as 8 bytes big-endian), first 8 digest bytes
-read big-endian, mod S. This is exactly what the paper's reference detector
-computes, so an auditor running that listing gets the same states as we do.
+sigma_kappa(t) = SHA-256(key || t as 8 bytes big-endian), first 8 digest bytes read big-endian, mod S. This is
+exactly what the paper's reference detector computes, so an auditor running that listing gets the same states as we
+do.
 """
 from __future__ import annotations
 

@@ -1,22 +1,17 @@
 """The key-randomisation test: a p-value for any statistic of a fixed text, over a uniformly random key.
 
-Under the null the key is uniformly random and independent of the text, so
-the states of the text's *distinct* tokens are independent and uniform on
-{0, ..., S-1}, while every copy of a token shares its token's state. The text
-stays fixed; only the states are re-drawn. Any statistic of the legal-
-transition sequence then has a null distribution that can be simulated for
-this very text, and the Monte Carlo p-value (1 + #{simulated >= observed}) /
-(draws + 1) is valid for every text, whatever its repetition or length
-(the observed value is exchangeable with the simulated ones) as long as the
-re-drawn keys are independent of the real one. That is why their generator is
-seeded from the key itself (:func:`key_seed`, a keyed hash of the key and a
-fixed label): over a random key the seed is as random as the states, so the
-p-value is valid for every text. A fixed seed would fix each text's null
-sample, and a text whose sample happens to be light in its upper tail would
-then be flagged more often than alpha (the rate is alpha only on average over
-seeds); an explicit ``seed`` is for reproducing a run. Re-drawing is a
-table lookup per token, so a thousand keys on a 10,000-token text take a
-fraction of a second. Model-free: only the token ids and the topology.
+Under the null the key is uniformly random and independent of the text, so the states of the text's *distinct*
+tokens are independent and uniform on {0, ..., S-1}, while every copy of a token shares its token's state. The text
+stays fixed; only the states are re-drawn. Any statistic of the legal- transition sequence then has a null
+distribution that can be simulated for this very text, and the Monte Carlo p-value (1 + #{simulated >= observed}) /
+(draws + 1) is valid for every text, whatever its repetition or length (the observed value is exchangeable with the
+simulated ones) as long as the re-drawn keys are independent of the real one. That is why their generator is seeded
+from the key itself (:func:`key_seed`, a keyed hash of the key and a fixed label): over a random key the seed is as
+random as the states, so the p-value is valid for every text. A fixed seed would fix each text's null sample, and a
+text whose sample happens to be light in its upper tail would then be flagged more often than alpha (the rate is
+alpha only on average over seeds); an explicit ``seed`` is for reproducing a run. Re-drawing is a table lookup per
+token, so a thousand keys on a 10,000-token text take a fraction of a second. Model-free: only the token ids and the
+topology.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """The tests' statistics: which transitions each test scores, and the z-score and p-value they give.
 
-The z-test scores every transition, the distinct-pair test each token pair
-once (:func:`first_occurrences`), the exact test the transitions of a
-spanning forest of the text (:func:`spanning_forest`). Counts become numbers
-in one place, :func:`transition_statistics`, which the detector, the
-streaming detector and the corpus audit call. Model-free and key-free: a
-mask depends on the token ids alone.
+The z-test scores every transition, the distinct-pair test each token pair once (:func:`first_occurrences`), the
+exact test the transitions of a spanning forest of the text (:func:`spanning_forest`). Counts become numbers in one
+place, :func:`transition_statistics`, which the detector, the streaming detector and the corpus audit call.
+Model-free and key-free: a mask depends on the token ids alone.
 """
 from __future__ import annotations
 

@@ -1,21 +1,16 @@
 """Transition topologies: which next states are legal after each state.
 
-A topology is a 0/1 matrix T over S states; T[s, s'] = 1 means that s' may
-follow s. ChainMark needs T to be k-regular (every row *and* every column has
-exactly k ones, 1 <= k <= S - 1), and each half has its own job:
+A topology is a 0/1 matrix T over S states; T[s, s'] = 1 means that s' may follow s. ChainMark needs T to be
+k-regular (every row *and* every column has exactly k ones, 1 <= k <= S - 1), and each half has its own job:
 
-- **rows** (every state has k successors): what the exact test needs. Each
-  transition it keeps reaches a token the text has not used before, whose
-  state under a uniformly random key is uniform and independent of all
-  before it, so the transition is legal with probability k/S whatever came
-  earlier: p0 = k/S.
-- **columns** (every state has k predecessors): what the z-test's
-  null-variance lemma adds to that. Neighbouring indicators share a state
-  s', legal with probability c(s')/S before it (the column sum) and r(s')/S
-  after it (the row sum), so with both constant they are uncorrelated
-  (:func:`adjacent_covariance`; one constant sum is enough for this pair)
-  and Var(phi) = p0(1 - p0)/(n - 1); regular columns also keep two
-  transitions into one token uncorrelated, as regular rows do two out of one.
+- **rows** (every state has k successors): what the exact test needs. Each transition it keeps reaches a token the
+  text has not used before, whose state under a uniformly random key is uniform and independent of all before it, so
+  the transition is legal with probability k/S whatever came earlier: p0 = k/S.
+- **columns** (every state has k predecessors): what the z-test's null-variance lemma adds to that. Neighbouring
+  indicators share a state s', legal with probability c(s')/S before it (the column sum) and r(s')/S after it (the
+  row sum), so with both constant they are uncorrelated (:func:`adjacent_covariance`; one constant sum is enough for
+  this pair) and Var(phi) = p0(1 - p0)/(n - 1); regular columns also keep two transitions into one token
+  uncorrelated, as regular rows do two out of one.
 """
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ import numpy as np
 
 from .checks import check_num_states
 
-__all__ = ["TOPOLOGY_K", "Topology", "adjacent_covariance", "cycle_topology",
-           "null_moments", "resolve_topology"]
+__all__ = ["TOPOLOGY_K", "Topology", "adjacent_covariance", "cycle_topology", "null_moments", "resolve_topology"]
 
 
 class Topology:

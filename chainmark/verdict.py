@@ -1,24 +1,20 @@
 """One verdict on one scored text, whichever detector gave it, and the one decision rule.
 
-Every detector of the package counts, among the ``n_scored`` positions it
-scores, the ``n_hits`` that follow the watermark: legal transitions for
-ChainMark (:mod:`chainmark.detection`, :mod:`cmlab.comparison.lrdetect`), green tokens
-for KGW and SWEET (:mod:`cmlab.comparison.baselines`). ``phi = n_hits / n_scored``
-is compared with its rate ``p0`` under the null (k/S, or the green share
-gamma) through a z-score and a one-sided p-value, and :func:`decide` turns
-them into a flag. :class:`Verdict` holds these fields under one set of names;
-each detector's result is a subclass that adds what only it has (the masks,
-S and k, the exact binomial tail, the likelihood ratio). The attributes have
-these names only; a detector's dictionaries may name a field as its readers
-know it (``n_transitions`` and ``n_valid`` for ChainMark, ``n_green`` for the
-green-list detectors, ``decision`` in a stored record), through its forms.
+Every detector of the package counts, among the ``n_scored`` positions it scores, the ``n_hits`` that follow the
+watermark: legal transitions for ChainMark (:mod:`chainmark.detection`, :mod:`cmlab.comparison.lrdetect`), green
+tokens for KGW and SWEET (:mod:`cmlab.comparison.baselines`). ``phi = n_hits / n_scored`` is compared with its rate
+``p0`` under the null (k/S, or the green share gamma) through a z-score and a one-sided p-value, and :func:`decide`
+turns them into a flag. :class:`Verdict` holds these fields under one set of names; each detector's result is a
+subclass that adds what only it has (the masks, S and k, the exact binomial tail, the likelihood ratio). The
+attributes have these names only; a detector's dictionaries may name a field as its readers know it
+(``n_transitions`` and ``n_valid`` for ChainMark, ``n_green`` for the green-list detectors, ``decision`` in a stored
+record), through its forms.
 
-:meth:`Verdict.to_dict` is the one way a verdict becomes JSON. It writes one
-of a few fixed *forms*, so that what is already published never changes: the
-detector's own dictionary (``"result"``), the line of a stored record
-(``"record"``: ``phi, z, p_value, decision, n_scored`` and a detector's
-extras) and, for ChainMark, the command line's audit row (``"audit"``, which
-reads its threshold and decision from a :class:`chainmark.auditor.regime.Regime`).
+:meth:`Verdict.to_dict` is the one way a verdict becomes JSON. It writes one of a few fixed *forms*, so that what is
+already published never changes: the detector's own dictionary (``"result"``), the line of a stored record
+(``"record"``: ``phi, z, p_value, decision, n_scored`` and a detector's extras) and, for ChainMark, the command
+line's audit row (``"audit"``, which reads its threshold and decision from a
+:class:`chainmark.auditor.regime.Regime`).
 """
 from __future__ import annotations
 

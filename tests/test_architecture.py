@@ -511,8 +511,10 @@ def test_pip_install_without_extras_is_the_auditors_install(tmp_path):
 #: docstring, such as the command line's help, counts every line). The docstrings are what the book's
 #: ``show_source`` shows, so they are not what the budget is to keep small; the lines of text are printed beside it.
 #: 6,000 until the key audit learned to plan (``plan_certification``, ``--plan``, a certificate's promise): the wheel
-#: had no duplicated code left to remove, so the budget grew by that feature's size instead of the feature moving out.
-MAX_WHEEL_SOURCE_LINES = 6150
+#: had no duplicated code left to remove, so the budget grew by that feature's size instead of the feature moving out;
+#: 6,150 until the configuration became whole (the gate's threshold in ``ChainMarkConfig`` and the regime, generation's
+#: check that a gate states the share rho it opens) and the key audit prepared its corpus as the regime says.
+MAX_WHEEL_SOURCE_LINES = 6200
 _NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
              tokenize.ENDMARKER}
 

@@ -96,6 +96,27 @@ def test_config_rejects_bad_keys(key, error):
         ChainMarkConfig(key)
 
 
+def test_a_config_with_its_gates_threshold_is_whole():
+    """``tau`` makes the configuration whole: generation needs no gate beside it, a gate passed beside it must be
+    the same, and its description (what a run records) states it."""
+    gate = Gate.calibrate("low_entropy", 0.25, np.linspace(0.0, 4.0, 101))
+    config = ChainMarkConfig(KEY, rho=0.25, gate="low_entropy").with_gate(gate)
+    assert config.tau == gate.tau and config.default_gate() == gate and config.default_gate().rho == 0.25
+    assert ChainMarkLogitsProcessor(config).gate == gate and config.describe()["tau"] == gate.tau
+    with pytest.raises(ValueError, match="does not match"):
+        ChainMarkLogitsProcessor(config, Gate("low_entropy", gate.tau + 0.5, rho=0.25))
+    with pytest.raises(ValueError, match="calibrated to open a share rho = 0.25"):
+        ChainMarkConfig(KEY, rho=0.5, gate="low_entropy").with_gate(gate)
+    with pytest.raises(ValueError, match="states no share"):
+        ChainMarkConfig(KEY, rho=0.25, gate="low_entropy").with_gate(Gate("low_entropy", 1.0))
+    assert ChainMarkConfig(KEY, gate="all", rho=1.0).with_gate(Gate("all")).tau is None
+    assert "tau" not in ChainMarkConfig(KEY, rho=1.0).describe()
+    for bad, error in ((dict(gate="all", rho=1.0, tau=0.0), ValueError), (dict(tau=float("nan")), ValueError),
+                       (dict(tau="1.0"), TypeError)):
+        with pytest.raises(error):
+            ChainMarkConfig(KEY, **bad)
+
+
 def test_default_gate_needs_calibration_between_0_and_1():
     assert ChainMarkConfig(KEY, rho=1.0).default_gate().tau == -math.inf
     assert ChainMarkConfig(KEY, gate="all", rho=1.0).default_gate().kind == "all"
@@ -110,7 +131,7 @@ def test_recorded_signals_are_the_gates_fused_signals(row_path):
     ids, scores = random_case(13, batch=4, V=300)
     scores[0, ::2] = float("-inf")
     cfg = ChainMarkConfig(KEY, S=5, rho=0.5, gate="top2_gap")
-    proc = ChainMarkLogitsProcessor(cfg, Gate("top2_gap", 0.2), record_signals=True)
+    proc = ChainMarkLogitsProcessor(cfg, Gate("top2_gap", 0.2, rho=0.5), record_signals=True)
     proc.row_path = row_path
     proc(ids, scores)
     if row_path:  # one row at a time: Python floats (the gate compares those), stored as float32
@@ -205,7 +226,7 @@ def test_fallback_when_the_allowed_set_has_no_mass():
 def test_left_padding_and_batch_equivalence():
     ids, scores = random_case(6, batch=4, V=80)
     cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
-    gate = Gate("high_entropy", float(entropy(scores).median()))
+    gate = Gate("high_entropy", float(entropy(scores).median()), rho=0.5)  # the median opens half the rows
     batched = ChainMarkLogitsProcessor(cfg, gate)(ids, scores)
     padded_ids = torch.cat([torch.zeros(4, 5, dtype=torch.long), ids], dim=1)  # left padding
     padded = ChainMarkLogitsProcessor(cfg, gate)(padded_ids, scores)
@@ -238,7 +259,7 @@ def test_cpu_row_path_equals_batched_path(V, kind, record):
     signal = np.sort((top2_gap(scores) if kind == "top2_gap" else entropy(scores)).numpy())
     # a threshold between two rows' signals: the two paths sum the entropy in
     # different orders, so a row sitting exactly on tau could go either way
-    gate = Gate(kind, float(signal[1:3].mean())) if kind != "all" else Gate("all", 0.0)
+    gate = Gate(kind, float(signal[1:3].mean()), rho=rho) if kind != "all" else Gate("all", 0.0)
     rows = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
     batched = ChainMarkLogitsProcessor(cfg, gate, record_signals=record)
     batched.row_path = False
@@ -275,20 +296,27 @@ def test_processor_rejects_bad_arguments():
     with pytest.raises(ValueError, match="calibrate"):
         ChainMarkLogitsProcessor(cfg)
     with pytest.raises(ValueError, match="vocab_size"):
-        ChainMarkLogitsProcessor(cfg, Gate("high_entropy", 1.0), vocab_size=0)
+        ChainMarkLogitsProcessor(cfg, Gate("high_entropy", 1.0, rho=0.5), vocab_size=0)
 
 
 def test_a_config_whose_rho_its_gate_was_not_calibrated_for_is_refused_before_generation():
     """A gate calibrated at one rho opens that share of positions; a config at another rho would make the detector
     expect what generation does not do (the anytime bets, the closed forms), so the processor, and with it
     ``generate`` (which builds it before the first batch), refuses the pair; a gate built from a threshold alone
-    states no rho and is taken as given."""
+    states no rho, so nothing shows it opens config.rho: it is refused too, unless it states the share (measured
+    on a pilot) or opens all positions or none, which it does exactly."""
     gate = Gate.calibrate("high_entropy", 0.25, np.linspace(0.0, 4.0, 101))
     assert gate.rho == 0.25 and gate == Gate("high_entropy", gate.tau)  # rho is not the gate's identity
     with pytest.raises(ValueError, match=r"calibrated to open a share rho = 0.25 .* config.rho is 0.5"):
         ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), gate)
     ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.25), gate)
-    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), Gate("high_entropy", gate.tau))
+    with pytest.raises(ValueError, match=r"states no share of positions .* config.rho = 0.5"):
+        ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), Gate("high_entropy", gate.tau))
+    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5), Gate("high_entropy", gate.tau, rho=0.5))
+    assert Gate("high_entropy", math.inf).rho == 0.0 and Gate("low_entropy", math.inf).rho == 1.0
+    ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=1.0), Gate("high_entropy", -math.inf))  # opens every position
+    with pytest.raises(ValueError, match=r"rho = 0 of positions"):
+        ChainMarkLogitsProcessor(ChainMarkConfig(KEY, rho=0.5, gate="top2_gap"), Gate("top2_gap", -math.inf))  # none
     assert Gate.calibrate("all", 1.0, []).rho == 1.0 and Gate.calibrate("high_entropy", 0.0, []).rho == 0.0
     with pytest.raises(ValueError, match="rho"):
         Gate("high_entropy", 1.0, 1.5)
@@ -332,7 +360,7 @@ def test_state_table_lives_on_the_requested_device():
 def test_processor_on_cuda_matches_cpu():
     ids, scores = random_case(10, V=500)
     cfg = ChainMarkConfig(KEY, S=5, rho=0.5)
-    gate = Gate("high_entropy", float(entropy(scores).median()))
+    gate = Gate("high_entropy", float(entropy(scores).median()), rho=0.5)  # the median opens half the rows
     cpu = ChainMarkLogitsProcessor(cfg, gate)(ids, scores)
     proc = ChainMarkLogitsProcessor(cfg, gate, vocab_size=500, device="cuda")
     gpu = proc(ids.cuda(), scores.cuda())

@@ -391,12 +391,14 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--public-output-budget", "0"]) == 2
     assert "--public-output-budget" in capsys.readouterr().err
     assert cert["corpus"]["grouping"] == ("each non-blank line of a .jsonl file is one document (its 'body' "
-                                          "field); no two texts share a document")
+                                          "field); no two texts share a document; each text prepared as nfc,lf "
+                                          "before tokenizing")
     (tmp_path / "a.txt").write_text("One whole file of text, one document. " * 5, "utf-8")
     assert cli.main(args[:-1] + ["--corpus", str(corpus), str(tmp_path / "a.txt"), "--text-field", "body"]) in (0, 1)
     out = capsys.readouterr().out
     assert ("documents: each non-blank line of a .jsonl file is one document (its 'body' field); each other file "
-            "is one document (its whole text); no two texts share a document\n") in out
+            "is one document (its whole text); no two texts share a document; each text prepared as nfc,lf before "
+            "tokenizing\n") in out
     assert "121 documents" in out and f"keys tried: 1; {_KEYS_TRIED_NOTE}" in out
     assert cli.main(args + ["--corpus", str(corpus), "--text-field", "body", "--keys-tried", "3"]) == 2
     assert "choose on one corpus" in capsys.readouterr().err
@@ -406,6 +408,30 @@ def test_key_audit_on_the_deployers_own_corpus_and_its_errors(tmp_path, keys, ca
     (tmp_path / "bad.jsonl").write_text("{not json\n", "utf-8")
     assert cli.main(args + ["--corpus", str(tmp_path / "bad.jsonl")]) == 2
     assert cli.main(["key"]) == 2  # the group alone prints its help
+
+
+def test_the_key_audit_prepares_its_corpus_as_the_detector_will(tmp_path, keys, capsys):
+    """``--corpus`` texts are prepared before tokenizing (NFC and LF line endings unless ``--text-preparation``
+    says otherwise), as ``chainmark detect`` prepares a text under the regime: a corpus saved with CRLF line
+    endings and decomposed accents is audited as the same token ids as its clean copy, and the certificate says
+    how its texts were prepared."""
+    import unicodedata
+
+    lines = [f"Caf\u00e9 note {i}: the na\u00efve r\u00e9sum\u00e9 was read\nand filed on day {i}." for i in range(40)]
+    for name, text in (("clean", "\n\n".join(lines)), ("saved", unicodedata.normalize("NFD", "\r\n\r\n".join(lines)))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "doc.txt").write_bytes(text.encode("utf-8"))
+    args = ["key", "audit", "--key-file", str(keys["a"]), "--S", "5", "--json", "--corpus"]
+    certs = {}
+    for name, extra in (("clean", []), ("saved", []), ("as given", ["--text-preparation", "none"])):
+        folder = "clean" if name == "clean" else "saved"
+        assert cli.main(args + [str(tmp_path / folder / "doc.txt"), *extra]) in (0, 1)
+        certs[name] = json.loads(capsys.readouterr().out)
+    assert certs["saved"]["corpus"]["fingerprint"] == certs["clean"]["corpus"]["fingerprint"]
+    assert certs["as given"]["corpus"]["fingerprint"] != certs["clean"]["corpus"]["fingerprint"]
+    assert certs["as given"]["corpus"]["grouping"].endswith("each text prepared as none before tokenizing")
+    assert cli.main(["key", "audit", "--key-file", str(keys["a"]), "--S", "5", "--text-preparation", "nfc"]) == 2
+    assert "applies to --corpus files" in capsys.readouterr().err
 
 
 def test_fpr_across_keys_gives_one_row_per_key_and_test():
@@ -460,6 +486,7 @@ def test_a_plan_finds_the_level_at_which_pilot_keys_certify_and_is_reproducible(
     assert plan.at_promise.rate <= plan.pass_share.rate
     assert plan == plan_certification(CONFIG, corpus, 0.05, probability=0.8, pilot_keys=40, vocab_size=300)
     assert "deploy the exact test at alpha = " in plan.describe() and "never draw keys" in plan.describe()
+    assert "not forgery or scrubbing" in plan.describe() and "--public-output-budget" in plan.describe()
     # the plan's level holds: an audit at it, under keys the plan never saw, passes about as often
     fresh = [audit_key(ChainMarkConfig(KEY + bytes([i]), S=5), corpus,
                        CertificationTarget(alpha=plan.test_alpha, promise=0.05), vocab_size=300)["verdict"] == "pass"

@@ -59,6 +59,25 @@ def test_a_published_document_round_trips_through_its_json():
     assert "key" not in doc and _regime_problems(doc) == []
 
 
+def test_the_regime_carries_the_whole_configuration_but_the_key():
+    """``Regime.from_config`` publishes the gate's threshold with rho and the gate, the document keeps it, and the
+    configuration the regime gives back with the key is the deployer's, threshold and all; a threshold without
+    its gate is refused."""
+    from chainmark.config import ChainMarkConfig
+    from chainmark.gates import Gate
+
+    config = ChainMarkConfig(KEY, S=6, rho=0.25, gate="top2_gap").with_gate(Gate("top2_gap", 0.125, rho=0.25))
+    regime = Regime.from_config(config, test="exact")
+    doc = regime_document(KEY, regime, _Vocab())
+    assert doc["tau"] == 0.125 and (doc["gate"], doc["rho"]) == ("top2_gap", 0.25)
+    assert Regime.from_document(json.loads(json.dumps(doc))).config(KEY) == config
+    assert Regime.from_config(ChainMarkConfig(KEY, rho=1.0)).tau is None  # tau = -inf: every position, exactly
+    with pytest.raises(RegimeError, match='"tau" is the threshold of a gate'):
+        Regime(tau=0.5, rho=0.5)
+    with pytest.raises(RegimeError, match='"tau" must be a finite number'):
+        Regime(tau=float("inf"), rho=0.5, gate="high_entropy")
+
+
 def test_a_regime_without_a_threshold_publishes_z_alpha():
     doc = regime_document(KEY, Regime(S=5, alpha=0.01))
     assert doc["threshold"] == doc["z_alpha"] == z_alpha(0.01)

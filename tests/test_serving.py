@@ -39,7 +39,8 @@ def test_the_configuration_file_is_read_with_its_key_folder_beside_it(server, tm
     serving, keys = server
     assert serving.keys_dir == tmp_path / "keys" and serving.gate == Gate("high_entropy", 6.2)
     config = serving.config_for("acct-a")
-    assert config == ChainMarkConfig(keys["acct-a"], S=5, rho=0.5, gate="high_entropy")
+    assert config == ChainMarkConfig(keys["acct-a"], S=5, rho=0.5, gate="high_entropy", tau=6.2)  # whole
+    assert serving.gate.rho == 0.5  # the file states the share its threshold opens
     assert serving.check_request({KEY_ID_ARG: "acct-b"}) == "acct-b" and serving.check_request(None) is None
 
 

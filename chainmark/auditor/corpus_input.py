@@ -108,8 +108,7 @@ def _parquet_batches(files: Sequence[Path], reading: CorpusReading) -> list[Batc
         for group in range(meta.num_row_groups):
             rows = meta.row_group(group).num_rows
             for s in range(0, rows, size):
-                batches.append(Batch(len(batches), "parquet", str(file), s, min(s + size, rows), group, (),
-                                     *fields))
+                batches.append(Batch(len(batches), "parquet", str(file), s, min(s + size, rows), group, (), *fields))
     return batches
 
 

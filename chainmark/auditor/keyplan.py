@@ -56,7 +56,10 @@ class CertificationPlan:
             f"at alpha = {self.promise:g} itself {self.at_promise.format(counts=False)} certify; to certify there "
             f"with probability {100 * self.probability:g}% takes {needed}",
             "the pilot keys are derived from the key, which itself is not scored: audit it once, at the planned "
-            "alpha, and never draw keys until one passes without declaring it (--keys-tried)"])
+            "alpha, and never draw keys until one passes without declaring it (--keys-tried)",
+            "the certificate bounds mislabelling of natural text, not forgery or scrubbing by whoever collects the "
+            "key's outputs; no corpus or level plans that away, so the public-output budget "
+            "(--public-output-budget) is declared, not planned: rotate the key by it"])
 
 
 def plan_certification(config: ChainMarkConfig, texts: Sequence[Sequence[int]], promise: float = 0.01, *,

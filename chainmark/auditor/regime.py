@@ -118,6 +118,7 @@ _REGIME_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_min": (lambda v: _is_int(v, 2), "an integer >= 2"),
     "rho": (lambda v: _is_number(v, 0.0, 1.0), "a number in [0, 1]"),
     "gate": (lambda v: v in GATE_KINDS, f"one of {list(GATE_KINDS)}"),
+    "tau": (_is_number, "a finite number (the gate's threshold)"),
     "recalibration": (lambda v: isinstance(v, dict), "a JSON object"),
     "key_audit": (lambda v: isinstance(v, dict), "a JSON object (the key's audit certificate)"),
     "trades_fpr_for_power": (lambda v: isinstance(v, bool), "true or false"),
@@ -270,7 +271,7 @@ def published_regime_problems(doc: Any) -> list[str]:
 
 #: The optional fields of a regime document, in the order :meth:`Regime.to_document` writes them.
 _OPTIONAL = ("test", "trades_fpr_for_power", "key_audit", "tokenizer_revision", "tokenizer_fingerprint",
-             "vocab_size", "n_min", "rho", "gate", "recalibration", "text_preparation")
+             "vocab_size", "n_min", "rho", "gate", "tau", "recalibration", "text_preparation")
 #: What the command line may set on top of a published regime (``chainmark detect``'s options).
 _OPTIONS = ("S", "topology", "alpha", "threshold", "test", "n_min", "tokenizer", "tokenizer_revision",
             "text_preparation")
@@ -304,6 +305,7 @@ class Regime:
     key_fingerprint: str | None = None
     rho: float | None = None
     gate: str | None = None
+    tau: float | None = None
     recalibration: dict[str, Any] | None = field(default=None, hash=False)
     test: str | None = None
     key_audit: dict[str, Any] | None = field(default=None, hash=False)
@@ -321,6 +323,8 @@ class Regime:
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
         if self.test == "exact" and self.threshold is not None:
             problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
+        if self.tau is not None and (self.gate in (None, "all") or self.rho is None):
+            problems.append('"tau" is the threshold of a gate: publish it with its "gate" (not "all") and "rho"')
         if problems:
             raise RegimeError("; ".join(problems))
 
@@ -366,9 +370,11 @@ class Regime:
 
     def config(self, key: bytes | str) -> ChainMarkConfig:
         """The configuration that detection under this regime takes with ``key``: S, the topology, and rho when the
-        regime publishes it (the anytime detector's bets start from it); the gate keeps its default, which detection
-        never reads."""
-        return ChainMarkConfig(key, S=self.S, topology=self.topo, **({} if self.rho is None else {"rho": self.rho}))
+        regime publishes it (the anytime detector's bets start from it), with its gate and threshold when published
+        too (detection never reads them; a deployer regenerating under the regime does)."""
+        gate = {} if self.rho is None or self.gate is None else {"gate": self.gate, "tau": self.tau}
+        return ChainMarkConfig(key, S=self.S, topology=self.topo, **({} if self.rho is None else {"rho": self.rho}),
+                               **gate)
 
     def too_short(self, verdict: Verdict) -> bool:
         """True when the text has no scored position or fewer tokens than ``n_min``: it is not judged."""
@@ -446,9 +452,11 @@ class Regime:
 
     @classmethod
     def from_config(cls, config: ChainMarkConfig, **settings: Any) -> "Regime":
-        """The published half of the configuration a deployer generates with: S, topology, rho and gate, the
-        key only as its fingerprint; ``settings`` (alpha, test, threshold, n_min, ...) as for any regime."""
-        return cls(S=config.S, topology=config.topo.name, rho=config.rho, gate=config.gate,
+        """The published half of the configuration a deployer generates with: S, topology, rho, the gate and its
+        threshold tau (when finite), the key only as its fingerprint; ``settings`` (alpha, test, threshold, n_min,
+        ...) as for any regime."""
+        tau = config.tau if config.tau is not None and math.isfinite(config.tau) else None
+        return cls(S=config.S, topology=config.topo.name, rho=config.rho, gate=config.gate, tau=tau,
                    key_fingerprint=config.fingerprint, **settings)
 
     def to_document(self) -> dict[str, Any]:

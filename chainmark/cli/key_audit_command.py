@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ..auditor.regime import Regime, tokenizer_fingerprint
+from ..auditor.transit import TextPreparation
 from ..limits import DEFAULT_MAX_CORPUS_BYTES, MAX_STATES
 from ..significance import DEFAULT_TEST
-from .common import (EXIT_DETECTED, EXIT_OK, EXIT_USAGE, MAX_INPUT_BYTES_LIMIT, UsageError, create_file, float_in,
-                     int_in, out_path)
+from .common import (EXIT_DETECTED, EXIT_OK, EXIT_USAGE, MAX_INPUT_BYTES_LIMIT, UsageError, add_text_preparation,
+                     create_file, float_in, int_in, out_path)
 from .inputs import load_key, load_tokenizer, read_certificate, read_input, regime_topology, tokenizer_label
 
 __all__ = ["add_commands"]
@@ -75,6 +76,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                     "default corpus: .txt files (each file one document) or .jsonl files (each non-blank line "
                     "one document, its text in --text-field)")
     ka.add_argument("--text-field", default="text", help="the text's field in .jsonl corpus files (default text)")
+    add_text_preparation(ka)  # --corpus texts; give the regime's if it is not the default
     ka.add_argument("--max-bytes", type=int_in(1, MAX_INPUT_BYTES_LIMIT), default=DEFAULT_MAX_CORPUS_BYTES,
                     metavar="N", help="refuse corpus files larger than N bytes in all")
     ka.add_argument("--keys-tried", type=int_in(1, 10**9), default=1, metavar="N",
@@ -109,6 +111,8 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, str, l
     the book's default corpus: each reply of the reference null is one, the windows of one Language
     Reference topic together are one."""
     if not args.corpus:
+        if args.text_preparation is not None:
+            raise UsageError("--text-preparation applies to --corpus files; the default corpus is token ids already")
         return _default_corpus(tokenizer)
     texts: list[str] = []
     left = args.max_bytes  # the limit holds for the corpus as a whole
@@ -116,9 +120,11 @@ def _audit_corpus(args: argparse.Namespace, tokenizer: Any) -> tuple[str, str, l
         content = read_input(path, f"corpus file {path}", left, too_large=" (the corpus exceeds --max-bytes)")
         left -= len(content.encode("utf-8"))
         texts += _jsonl_texts(path, content, args.text_field) if Path(path).suffix == ".jsonl" else [content]
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    prepared = args.text_preparation or TextPreparation()  # as the detector will prepare them (the regime's default)
+    ids = [tokenizer(prepared.apply(t), add_special_tokens=False)["input_ids"] for t in texts]
     name = f"{len(texts)} text(s) from {len(args.corpus)} file(s)"
-    return name, _files_grouping(args.corpus, args.text_field), ids, [f"text {i}" for i in range(len(texts))]
+    grouping = f"{_files_grouping(args.corpus, args.text_field)}; each text prepared as {prepared} before tokenizing"
+    return name, grouping, ids, [f"text {i}" for i in range(len(texts))]
 
 
 def _jsonl_texts(path: str, content: str, text_field: str) -> list[str]:

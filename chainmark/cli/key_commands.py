@@ -46,8 +46,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--S", type=int_in(2, MAX_STATES), required=True, help=f"number of states (2 to {MAX_STATES})")
     g.add_argument("--topology", choices=("clockwork", "soft_cycle"), default="clockwork")
     g.add_argument("--alpha", type=float_in(0.0, 1.0, closed=False), required=True)
-    g.add_argument("--threshold", type=finite_float(), metavar="Z",
-                   help="operating z threshold (default: z_alpha)")
+    g.add_argument("--threshold", type=finite_float(), metavar="Z", help="operating z threshold (default: z_alpha)")
     g.add_argument("--tokenizer", metavar="NAME", help="tokenizer name to publish (default: the embedded model's); "
                    "it is loaded to record its vocabulary fingerprint")
     g.add_argument("--tokenizer-revision", metavar="REV", help="Hub revision (commit hash) of --tokenizer to "

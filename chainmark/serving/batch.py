@@ -95,10 +95,10 @@ class ServingConfig:
             raise TypeError(f"gate must be a chainmark Gate (its kind and tau), got {type(self.gate).__name__}")
         if self.unkeyed not in _UNKEYED:
             raise ValueError(f"unkeyed must be one of {_UNKEYED}, got {self.unkeyed!r}")
+        if self.gate.rho is None:  # a threshold the deployer states opens the serving rho
+            object.__setattr__(self, "gate", Gate(self.gate.kind, self.gate.tau, self.rho))
         # the parameters are checked once, here, by the configuration every reply is generated with
-        ChainMarkConfig(b"\x00" * 32, self.S, self.rho, self.gate.kind, self.topology)
-        if self.gate.rho is not None and abs(self.gate.rho - self.rho) > 1e-12:
-            raise ValueError(f"the gate was calibrated for rho = {self.gate.rho:g}, the serving rho is {self.rho:g}")
+        self._config_for_key(b"\x00" * 32)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> ServingConfig:
@@ -154,8 +154,11 @@ class ServingConfig:
         The key is read now; an engine keeps the configuration while it serves (a rotated or removed key file
         takes effect when the server restarts)."""
         _request_key_id({KEY_ID_ARG: key_id})
-        return ChainMarkConfig(read_key_file(self._key_path(key_id)), self.S, self.rho, self.gate.kind,
-                               self.topology)
+        return self._config_for_key(read_key_file(self._key_path(key_id)))
+
+    def _config_for_key(self, key: bytes) -> ChainMarkConfig:
+        """The whole configuration (the gate's threshold included) that replies under ``key`` are generated with."""
+        return ChainMarkConfig(key, self.S, self.rho, self.gate.kind, self.topology).with_gate(self.gate)
 
     def check_request(self, extra_args: Mapping[str, Any] | None) -> str | None:
         """The request's key id after checking it can be served (its key exists; or no key and unkeyed requests
@@ -230,7 +233,7 @@ class RequestWatermarks:
                            "(end of sequence only)", key_id, type(exc).__name__)
                 self._rows[index] = _Row(None, prompt_ids, output_ids)
                 return
-            self._processors[key_id] = ChainMarkLogitsProcessor(config, self.serving.gate)
+            self._processors[key_id] = ChainMarkLogitsProcessor(config)
             self._steps[key_id], self._forced[key_id] = 0, 0
         self._rows[index] = _Row(key_id, prompt_ids, output_ids)
 
