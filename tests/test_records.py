@@ -290,7 +290,7 @@ def test_real_grid_on_the_embedded_model(model_and_tokenizer, tmp_path):
     from chainmark.gates import Gate
 
     model, tok = model_and_tokenizer
-    gate = Gate("high_entropy", 1.5)
+    gate = Gate("high_entropy", 1.5, rho=0.5)  # a fixed threshold, its share stated for the test
     methods = [A.ChainMarkMethod(ChainMarkConfig(KEY), gate), A.KGWMethod(KGWConfig(KEY)),
                A.SweetMethod(SweetConfig(KEY, gate)), A.NoWatermark()]
     items = [("factual", 0, "What is the capital of Japan?"), ("wiki", 0, "Explain entropy in a comprehensive way.")]
@@ -354,7 +354,7 @@ def test_generate_resumable_resumes_to_the_uninterrupted_result(model_and_tokeni
 
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
-    gate = Gate("high_entropy", 1.5)  # a fixed threshold: sampled and forced steps both occur
+    gate = Gate("high_entropy", 1.5, rho=0.5)  # a fixed threshold (share stated): sampled and forced steps occur
     how = Sampling(max_new_tokens=10, min_new_tokens=10, batch_size=2)
     direct = generate(model, tok, RESUME_PROMPTS, cfg, gate, sampling=how)
     assert any(not f for g in direct for f in g.forced), "no sampled step: the seeds would go untested"
@@ -401,6 +401,19 @@ def test_generate_resumable_refuses_to_mix_settings_or_prompts(model_and_tokeniz
                              control=RunControl(progress=False))
 
 
+def test_a_whole_configuration_names_the_same_texts_as_its_config_and_gate_apart():
+    """``generate_once`` finds the texts of ``(config, gate)`` again when asked with ``config.with_gate(gate)``
+    (they are the same texts), and tells another threshold apart."""
+    from chainmark.gates import Gate
+
+    gate = Gate("high_entropy", 1.5, rho=0.5)
+    config = ChainMarkConfig(KEY, S=5, rho=0.5)
+    apart, whole = R._watermark_and_gate(config, gate), R._watermark_and_gate(config.with_gate(gate), None)
+    assert apart == whole and whole[1] == gate and "tau" not in whole[0]
+    other = R._watermark_and_gate(config.with_gate(Gate("high_entropy", 1.6, rho=0.5)), None)
+    assert other[1] != gate and R._watermark_and_gate(None, None) == (None, None)
+
+
 @pytest.mark.slow
 def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_tokenizer, tmp_path, monkeypatch):
     from chainmark.embed import generate
@@ -408,7 +421,7 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
 
     model, tok = model_and_tokenizer
     cfg = ChainMarkConfig(KEY, S=5, gate="high_entropy", rho=0.5)
-    gate = Gate("high_entropy", 1.5)
+    gate = Gate("high_entropy", 1.5, rho=0.5)
     how = Sampling(max_new_tokens=6, min_new_tokens=6, batch_size=2)
     direct = generate(model, tok, RESUME_PROMPTS[:3], cfg, gate, sampling=how)
     first = R.generate_once(model, tok, RESUME_PROMPTS[:3], cfg, gate, runs_dir=tmp_path,
@@ -425,7 +438,7 @@ def test_generate_once_generates_once_and_tells_other_settings_apart(model_and_t
     assert len(list((tmp_path / R.SHARED_DIR).iterdir())) == 1
     # anything that changes the texts asks for another folder (and so generates)
     for other in (dict(config=ChainMarkConfig(KEY[::-1], S=5, gate="high_entropy", rho=0.5)),
-                  dict(gate=Gate("high_entropy", 1.0)), dict(sampling=dataclasses.replace(how, max_new_tokens=7)),
+                  dict(gate=Gate("high_entropy", 1.0, rho=0.5)), dict(sampling=dataclasses.replace(how, max_new_tokens=7)),
                   dict(sampling=dataclasses.replace(how, seed=11)), dict(prompts=RESUME_PROMPTS[1:4])):
         args = {"config": cfg, "gate": gate, "prompts": RESUME_PROMPTS[:3], "sampling": how, **other}
         with pytest.raises(AssertionError, match="generated again"):

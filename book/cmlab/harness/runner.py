@@ -476,11 +476,12 @@ def generate_resumable(
     batch_size = how.batch_size
     prompts = list(prompts)
     path = Path(path)
+    watermark, named = _watermark_and_gate(config, gate)
     meta = {
         "chainmark_version": __version__,
         "model": getattr(getattr(model, "config", None), "name_or_path", None),
-        "watermark": config.describe() if config is not None else None,
-        "gate_tau": getattr(gate, "tau", None),
+        "watermark": watermark,
+        "gate_tau": getattr(named, "tau", None),
         "batch_size": batch_size,
         "seed": int(how.seed),
         "generate": {k: v for k, v in sorted(sampling_named(how).items()) if k not in ("batch_size", "seed")},
@@ -522,6 +523,17 @@ def generate_resumable(
 SHARED_DIR = "shared"
 
 
+def _watermark_and_gate(config: Any, gate: Any) -> tuple[dict[str, Any] | None, Any]:
+    """The watermark settings and the gate that name a run's texts: a whole configuration (one carrying its gate's
+    threshold) names them as the same configuration with the gate passed beside it does, since both generate the
+    same texts."""
+    if config is None:
+        return None, gate
+    if gate is None and config.tau is not None:
+        gate = config.default_gate()
+    return {k: v for k, v in config.describe().items() if k != "tau"}, gate
+
+
 def generate_once(
     model: Any,
     tokenizer: Any,
@@ -548,11 +560,12 @@ def generate_once(
     how = check_options(Sampling, sampling, "sampling")
     check_options(RunControl, control, "control")
     prompts = list(prompts)
+    watermark, named = _watermark_and_gate(config, gate)
     identity = {"chainmark_version": __version__, "model": _model_identity(model),
                 "tokenizer": getattr(tokenizer, "name_or_path", None),
                 "vocabulary": len(tokenizer) if hasattr(tokenizer, "__len__") else None,
-                "watermark": config.describe() if config is not None else None,
-                "gate": None if gate is None else {"kind": gate.kind, "tau": float(gate.tau)},
+                "watermark": watermark,
+                "gate": None if named is None else {"kind": named.kind, "tau": float(named.tau)},
                 "prompts": prompts, "batch_size": how.batch_size, "seed": int(how.seed),
                 "generate": {k: v for k, v in sorted(sampling_named(how).items())
                              if k not in ("batch_size", "seed")}}
