@@ -405,10 +405,10 @@ def test_regime_document_and_detect_with_it(capsys, tmp_path, key_file):
     regime = tmp_path / "regime.json"
     code, out, err = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01",
                          "--threshold", "2.9", "--n-min", "50", "--rho", "0.5", "--gate", "high_entropy",
-                         "--out", regime)
+                         "--tau", "2.25", "--out", regime)
     assert code == 0, err
     doc = json.loads(regime.read_text())
-    assert doc == json.loads(out)
+    assert doc == json.loads(out) and doc["tau"] == 2.25  # the whole configuration, the key aside
     assert doc["format"] == _REGIME_FORMAT and doc["S"] == 5 and doc["threshold"] == 2.9
     assert doc["key_fingerprint"] == key_fingerprint(KEY) and doc["n_min"] == 50
     assert doc["tokenizer_fingerprint"] == tokenizer_fingerprint(ByteTokenizer())
@@ -438,6 +438,11 @@ def test_regime_refuses_wrong_key_and_wrong_tokenizer(capsys, tmp_path, key_file
     code, _, err = run(capsys, "detect", "--regime", regime, "--key-file", key_file,
                        "--tokenizer", "other-tokenizer", text)
     assert code == EXIT_USAGE and "tokenizer mismatch" in err
+
+
+def test_a_regime_threshold_needs_its_gate(capsys, key_file):
+    code, _, err = run(capsys, "regime", "--key-file", key_file, "--S", "5", "--alpha", "0.01", "--tau", "2.25")
+    assert code == 2 and '"tau" is the threshold of a gate' in err
 
 
 def test_regime_file_problems(capsys, tmp_path, key_file):

@@ -74,6 +74,8 @@ def test_the_regime_carries_the_whole_configuration_but_the_key():
     assert Regime.from_config(ChainMarkConfig(KEY, rho=1.0)).tau is None  # tau = -inf: every position, exactly
     with pytest.raises(RegimeError, match='"tau" is the threshold of a gate'):
         Regime(tau=0.5, rho=0.5)
+    with pytest.raises(RegimeError, match='"rho" must be 1'):
+        Regime(gate="all", rho=0.5)
     with pytest.raises(RegimeError, match='"tau" must be a finite number'):
         Regime(tau=float("inf"), rho=0.5, gate="high_entropy")
 

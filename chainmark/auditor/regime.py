@@ -323,6 +323,8 @@ class Regime:
             problems.append(f'"n_min" must be an integer >= 0, got {_shown(self.n_min)}')
         if self.test == "exact" and self.threshold is not None:
             problems.append('"threshold" is a threshold on z; the exact test decides by its p-value (set none)')
+        if self.gate == "all" and self.rho not in (None, 1.0):
+            problems.append(f'"gate" "all" opens every position, so "rho" must be 1, got {_shown(self.rho)}')
         if self.tau is not None and (self.gate in (None, "all") or self.rho is None):
             problems.append('"tau" is the threshold of a gate: publish it with its "gate" (not "all") and "rho"')
         if problems:

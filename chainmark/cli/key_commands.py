@@ -55,6 +55,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_text_preparation(g)
     g.add_argument("--rho", type=float_in(0.0, 1.0, closed=True), help="watermark budget")
     g.add_argument("--gate", choices=("all", "high_entropy", "low_entropy", "top2_gap"))
+    g.add_argument("--tau", type=finite_float(), help="the gate's calibrated threshold (with --gate and --rho)")
     g.add_argument("--test", choices=("z", "distinct", "exact"), help="the test auditors apply (see detect --help; "
                    "default: exact, or the z-test when --threshold is given): exact, size at "
                    "most alpha for every text over a random key; z, the paper's normal approximation; distinct, "
@@ -139,7 +140,7 @@ def _cmd_regime(args: argparse.Namespace) -> int:
         regime = Regime(S=args.S, topology=args.topology, alpha=args.alpha, threshold=args.threshold,
                         n_min=args.n_min, tokenizer=tokenizer_label(args.tokenizer),
                         tokenizer_revision=args.tokenizer_revision, rho=args.rho, gate=args.gate,
-                        recalibration=args.recalibrated, test=test,
+                        tau=args.tau, recalibration=args.recalibrated, test=test,
                         key_audit=read_certificate(args.certificate) if args.certificate else None,
                         trades_fpr_for_power=True if args.trades_fpr_for_power else None,
                         **({"text_preparation": args.text_preparation} if args.text_preparation else {}))
