@@ -149,3 +149,43 @@ def test_repeated_ngram_share_counts_later_copies_only():
     assert repeated_ngram_share(np.array([5] * 10), n=1) == pytest.approx(9 / 10)
     with pytest.raises(ValueError, match="positive integer"):
         repeated_ngram_share([1, 2, 3], n=0)
+
+
+def test_surprise_by_gate_splits_the_tokens_at_the_gate_and_pools_them():
+    """Opened and closed positions are averaged over tokens (not texts), each with an interval from resampling
+    whole texts that holds the estimate; log(1/Z) comes with the allowed mass; mismatched flags are refused."""
+    from cmlab.comparison.quality import surprise_by_gate
+
+    a = TokenScores(nll=np.array([1.0, 3.0, 5.0]), entropy=np.zeros(3), allowed_mass=np.array([0.5, 0.25, 1.0]))
+    b = TokenScores(nll=np.array([2.0, 4.0]), entropy=np.zeros(2), allowed_mass=np.array([0.5, 0.5]))
+    out = surprise_by_gate([a, b], [[True, True, False], [False, True]], np.random.default_rng(0), n_boot=200)
+    assert out["texts"] == 2 and out["opened"]["tokens"] == 3 and out["closed"]["tokens"] == 2
+    assert out["opened"]["mean"] == pytest.approx((1 + 3 + 4) / 3) and out["closed"]["mean"] == pytest.approx(3.5)
+    assert out["opened_kl"]["mean"] == pytest.approx((math.log(2) + math.log(4) + math.log(2)) / 3)
+    assert out["share_opened"]["mean"] == pytest.approx(3 / 5) and out["share_opened"]["tokens"] == 5
+    for part in ("opened", "closed", "opened_kl", "share_opened"):
+        assert out[part]["low"] <= out[part]["mean"] <= out[part]["high"]
+    with pytest.raises(ValueError, match="one flag per generated token"):
+        surprise_by_gate([a], [[True]], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="one flag list per text"):
+        surprise_by_gate([a, b], [[True, True, False]], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="no tokens"):
+        surprise_by_gate([b], [[False, False]], np.random.default_rng(0))
+
+
+def test_the_committed_forced_token_record_covers_the_reference_replies():
+    """``tools/measure_quality.py``'s record: both kinds of reply, every clean reply of the head-to-head, intervals
+    around their estimates, the reference run's gate."""
+    import json
+
+    from cmlab.comparison.quality import load_forced_tokens
+    from cmlab.harness.reference import PROTOCOL, read_dir
+
+    record = load_forced_tokens()
+    tau = json.loads((read_dir() / "gates.json").read_text("utf-8"))["tau"][f"{PROTOCOL.rho:g}"]
+    assert record["tau"] == tau and set(record["methods"]) == {"chainmark", "none"}
+    for method in record["methods"].values():
+        assert method["texts"] == PROTOCOL.n_per_domain * len(PROTOCOL.domains)
+        for part in ("opened", "closed", "opened_kl", "share_opened"):
+            assert method[part]["low"] <= method[part]["mean"] <= method[part]["high"]
+        assert method["opened"]["tokens"] == round(method["share_opened"]["mean"] * method["share_opened"]["tokens"])

@@ -52,9 +52,10 @@ from .model_check import (
     ModelCheck as ModelCheck, VERIFIED_SHARE as VERIFIED_SHARE, model_check as model_check,
 )
 from .quality import (
-    KLCost as KLCost, TokenScores as TokenScores, kl_bound as kl_bound, kl_cost as kl_cost,
-    repeated_ngram_share as repeated_ngram_share, score_generations as score_generations,
-    score_tokens as score_tokens, self_perplexity as self_perplexity,
+    FORCED_TOKENS_FILE as FORCED_TOKENS_FILE, KLCost as KLCost, TokenScores as TokenScores, kl_bound as kl_bound,
+    kl_cost as kl_cost, load_forced_tokens as load_forced_tokens, repeated_ngram_share as repeated_ngram_share,
+    score_generations as score_generations, score_tokens as score_tokens, self_perplexity as self_perplexity,
+    surprise_by_gate as surprise_by_gate,
 )
 from .rewrites import (
     BackTranslation as BackTranslation, LMTranslator as LMTranslator, Paraphrase as Paraphrase,
@@ -74,4 +75,4 @@ from .transit import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "transit_table", "translator_or_fallback"]
+__all__ = ["ATTACK_SEED", "Attack", "BackTranslation", "BaselineResult", "BigramEvidence", "ContextKeyedLogitsProcessor", "Deletion", "FORCED_TOKENS_FILE", "Insertion", "KGWConfig", "KGWLogitsProcessor", "KLCost", "LMTranslator", "LikelihoodRatioResult", "ModelCheck", "PAPER_FPR_RECIPES", "Paraphrase", "RECIPE_NOTES", "RECORD_SEEDING", "RecipeFit", "RecipeResult", "ReplayProcessor", "SeedLike", "Seq2SeqTranslator", "SimulatedNull", "StolenMap", "StolenMapProcessor", "StolenPairMap", "StolenPairProcessor", "Substitution", "SweetConfig", "TextAttack", "TokenScores", "VERIFIED_SHARE", "apply_path", "bigram_evidence", "blind_substitution", "check_delta", "check_vocab_size", "context_config", "context_detect", "cover_segments", "edit_fraction", "edits_to_flip", "forge_pairs", "forge_path", "fpr_recipes", "gate_probabilities", "keyed_forge", "keyed_scrub", "kgw_detect", "kl_bound", "kl_cost", "legal_share", "load_forced_tokens", "lr_detect", "make_attack", "model_check", "n_edits", "pair_codes", "peer_crossing", "predicted_z_ratio", "random_walk_text", "repeated_ngram_share", "replay_edit", "replay_table", "score_generations", "score_tokens", "scrub_path", "self_perplexity", "simulate_walks", "steal", "steal_pairs", "surprise_by_gate", "survival", "sweet_detect_batch", "tail_p_values", "teacher_forced_signal", "text_entropies", "transformers_p_value", "transit_table", "translator_or_fallback"]

@@ -16,8 +16,10 @@ generated tokens (not from the generation-time trace):
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -30,8 +32,8 @@ from chainmark.checks import check_num_states
 from chainmark.partition import state_table
 from chainmark.gate_signals import entropy_signals
 
-__all__ = ["KLCost", "TokenScores", "kl_bound", "kl_cost", "repeated_ngram_share", "score_generations",
-           "score_tokens", "self_perplexity"]
+__all__ = ["FORCED_TOKENS_FILE", "KLCost", "TokenScores", "kl_bound", "kl_cost", "load_forced_tokens",
+           "repeated_ngram_share", "score_generations", "score_tokens", "self_perplexity", "surprise_by_gate"]
 
 
 def kl_bound(rho: float, S: int, k: int = 1) -> float:
@@ -286,3 +288,53 @@ def kl_cost(scores: Sequence[TokenScores], config: Any, all_positions: bool = Fa
             kls.append(kl[s.gated])
     pooled = np.concatenate(kls) if kls else np.zeros(0)
     return KLCost(pooled, n, config.S, config.topo.k or 1)
+
+
+#: Where ``tools/measure_quality.py`` keeps the reference run's teacher-forced view of its forced tokens.
+FORCED_TOKENS_FILE = Path(__file__).resolve().parents[1] / "data" / "quality" / "forced_tokens.json"
+
+
+def _pooled_mean(values: Sequence[np.ndarray], rng: np.random.Generator, n_boot: int) -> dict[str, float]:
+    """The token-pooled mean of per-text arrays, with a 95% interval from resampling whole texts."""
+    sums = np.array([v.sum() for v in values], dtype=float)
+    counts = np.array([v.size for v in values], dtype=float)
+    if counts.sum() == 0:
+        raise ValueError("no tokens to average")
+    picks = rng.integers(len(values), size=(n_boot, len(values)))
+    boot = sums[picks].sum(axis=1) / np.maximum(counts[picks].sum(axis=1), 1.0)
+    low, high = np.quantile(boot, [0.025, 0.975])
+    return {"mean": float(sums.sum() / counts.sum()), "low": float(low), "high": float(high),
+            "tokens": int(counts.sum())}
+
+
+def surprise_by_gate(scores: Sequence[TokenScores], opened: Sequence[Sequence[bool]], rng: np.random.Generator,
+                     n_boot: int = 1000) -> dict[str, Any]:
+    """How surprised the model is by the tokens at the positions a gate opened and at the others.
+
+    For each text, ``scores`` (its teacher-forced :class:`TokenScores`) and ``opened`` (one flag per generated
+    token: forced, for watermarked text; where the deployment's gate would have opened, for plain text). Returns
+    the mean surprise ``-log p(t)`` (nats, pooled over tokens) at opened and at closed positions, each with a 95%
+    interval from resampling whole texts (``rng``: the resampling's generator), the share of positions opened
+    (``share_opened``, with its interval), and, when the scores carry the allowed mass, the mean ``log(1 / Z)`` at
+    opened positions (the quality theorem's cost of renormalising there).
+    """
+    if len(scores) != len(opened) or not scores:
+        raise ValueError(f"one flag list per text is needed: {len(scores)} texts, {len(opened)} flag lists")
+    flags = [np.asarray(f, dtype=bool)[:s.n_tokens] for s, f in zip(scores, opened)]
+    if any(f.size != s.n_tokens for s, f in zip(scores, flags)):
+        raise ValueError("every text needs one flag per generated token")
+    out: dict[str, Any] = {"texts": len(scores),
+                           "share_opened": _pooled_mean([f.astype(float) for f in flags], rng, n_boot),
+                           "opened": _pooled_mean([s.nll[f] for s, f in zip(scores, flags)], rng, n_boot),
+                           "closed": _pooled_mean([s.nll[~f] for s, f in zip(scores, flags)], rng, n_boot)}
+    if all(s.allowed_mass is not None for s in scores):
+        out["opened_kl"] = _pooled_mean([s.kl[f] for s, f in zip(scores, flags)], rng, n_boot)
+    return out
+
+
+def load_forced_tokens(path: Path | None = None) -> dict[str, Any]:
+    """The reference run's teacher-forced view of its forced tokens (``tools/measure_quality.py``)."""
+    path = FORCED_TOKENS_FILE if path is None else Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run `python tools/measure_quality.py` to measure it")
+    return json.loads(path.read_text("utf-8"))
