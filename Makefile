@@ -22,7 +22,7 @@ PYTHONPYCACHEPREFIX ?= $(CURDIR)/_build/pycache
 export PYTHONPYCACHEPREFIX
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: book test check install clean browser reference participant vllm
+.PHONY: book test check install clean browser reference participant edition vllm
 
 install: $(STAMP)
 
@@ -60,9 +60,15 @@ check:
 	@$(MAKE) --no-print-directory install && echo "install $$(date +%s.%N)" >> $(CHECK_CLOCK)
 	$(BIN)/pytest $(PYTEST_WORKERS) -m "$(CHECK_MARKS)"
 
-# the workshop's participant edition alone (make book also writes it, zipped, into the site)
+# the workshop's participant edition alone (make book also writes it, zipped, into the site); after a build its
+# paragraphs carry the build's numbers, before one they say which values the participant's run has yet to compute
 participant: $(STAMP)
-	$(BIN)/python tools/participant_edition.py _build/participant --zip _build/participant/chainmark-participant-edition.zip
+	$(BIN)/python tools/participant_edition.py _build/participant --zip _build/participant/chainmark-participant-edition.zip \
+		$$(test -d _build/jupyter_execute && echo --executed _build/jupyter_execute)
+
+# the notebook edition alone, from the last build's executed chapters (make book writes it, zipped, into the site)
+edition: $(STAMP)
+	$(BIN)/python tools/notebook_edition.py _build/edition --zip _build/edition/chainmark-notebook-edition.zip
 
 # headless Chromium for the site tests (tests/test_site.py); idempotent, needs root on Debian
 browser:

@@ -68,8 +68,9 @@ def test_colab_install_cell_never_touches_torch():
 
 
 def test_colab_opens_and_installs_the_books_release_never_main():
-    """Badge, install cell and Jupyter Book's launch buttons all name the release tag v<pyproject version>, so a
-    chapter opened in Colab installs the package it was written with."""
+    """Badge and Jupyter Book's launch buttons open the release's notebook edition (the tag v<pyproject
+    version>-notebooks, which the pages workflow writes), and the install cell installs the release tag, so a
+    chapter opened in Colab reads as the site does and installs the package it was written with."""
     import tomllib
 
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -78,11 +79,11 @@ def test_colab_opens_and_installs_the_books_release_never_main():
     assert chainmark.__version__ == version
     tag = f"v{version}"
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert config["repository"]["branch"] == tag
+    assert config["repository"]["branch"] == f"{tag}-notebooks"
     url = config["repository"]["url"]
     for path in (ROOT / "book").glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
-        assert f"blob/{tag}/book/{path.name})" in nb.cells[0].source, path.name
+        assert f"blob/{tag}-notebooks/book/{path.name})" in nb.cells[0].source, path.name
         assert f"git+{url}@{tag}\"" in nb.cells[1].source, path.name
         assert "@main" not in nb.cells[1].source and "blob/main" not in nb.cells[0].source, path.name
 
@@ -437,3 +438,18 @@ def test_a_claims_or_foreign_model_run_whose_cell_stalls_runs_once_more_on_a_fre
     assert results["once"]["completed"] and results["once"]["stalled_once"]
     assert results["once"]["notebook"].cells[0].outputs[0]["text"].split() == ["ran", "True"]
     assert not results["always"]["completed"] and "CellTimeoutError" in results["always"]["error"]
+
+
+def test_the_one_hour_path_on_the_front_page_fits_in_an_hour():
+    """The front page's one-hour path names its pages and says they hold under 10,000 words of prose (about fifty
+    minutes at 200 words a minute): count them, so that a page that grows past it makes the sentence fail."""
+    import re
+
+    intro = (ROOT / "book" / "intro.md").read_text("utf-8")
+    section = intro.split("### If you have one hour", 1)[1].split("\n## ", 1)[0]
+    pages = re.findall(r"\{doc\}`([\w-]+)`", section)
+    assert len(pages) == 4 and "under 10,000 words" in section, pages
+    words = sum(len("".join(c["source"]).split()) for page in pages
+                for c in json.loads((ROOT / "book" / f"{page}.ipynb").read_text("utf-8"))["cells"]
+                if c["cell_type"] == "markdown")
+    assert words < 10_000, words

@@ -36,6 +36,17 @@ def tags(cell) -> set[str]:
     return set(cell.metadata.get("tags", []))
 
 
+def is_prose(cell) -> bool:
+    """A paragraph of the edition shown with its numbers (a cell whose code is hidden)."""
+    return cell.metadata.get("chainmark", {}).get("edition") == "prose"
+
+
+def book_code(cell) -> str:
+    """A code cell's source as the book has it: without the Colab title line the edition puts on a hidden cell."""
+    first, _, rest = cell.source.partition("\n")
+    return rest if first.startswith(edition.notebook_edition.TITLE_MARK) else cell.source
+
+
 def code_of(source: str) -> str:
     """A cell's Python, without IPython's magics and shell lines."""
     return "\n".join(l[:len(l) - len(l.lstrip())] + "pass  # magic" if l.lstrip().startswith(("%", "!")) else l
@@ -54,12 +65,13 @@ def test_the_book_has_build_its_and_the_teaching_page_counts_the_same_ones():
 def test_each_participant_copy_has_skeletons_no_solutions_and_the_switch(path):
     book, copy_ = read(path), edition.participant_notebook(read(path), path.name)
     book_text = "\n".join(c.source for c in book.cells if c.cell_type == "markdown")
-    text = "\n".join(c.source for c in copy_.cells if c.cell_type == "markdown")
-    assert "solution-start" not in text and "solution-end" not in text
-    assert text.count("{exercise}") == book_text.count("{exercise}")  # every exercise stays
+    text = "\n".join(c.source if c.cell_type == "markdown" else c.outputs[0]["data"]["text/markdown"]
+                     for c in copy_.cells if c.cell_type == "markdown" or is_prose(c))
+    assert "Solution to" not in text and "<details>" not in text
+    assert len(re.findall(r"^#### Exercise ", text, re.M)) == book_text.count("{exercise}")  # each a heading
     assert edition.BADGE_MARK not in text
     assert sum(c.source == edition.MODE_CELL for c in copy_.cells) == 1
-    settings = next(i for i, c in enumerate(copy_.cells) if c.source.startswith(edition.SETTINGS_MARK))
+    settings = next(i for i, c in enumerate(copy_.cells) if c.source == edition.notebook_edition.SETTINGS_CELL)
     assert copy_.cells[settings + 1].source == edition.MODE_CELL
     builds = [c for c in copy_.cells if edition.BUILD_TAG in tags(c)]
     assert len(builds) == sum(edition.BUILD_TAG in tags(c) for c in book.cells)
@@ -71,9 +83,12 @@ def test_each_participant_copy_has_skeletons_no_solutions_and_the_switch(path):
                 assert len(body) == 1 and isinstance(body[0], ast.Raise), node.name
                 assert body[0].exc.func.id == "NotImplementedError", node.name
         assert "# Build it: " in cell.source
-    kept = [c for c in copy_.cells if c.source != edition.MODE_CELL and edition.BUILD_TAG not in tags(c)]
+    kept = [c for c in copy_.cells if c.cell_type == "code" and not is_prose(c)
+            and c.source not in (edition.MODE_CELL, edition.notebook_edition.SETTINGS_CELL)
+            and edition.BUILD_TAG not in tags(c)]
     book_sources = {c.source for c in book.cells}
-    assert all(c.source in book_sources or c.cell_type == "markdown" for c in kept)  # the rest is the book's
+    assert all(book_code(c) in book_sources for c in kept)  # the rest is the book's (its edition's form)
+    assert all(not c.outputs for c in kept)
 
 
 @pytest.mark.parametrize("path", BUILD_CHAPTERS, ids=lambda p: p.stem)

@@ -98,7 +98,7 @@ def test_ci_runs_the_readmes_two_commands_on_pull_requests():
 
 def test_a_version_tag_builds_the_site_and_deploys_it_to_pages():
     pages = load("pages.yml")
-    assert triggers(pages)["push"]["tags"] == ["v*"]
+    assert triggers(pages)["push"]["tags"] == ["v*", "!v*-notebooks"]  # not again on the edition's own tag
     assert "make book" in runs(pages)
     build, deploy = pages["jobs"]["build"], pages["jobs"]["deploy"]
     upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
@@ -106,6 +106,13 @@ def test_a_version_tag_builds_the_site_and_deploys_it_to_pages():
     assert "test -s _build/html/chainmark-participant-edition.zip" in runs(pages)  # the workshop's zip goes with it
     assert "PARTICIPANT_ZIP = \"chainmark-participant-edition.zip\"" in (ROOT / "tools" / "build_book.py").read_text()
     assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    # the notebook edition is committed over the chapters and tagged as the badges name it (tools/notebooks.py)
+    import notebooks
+
+    script = runs(pages)
+    assert "cp _build/edition/*.ipynb book/" in script and f'git push origin "$TAG{notebooks.EDITION_TAG_SUFFIX}"' \
+        in script and f'git tag "$TAG{notebooks.EDITION_TAG_SUFFIX}"' in script
+    assert build["permissions"] == {"contents": "write"}
     assert any(u.startswith("actions/deploy-pages") for u in uses(pages))
 
 

@@ -29,6 +29,10 @@ def test_the_readme_block_is_what_the_test_runs():
     assert any("torch==2.13.0" in c and "whl/cpu" in c for c in commands)
     assert any("jupyterlab" in c for c in commands) and "cmlab doctor" in commands
     assert all("make" not in shlex.split(c)[0] for c in commands)
+    # the laptop clones the release's notebook edition, the tag the pages workflow writes (tools/notebooks.py)
+    import notebooks
+
+    assert f"git clone --branch {notebooks.edition_tag()} " in commands[0]
 
 
 @pytest.mark.slow

@@ -27,11 +27,13 @@ class TocEntry:
     """One page of the table of contents, in reading order.
 
     ``file`` is the path without its suffix (``book/04_embedding``); ``part`` the caption of the part it sits
-    in (None for the root page); ``depth`` 0 for the root page, 1 for a chapter, 2 for a section of a chapter."""
+    in (None for the root page); ``depth`` 0 for the root page, 1 for a chapter, 2 for a section of a chapter;
+    ``numbered`` whether its part is numbered (the site numbers its chapters, figures and exercises)."""
 
     file: str
     part: str | None
     depth: int
+    numbered: bool = False
 
     @property
     def is_section(self) -> bool:
@@ -53,15 +55,15 @@ def toc_entries(root: Path = ROOT) -> list[TocEntry]:
         raise ValueError(f"{root / '_toc.yml'} has no root page: is it a Jupyter Book table of contents?")
     found = [TocEntry(toc["root"], None, 0)]
 
-    def walk(entries: Any, part: str | None, depth: int) -> None:
+    def walk(entries: Any, part: str | None, depth: int, numbered: bool = False) -> None:
         for entry in entries or []:
             if entry.get("file"):
-                found.append(TocEntry(entry["file"], part, depth))
-            walk(entry.get("sections"), part, depth + 1)
+                found.append(TocEntry(entry["file"], part, depth, numbered))
+            walk(entry.get("sections"), part, depth + 1, numbered)
 
     walk(toc.get("chapters"), None, 1)
     for part in toc.get("parts", []):
-        walk(part.get("chapters"), part.get("caption"), 1)
+        walk(part.get("chapters"), part.get("caption"), 1, bool(part.get("numbered")))
     return found
 
 

@@ -36,9 +36,15 @@ site never prints one. Set ``CHAINMARK_CLAIMS=soft`` to build with your own
 key or model and see the notes instead.
 
 The participant edition. After the site, the script writes the workshop's participant notebooks
-(``tools/participant_edition.py``: Build it skeletons, no solutions) into one zip inside the site,
+(``tools/participant_edition.py``: the notebook edition below with Build it skeletons and no solutions,
+its paragraphs with the build's numbers) into one zip inside the site,
 ``_build/html/chainmark-participant-edition.zip``, which the Teaching page links; a chapter whose
 Build it lacks its tags fails the build here.
+
+The notebook edition. Then it writes the chapters as Colab, JupyterLab and GitHub render them
+(``tools/notebook_edition.py``: the sentences with this run's numbers, links in place of MyST, the
+site's hidden cells collapsed) from the executed chapters into ``_build/edition`` and one zip inside the
+site, ``_build/html/chainmark-notebook-edition.zip``; markup it has no rule for fails the build here.
 
 Chapters that keep resumable run records (8 and 8b) write them to
 ``_build/runs``, emptied at the start of every build: a build shows what this
@@ -228,9 +234,17 @@ def build(book_dir: Path) -> int:
     from book_pipeline import toc_notebooks
     try:
         participant_edition.write_edition(build_dir / "participant", [book_dir / nb for nb in toc_notebooks(book_dir)],
-                                          zip_path=build_dir / "html" / PARTICIPANT_ZIP)
+                                          zip_path=build_dir / "html" / PARTICIPANT_ZIP,
+                                          executed=build_dir / "jupyter_execute")
     except participant_edition.EditionError as exc:
         print(f"build_book: the participant edition: {exc}", file=sys.stderr)
+        return 1
+    import notebook_edition
+    try:
+        notebook_edition.write_edition(build_dir / "edition", build_dir / "jupyter_execute", root=book_dir,
+                                       zip_path=build_dir / "html" / notebook_edition.EDITION_ZIP)
+    except notebook_edition.EditionError as exc:
+        print(f"build_book: the notebook edition: {exc}", file=sys.stderr)
         return 1
     timings = {Path(m.group(1)).relative_to(book_dir).as_posix(): float(m.group(2))
                for m in re.finditer(r"^(\S+\.ipynb): Executed notebook in ([\d.]+) seconds", text, re.M)}

@@ -7,6 +7,10 @@ runs it). The repository URL comes from ``_config.yml`` (the one place it is
 written); badge and install are pinned to the book's release, the tag
 ``v<version>`` of ``pyproject.toml``'s version, so a chapter opened in Colab
 installs the package it was written with, never whatever ``main`` holds then.
+The badge opens the release's notebook edition (``tools/notebook_edition.py``),
+which the site's workflow (``.github/workflows/pages.yml``) commits over the
+chapters and tags ``v<version>-notebooks`` when it publishes the release: in
+Colab a reader gets the sentences with their numbers, not the site's markup.
 """
 from __future__ import annotations
 
@@ -48,6 +52,15 @@ def release() -> str:
     return "v" + tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
+#: The suffix of the tag that holds a release's notebook edition (``v0.1.0-notebooks``): what Colab opens.
+EDITION_TAG_SUFFIX = "-notebooks"
+
+
+def edition_tag() -> str:
+    """The tag of the release's notebook edition, ``v<version>-notebooks`` (the badges and launch buttons)."""
+    return release() + EDITION_TAG_SUFFIX
+
+
 def repository() -> tuple[str, str, str]:
     """The repository URL (``_config.yml``), the release it is pinned to, and the book's path in it."""
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -56,10 +69,11 @@ def repository() -> tuple[str, str, str]:
 
 
 def colab_url(notebook: Path) -> str:
-    url, branch, base = repository()
+    """Where the chapter's badge sends a reader: the chapter in the release's notebook edition, in Colab."""
+    url, _, base = repository()
     rel = notebook.resolve().relative_to(ROOT / base if base else ROOT).as_posix()
     github = url.replace("https://github.com/", "")
-    return f"https://colab.research.google.com/github/{github}/blob/{branch}/{rel}"
+    return f"https://colab.research.google.com/github/{github}/blob/{edition_tag()}/{rel}"
 
 
 def badge_line(notebook: Path) -> str:

@@ -1,22 +1,26 @@
 """Write the participant edition of the book: every Build it a skeleton, no exercise solutions.
 
-    python tools/participant_edition.py [OUT_DIR] [--zip FILE] [--restore]
+    python tools/participant_edition.py [OUT_DIR] [--zip FILE] [--restore] [--executed DIR]
 
-For a workshop, participants write each chapter's Build it themselves. This generator reads the chapter
-notebooks and writes a participant copy of each (default ``_build/participant/``):
+For a workshop, participants write each chapter's Build it themselves. This generator writes a participant
+copy of each chapter (default ``_build/participant/``) from its notebook edition
+(``tools/notebook_edition.py``: what JupyterLab and Colab render with no extension, the sentences with the
+run's numbers, the site's hidden cells collapsed), with its solutions left out, and then:
 
 - every code cell tagged ``build-it`` becomes a skeleton: imports, constants, each function's signature
   and docstring, and in place of its body a one-line hint and ``raise NotImplementedError``. The hint is
   the cell's metadata ``chainmark.hints[name]`` when the chapter gives one, else a default; a class keeps
   its header and docstring and each of its methods becomes a skeleton the same way;
-- exercise solutions (the MyST ``solution-start`` ... ``solution-end`` blocks, prose and code) are removed;
-  the exercises stay;
+- exercise solutions (the MyST ``solution-start`` ... ``solution-end`` blocks, prose and code) are left out;
+  the exercises stay, as numbered headings;
 - a cell right after the settings cell (before the first code cell without one) switches the checks to the participant edition
   (:func:`cmlab.teaching.workshop.participant_edition`): the cell tagged ``build-check`` after each Build it then
   says what differs, or "not written yet", and the chapter goes on with the package's version;
-- the Colab badge is dropped (it opens the book's own notebook, solutions included).
+- the outputs are cleared, for the participant's own run, but for the paragraphs' (with ``--executed``, the
+  build's executed chapters, they read with the book's numbers until the participant's run replaces them)
+  and the settings cell's one line.
 
-Everything else is as in the book. Chapters mark what to blank with the two tags, so a new Build it needs
+Everything else is as in the edition. Chapters mark what to blank with the two tags, so a new Build it needs
 no change here; a chapter whose "## Build it" section lacks either tag is refused. ``--restore`` keeps the
 book's Build it code (the test suite executes both versions); ``--zip`` also writes the notebooks into
 one zip for handing out.
@@ -25,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
-import re
 import sys
 import zipfile
 from pathlib import Path
@@ -34,6 +36,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import notebook_edition  # noqa: E402  (the edition the participant copy is made from)
 from book_pipeline import toc_notebooks  # noqa: E402  (the tools' one reader of _toc.yml)
 from notebooks import BADGE_MARK, SETTINGS_MARK  # noqa: E402  (the book's header conventions, one place)
 
@@ -48,8 +51,6 @@ MODE_CELL = """\
 from cmlab.teaching.workshop import participant_edition
 
 participant_edition()"""
-SOLUTION_START = re.compile(r"^`{3,}\{solution-start\}[^\n]*\n(?::[^\n]*\n)*`{3,}[ \t]*$", re.M)
-SOLUTION_END = re.compile(r"^`{3,}\{solution-end\}[^\n]*\n`{3,}[ \t]*$", re.M)
 
 
 class EditionError(ValueError):
@@ -95,36 +96,6 @@ def skeleton(source: str, hints: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-# --- solutions ---------------------------------------------------------------------------------------------
-
-def _without_solutions(cells: list) -> list:
-    """The cells with every solution block removed (its prose, and every cell inside it)."""
-    kept, inside = [], False
-    for cell in cells:
-        if cell.cell_type != "markdown":
-            if not inside:
-                kept.append(cell)
-            continue
-        text, pieces, pos = cell.source, [], 0
-        while True:
-            marker = (SOLUTION_END if inside else SOLUTION_START).search(text, pos)
-            if marker is None:
-                if not inside:
-                    pieces.append(text[pos:])
-                break
-            if not inside:
-                pieces.append(text[pos:marker.start()])
-            inside, pos = not inside, marker.end()
-        remaining = "".join(pieces).strip()
-        if remaining:
-            cell = copy.deepcopy(cell)
-            cell.source = remaining
-            kept.append(cell)
-    if inside:
-        raise EditionError("a solution-start has no solution-end")
-    return kept
-
-
 # --- one chapter -------------------------------------------------------------------------------------------
 
 def build_sections(nb) -> list[tuple[str, list[int]]]:
@@ -164,40 +135,52 @@ def check_tags(nb, name: str = "chapter") -> None:
             raise EditionError(f"{name}: cell {i} is tagged {BUILD_TAG!r} but is not a code cell")
 
 
-def participant_notebook(nb, name: str = "chapter", restore: bool = False):
-    """The participant copy of one chapter notebook (``restore``: keep the book's Build it code)."""
+def participant_notebook(nb, name: str = "chapter", restore: bool = False, executed=None,
+                         index: notebook_edition.BookIndex | None = None):
+    """The participant copy of one chapter notebook (``restore``: keep the book's Build it code), made from its
+    notebook edition without solutions; ``executed`` is the chapter's executed copy (its paragraphs' numbers)."""
     check_tags(nb, name)
-    nb = copy.deepcopy(nb)
+    docname = f"book/{Path(name).stem}"
+    try:
+        nb = notebook_edition.edition_notebook(nb, executed, docname, index or notebook_edition.book_index(),
+                                               settings_line="", solutions=False)
+    except notebook_edition.EditionError as exc:
+        raise EditionError(str(exc)) from exc
     for cell in nb.cells:
-        if cell.cell_type == "code":
+        if cell.cell_type != "code":
+            continue
+        if cell.metadata.get("chainmark", {}).get("edition") != "prose":
             cell.outputs, cell.execution_count = [], None
-            if BUILD_TAG in _tags(cell) and not restore:
-                try:
-                    cell.source = skeleton(cell.source, cell.metadata.get("chainmark", {}).get("hints", {}))
-                except (EditionError, SyntaxError) as exc:
-                    raise EditionError(f"{name}: {exc}") from exc
-    cells = _without_solutions(nb.cells)
-    for cell in cells:
-        if cell.cell_type == "markdown" and BADGE_MARK in cell.source:
-            cell.source = re.sub(r"\n{3,}", "\n\n", "\n".join(l for l in cell.source.splitlines() if BADGE_MARK not in l))
+        if BUILD_TAG in _tags(cell) and not restore:
+            try:
+                cell.source = skeleton(cell.source, cell.metadata.get("chainmark", {}).get("hints", {}))
+            except (EditionError, SyntaxError) as exc:
+                raise EditionError(f"{name}: {exc}") from exc
+    cells = nb.cells
     # the switch goes right after the settings cell (before the first code cell in a notebook without one)
-    settings = next((i + 1 for i, c in enumerate(cells) if c.cell_type == "code" and c.source.startswith(SETTINGS_MARK)),
+    settings = next((i + 1 for i, c in enumerate(cells) if c.cell_type == "code"
+                     and c.source == notebook_edition.SETTINGS_CELL),
                     next((i for i, c in enumerate(cells) if c.cell_type == "code"), len(cells)))
     switch = nbformat.v4.new_code_cell(MODE_CELL)
     switch.pop("id", None)  # the chapters are nbformat 4.4, without cell ids
     cells.insert(settings, switch)
-    nb.cells = cells
     nb.metadata["chainmark"] = {"edition": "participant" + (" (Build it restored)" if restore else "")}
     return nb
 
 
 def write_edition(out_dir: Path, chapters: list[Path] | None = None, restore: bool = False,
-                  zip_path: Path | None = None) -> list[Path]:
-    """Write the participant copy of every chapter into ``out_dir`` (and into ``zip_path``); their paths."""
+                  zip_path: Path | None = None, executed: Path | None = None) -> list[Path]:
+    """Write the participant copy of every chapter into ``out_dir`` (and into ``zip_path``); their paths.
+    ``executed``: the folder of the executed chapters (``book/NAME.ipynb`` in it), for the paragraphs' numbers."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    index = notebook_edition.book_index()
     for path in chapters or [ROOT / nb for nb in toc_notebooks()]:
-        nb = participant_notebook(nbformat.read(path, as_version=4), path.name, restore=restore)
+        run = executed / "book" / path.name if executed is not None else None
+        if run is not None and not run.exists():
+            raise EditionError(f"no executed copy of {path.name} in {executed}: build the book first")
+        nb = participant_notebook(nbformat.read(path, as_version=4), path.name, restore=restore,
+                                  executed=nbformat.read(run, as_version=4) if run else None, index=index)
         target = out_dir / path.name
         nbformat.write(nb, target)
         written.append(target)
@@ -233,9 +216,11 @@ def main() -> int:
     parser.add_argument("out_dir", nargs="?", type=Path, default=ROOT / "_build" / "participant")
     parser.add_argument("--zip", type=Path, default=None, help="also write the notebooks into this zip file")
     parser.add_argument("--restore", action="store_true", help="keep the book's Build it code (for testing)")
+    parser.add_argument("--executed", type=Path, default=None,
+                        help="the executed chapters (the build's _build/jupyter_execute): the paragraphs' numbers")
     args = parser.parse_args()
     try:
-        written = write_edition(args.out_dir, restore=args.restore, zip_path=args.zip)
+        written = write_edition(args.out_dir, restore=args.restore, zip_path=args.zip, executed=args.executed)
     except EditionError as exc:
         print(f"participant_edition: {exc}", file=sys.stderr)
         return 1

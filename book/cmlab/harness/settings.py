@@ -145,6 +145,14 @@ class Settings:
     def __str__(self) -> str:
         return "\n".join(f"{k:>11}: {v}" for k, v in self.rows().items())
 
+    def line(self) -> str:
+        """The settings in one plain line, as the notebook edition's settings cell prints them: the model,
+        device, scale and key (by its fingerprint); ``settings`` shows the whole table with the runs folder."""
+        rows = self.rows()
+        key = rows["key"].split(":")[0]
+        scale = rows["scale"].replace(" (", " scale (", 1)
+        return f"{rows['model']} on {rows['device']} ({rows['dtype']}), {scale}; {key}"
+
     def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's plain-text display
         printer.text(str(self))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import claims as claims
 from . import colab as colab
 from . import doctor as doctor
+from . import edition as edition
 from . import forecast as forecast
 from . import playground as playground
 from . import plots as plots
@@ -14,7 +15,7 @@ from . import widgets as widgets
 from . import workshop as workshop
 from .claims import (
     ClaimFailed as ClaimFailed, book_configuration as book_configuration, claim as claim,
-    claims_report as claims_report,
+    claims_report as claims_report, notes_under_sentences as notes_under_sentences, pending_notes as pending_notes,
 )
 from .colab import (
     BANDWIDTH_SHARE as BANDWIDTH_SHARE, CHAPTER_WORK as CHAPTER_WORK, COLAB_GPUS as COLAB_GPUS,
@@ -25,6 +26,10 @@ from .colab import (
 )
 from .doctor import (
     Check as Check, estimate as estimate, report as report, run_checks as run_checks,
+)
+from .edition import (
+    GLUE_ROLE as GLUE_ROLE, fill as fill, notebook_edition as notebook_edition, prose as prose,
+    remember as remember,
 )
 from .forecast import (
     Expectation as Expectation, Step as Step, duration as duration, expect_generation as expect_generation,
@@ -56,4 +61,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["BANDWIDTH_SHARE", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "Gpu", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND_S", "Playground", "PlaygroundError", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "calibration_explorer", "calibration_numbers", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_report", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "glue", "gpu_table", "load_outlines", "outline_markdown", "participant_edition", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "set_theme", "show_source", "show_tokens", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["BANDWIDTH_SHARE", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "GLUE_ROLE", "Gpu", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND_S", "Playground", "PlaygroundError", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "calibration_explorer", "calibration_numbers", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_report", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "fill", "glue", "gpu_table", "load_outlines", "notebook_edition", "notes_under_sentences", "outline_markdown", "participant_edition", "pending_notes", "prose", "remember", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "set_theme", "show_source", "show_tokens", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

@@ -53,6 +53,8 @@ class _ClaimOutcome:
 
 
 _outcomes: list[_ClaimOutcome] = []
+_notes_under_sentences = False  # notes_under_sentences(True): the notebook edition's paragraphs show the notes
+_notes_shown = 0                # the claims checked before the last call of pending_notes
 
 
 def book_configuration() -> dict[str, bool]:
@@ -122,11 +124,18 @@ def _show(obj_html: str, text: str) -> None:
     display(HTML(obj_html))
 
 
+def _note_html(outcome: _ClaimOutcome) -> str:
+    """The note a sentence this run does not bear out gets: what the text says, what the run shows."""
+    return ('<div style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B;margin:4px 0">'
+            "<b>This run differs from the text.</b> "
+            f"The text says: <i>{html.escape(outcome.says)}</i><br>This run shows: {html.escape(outcome.shows)}"
+            "</div>")
+
+
 def _note(outcome: _ClaimOutcome) -> None:
-    _show('<div style="padding:6px 10px;background:#fff6e0;border-left:4px solid #B8860B;margin:4px 0">'
-          "<b>This run differs from the text.</b> "
-          f"The text says: <i>{html.escape(outcome.says)}</i><br>This run shows: {html.escape(outcome.shows)}"
-          "</div>",
+    if _notes_under_sentences:  # the notebook edition shows the note under its sentence (edition.prose)
+        return
+    _show(_note_html(outcome),
           f"NOTE: this run differs from the text.\n  The text says: {outcome.says}\n  This run shows: {outcome.shows}")
 
 
@@ -159,6 +168,26 @@ def claim(says: str, tier: str = "live") -> Iterator[None]:
         _log(outcome, mode)
 
 
+def notes_under_sentences(on: bool = True) -> None:
+    """Show a claim's note under the sentence it guards instead of where it is checked (the notebook edition,
+    whose paragraphs call :func:`pending_notes`; ``cmlab.teaching.edition.notebook_edition`` switches it on)."""
+    global _notes_under_sentences
+    _notes_under_sentences = bool(on)
+
+
+def pending_notes() -> list[str]:
+    """The notes (HTML) of the claims this run did not bear out among those checked since the last call: the
+    sentences of the paragraph about to be shown.
+
+    >>> pending_notes()  # nothing checked since, or every claim held
+    []
+    """
+    global _notes_shown
+    fresh = _outcomes[_notes_shown:]
+    _notes_shown = len(_outcomes)
+    return [_note_html(o) for o in fresh if not o.held]
+
+
 def _claim_outcomes() -> list[_ClaimOutcome]:
     """Every claim checked so far in this process (a chapter's kernel), in order."""
     return list(_outcomes)
@@ -186,4 +215,4 @@ def claims_report() -> None:
           line + "\n" + "\n".join(f"  - {o.says}: {o.shows}" for o in differed))
 
 
-__all__ = ["ClaimFailed", "book_configuration", "claim", "claims_report"]
+__all__ = ["ClaimFailed", "book_configuration", "claim", "claims_report", "notes_under_sentences", "pending_notes"]

@@ -116,16 +116,22 @@ def glue(name: str, value: Any) -> Any:
     """Hand a computed value to the page's prose: a Markdown cell cites it as {glue:text}`name`.
 
     On the book's site myst-nb stores the value and prints it inside the sentence (nothing
-    shows in the code cell). Where myst-nb is not installed (Colab), the value is printed
-    as the cell's output instead, so the reader still sees the number next to the prose.
+    shows in the code cell). The value is also kept for the notebook edition, whose paragraphs
+    show it in their sentence (:func:`cmlab.teaching.edition.prose`). Where myst-nb is not
+    installed (Colab) and the notebook is not the edition, the value is printed as the cell's
+    output instead, so the reader still sees the number next to the prose.
     Returns the value, so a cell can glue and use it in one line.
     """
     if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         value = value.item()  # numpy/torch scalars: a plain repr, so {glue:text}`name:.2f` can format it
+    from cmlab.teaching.edition import remember
+
+    quiet = remember(name, value)  # the notebook edition's paragraphs show it (cmlab.teaching.edition)
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
-        print(f"{name} = {value}")
+        if not quiet:
+            print(f"{name} = {value}")
     else:
         myst_glue(name, value, display=False)
     return value
