@@ -28,8 +28,8 @@ TEST_ONLY_ALLOWED: dict[str, dict[str, str]] = {
     "cmlab.teaching.edition": {
         "notebook_edition": "the notebook edition's settings cell calls it; tools/notebook_edition.py writes that "
                             "cell as text",
-        "prose": "every paragraph with numbers in the notebook edition calls it; tools/notebook_edition.py writes "
-                 "those cells as text",
+        "show_paragraph": "every paragraph with numbers in the notebook edition calls it; tools/notebook_edition.py "
+                          "writes those cells as text",
     },
 }
 

@@ -85,14 +85,14 @@ def test_a_paragraph_shows_its_numbers_and_the_note_of_a_claim_its_run_did_not_b
     monkeypatch.setenv("CHAINMARK_CLAIMS", "soft")
     edition.notebook_edition()
     try:
-        edition.prose("nothing pending")
+        edition.show_paragraph("nothing pending")
         shown.clear()
         glue("edition_test_rate", 0.25)
         with claim("the rate is below a tenth"):
             assert edition._glued["edition_test_rate"] == "0.1"
         with claim("the rate is positive"):
             assert 0.25 > 0
-        edition.prose("The rate is {glue:text}`edition_test_rate:.0%`.")
+        edition.show_paragraph("The rate is {glue:text}`edition_test_rate:.0%`.")
     finally:
         edition.notebook_edition(False)
     markdown, note = shown
@@ -213,9 +213,16 @@ def test_a_chapter_edition_shows_its_sentences_with_their_numbers_and_hides_the_
     assert figure_cell.metadata["jupyter"]["source_hidden"] and figure_cell.outputs[0]["data"]["image/png"]
     assert caption.cell_type == "markdown" and caption.source.startswith("**Figure 4.")
     assert visible.source == "x = 1\nx" and visible.outputs[0]["data"]["text/plain"] == "1"
-    namespace: dict = {"prose": lambda text: text}
+    namespace: dict = {ne.PARAGRAPH: lambda text: text}
     assert eval(prose.source.split("\n", 1)[1], namespace) == "The score is {glue:text}`z:.1f`, see " \
         f"[{index.titles['book/05_detection']}]({ne.site_url()}/book/05_detection.html)."
+
+
+def test_a_chapter_that_binds_the_paragraphs_function_is_refused(index):
+    source, executed = small_chapter()
+    source.cells[6].source = executed.cells[6].source = f"{ne.PARAGRAPH} = ['a list']"
+    with pytest.raises(ne.EditionError, match=ne.PARAGRAPH):
+        ne.edition_notebook(source, executed, "book/04b_cost", index, settings_line="")
 
 
 def test_a_sentence_whose_value_the_run_never_glued_is_refused(index):

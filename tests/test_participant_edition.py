@@ -41,7 +41,7 @@ def is_prose(cell) -> bool:
     return cell.metadata.get("chainmark", {}).get("edition") == "prose"
 
 
-def book_code(cell) -> str:
+def book_code_of(cell) -> str:
     """A code cell's source as the book has it: without the Colab title line the edition puts on a hidden cell."""
     first, _, rest = cell.source.partition("\n")
     return rest if first.startswith(edition.notebook_edition.TITLE_MARK) else cell.source
@@ -87,7 +87,7 @@ def test_each_participant_copy_has_skeletons_no_solutions_and_the_switch(path):
             and c.source not in (edition.MODE_CELL, edition.notebook_edition.SETTINGS_CELL)
             and edition.BUILD_TAG not in tags(c)]
     book_sources = {c.source for c in book.cells}
-    assert all(book_code(c) in book_sources for c in kept)  # the rest is the book's (its edition's form)
+    assert all(book_code_of(c) in book_sources for c in kept)  # the rest is the book's (its edition's form)
     assert all(not c.outputs for c in kept)
 
 
@@ -275,8 +275,10 @@ def test_the_participant_copy_with_the_book_code_put_back_passes_every_check(pat
     tests/test_foreign_model.py): every check there agrees with the package."""
     book = read(path)
     restored = edition.participant_notebook(book, path.name, restore=True)
-    book_code = [c for c in book.cells if c.cell_type == "code"]
-    kept = [c.source for c in restored.cells if c.cell_type == "code" and c.source != edition.MODE_CELL]
+    # the settings cell is the edition's own, and the edition's paragraphs are no code of the book's
+    book_code = [c for c in book.cells if c.cell_type == "code" and not c.source.startswith(edition.SETTINGS_MARK)]
+    kept = [book_code_of(c) for c in restored.cells if c.cell_type == "code" and not is_prose(c)
+            and c.source not in (edition.MODE_CELL, edition.notebook_edition.SETTINGS_CELL)]
     removed, j = [], 0
     for i, cell in enumerate(book_code):  # the copy's code cells are the book's, in order, some left out
         if j < len(kept) and cell.source == kept[j]:

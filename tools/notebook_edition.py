@@ -11,7 +11,7 @@ can fix it there; this generator writes each chapter again in what every viewer 
 
 - **Sentences with numbers.** A Markdown cell that cites a glued value becomes a cell whose code is hidden
   (Colab's form view, JupyterLab's ``source_hidden``) and whose output is the paragraph with the value in its
-  sentence (:func:`cmlab.teaching.edition.prose`). The edition ships with the outputs of the build that
+  sentence (:func:`cmlab.teaching.edition.show_paragraph`). The edition ships with the outputs of the build that
   wrote it (``--executed``: the executed chapters, the book's configuration), so it reads whole before it
   runs; a reader who runs it reads their own run's numbers, and a sentence their run does not bear out gets
   the claim's note under it. We chose hidden display cells over fixed prose with the numbers beside it: the
@@ -53,7 +53,7 @@ EDITION_ZIP = "chainmark-notebook-edition.zip"  # inside _build/html, beside the
 SETTINGS_CELL = """\
 # Settings (chapter 0 explains each; None keeps the book's default). Change one, then run the chapter from the top.
 from cmlab.harness import use_settings
-from cmlab.teaching.edition import notebook_edition, prose
+from cmlab.teaching.edition import notebook_edition, show_paragraph
 
 notebook_edition()  # the paragraphs below show this run's numbers
 settings = use_settings(model=None, scale=None, key_file=None, runs_dir=None)
@@ -67,6 +67,7 @@ OPTION = re.compile(r"^:(?P<key>[\w-]+):[ \t]*(?P<value>.*)$")
 ROLE = re.compile(r"\{(?P<name>[a-z][\w:-]*)\}`(?P<body>[^`]*)`")
 EXPLICIT = re.compile(r"^(?P<text>.*?)\s*<(?P<target>[^<>]+)>$", re.S)
 TITLE_MARK = "#@title"
+PARAGRAPH = "show_paragraph"  # what a paragraph's cell calls (the settings cell imports it); no chapter may bind it
 
 
 class EditionError(ValueError):
@@ -183,7 +184,7 @@ class _Page:
 
 
 def convert_roles(text: str, page: _Page) -> str:
-    """Cross-references as links to the site's pages; ``{glue:text}`` roles stay for :func:`prose`."""
+    """Cross-references as links to the site's pages; ``{glue:text}`` roles stay for the paragraphs (:func:`prose_cell`)."""
     def one(match: re.Match) -> str:
         name, body = match["name"], match["body"]
         if name == "glue:text":
@@ -320,7 +321,7 @@ def prose_cell(markdown: str, values: dict[str, str]):
     """A paragraph with glued numbers as a display cell: hidden code, the paragraph filled as its output."""
     from cmlab.teaching.edition import fill
 
-    cell = nbformat.v4.new_code_cell(f"prose({markdown!r})")
+    cell = nbformat.v4.new_code_cell(f"{PARAGRAPH}({markdown!r})")
     cell.pop("id", None)
     _hide(cell, title="")
     cell.metadata["chainmark"] = {"edition": "prose"}
@@ -362,6 +363,9 @@ def edition_notebook(source, executed, docname: str, index: BookIndex, settings_
     if len(source.cells) != len(executed.cells):
         raise EditionError(f"{docname}: the executed copy has {len(executed.cells)} cells, the chapter "
                            f"{len(source.cells)}: build the book again")
+    bound = [c for c in source.cells if c.cell_type == "code" and re.search(rf"\b{PARAGRAPH}\b", c.source)]
+    if bound:
+        raise EditionError(f"{docname}: a code cell names {PARAGRAPH}, which the edition's paragraphs call")
     page = _Page(docname, index, index.prefixes.get(docname, ""), solutions=solutions)
     values = _glued_values(executed)
     strict = any(cell.get("outputs") for cell in executed.cells)   # a run's copy must have glued every value

@@ -28,8 +28,8 @@ from .doctor import (
     Check as Check, estimate as estimate, report as report, run_checks as run_checks,
 )
 from .edition import (
-    GLUE_ROLE as GLUE_ROLE, fill as fill, notebook_edition as notebook_edition, prose as prose,
-    remember as remember,
+    GLUE_ROLE as GLUE_ROLE, fill as fill, notebook_edition as notebook_edition, remember as remember,
+    show_paragraph as show_paragraph,
 )
 from .forecast import (
     Expectation as Expectation, Step as Step, duration as duration, expect_generation as expect_generation,
@@ -61,4 +61,4 @@ from .workshop import (
 )
 
 MODULES: tuple[str, ...]
-__all__ = ["BANDWIDTH_SHARE", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "GLUE_ROLE", "Gpu", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND_S", "Playground", "PlaygroundError", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "calibration_explorer", "calibration_numbers", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_report", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "fill", "glue", "gpu_table", "load_outlines", "notebook_edition", "notes_under_sentences", "outline_markdown", "participant_edition", "pending_notes", "prose", "remember", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "set_theme", "show_source", "show_tokens", "standalone_page", "state_colour", "step_seconds", "tokens_html"]
+__all__ = ["BANDWIDTH_SHARE", "BrowserAsset", "BuildCheck", "BuildCheckFailed", "CHAPTER_WORK", "COLAB_GPUS", "Check", "ClaimFailed", "Comparison", "Expectation", "FLOPS_SHARE", "FORECAST_MODELS", "ForecastModel", "GLUE_ROLE", "Gpu", "LENGTHS", "LOAD_BYTES_PER_SECOND", "OUTLINES_FILE", "PLAYGROUND_S", "Playground", "PlaygroundError", "REST_FULL_FACTOR", "STATE_COLOURS", "STEP_FLOOR_SECONDS", "Step", "TalkOutline", "Work", "attack_bounds", "attack_playground", "attack_style", "banner", "book_configuration", "browser_block", "calibration_explorer", "calibration_numbers", "chapter_timings", "chapter_titles", "check_build", "claim", "claims_report", "colab_forecast_table", "duration", "embedding_explorer", "estimate", "expect_generation", "fill", "glue", "gpu_table", "load_outlines", "notebook_edition", "notes_under_sentences", "outline_markdown", "participant_edition", "pending_notes", "remember", "report", "robustness_explorer", "run_checks", "same_array", "same_arrays", "same_values", "set_theme", "show_paragraph", "show_source", "show_tokens", "standalone_page", "state_colour", "step_seconds", "tokens_html"]

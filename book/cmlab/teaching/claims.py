@@ -133,7 +133,7 @@ def _note_html(outcome: _ClaimOutcome) -> str:
 
 
 def _note(outcome: _ClaimOutcome) -> None:
-    if _notes_under_sentences:  # the notebook edition shows the note under its sentence (edition.prose)
+    if _notes_under_sentences:  # the notebook edition shows the note under its sentence (edition.show_paragraph)
         return
     _show(_note_html(outcome),
           f"NOTE: this run differs from the text.\n  The text says: {outcome.says}\n  This run shows: {outcome.shows}")

@@ -4,7 +4,7 @@ On the site a computed number stands inside its sentence through myst-nb's ``{gl
 plain JupyterLab and GitHub render a Markdown cell as it is, where the role shows as raw markup and the
 number nowhere. The notebook edition (``tools/notebook_edition.py`` writes it from the chapters) therefore
 turns every paragraph that cites a number into a cell whose code is hidden and whose output is the
-paragraph: :func:`prose` fills each role with the value this kernel glued (:func:`cmlab.teaching.glue`
+paragraph: :func:`show_paragraph` fills each role with the value this kernel glued (:func:`cmlab.teaching.glue`
 remembers every value it hands to the prose), so a reader who runs the chapter with their own key or model
 reads their own numbers, exactly formatted as the site formats the book's. A sentence whose claim this run
 did not bear out (a soft run) gets the claim's note right below it.
@@ -15,10 +15,10 @@ site's build it otherwise prints each value, so that a reader of the plain chapt
 Example::
 
     from cmlab.teaching import glue
-    from cmlab.teaching.edition import prose
+    from cmlab.teaching.edition import show_paragraph
 
     glue("n_texts", 1200)
-    prose("On {glue:text}`n_texts:,` texts the detector flagged none.")   # On 1,200 texts ...
+    show_paragraph("On {glue:text}`n_texts:,` texts the detector flagged none.")   # On 1,200 texts ...
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import re
 from ast import literal_eval
 from typing import Any, Mapping
 
-__all__ = ["GLUE_ROLE", "fill", "notebook_edition", "prose", "remember"]
+__all__ = ["GLUE_ROLE", "fill", "notebook_edition", "remember", "show_paragraph"]
 
 #: A ``{glue:text}`name:format``` role as the chapters write it (name, then an optional format spec).
 GLUE_ROLE = re.compile(r"\{glue:text\}`([^`:]+)(?::([^`]*))?`")
@@ -105,7 +105,7 @@ def notebook_edition(on: bool = True) -> None:
     notes_under_sentences(_quiet)
 
 
-def prose(markdown: str) -> None:
+def show_paragraph(markdown: str) -> None:
     """Show one paragraph of the book with this run's glued numbers, and the note of any claim checked since
     the previous paragraph that this run did not bear out (its sentence is this paragraph's).
     """
