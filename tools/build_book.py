@@ -235,7 +235,7 @@ def build(book_dir: Path) -> int:
     try:
         participant_edition.write_edition(build_dir / "participant", [book_dir / nb for nb in toc_notebooks(book_dir)],
                                           zip_path=build_dir / "html" / PARTICIPANT_ZIP,
-                                          executed=build_dir / "jupyter_execute")
+                                          executed=build_dir / "jupyter_execute", root=book_dir)
     except participant_edition.EditionError as exc:
         print(f"build_book: the participant edition: {exc}", file=sys.stderr)
         return 1

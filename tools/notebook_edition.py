@@ -22,7 +22,7 @@ can fix it there; this generator writes each chapter again in what every viewer 
   A directive or role without a rule here is refused, so new markup never reaches a reader raw.
 - **The site's hidden cells** stay out of the reader's way: a cell the site removes is kept (the run needs its
   values and checks) with its code and output collapsed and its output dropped; a cell whose input the site
-  hides keeps its output with its code collapsed; the settings cell is four short lines whose output is
+  hides keeps its output with its code collapsed; the settings cell is six short lines whose output is
   one plain line (``Settings.line``).
 
 ``--zip`` also writes the notebooks into one zip (the build puts it in the site, beside the participant
@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GLUE_MIME = "application/papermill.record/"   # myst-nb's prefix for a value glued without display
 EDITION_ZIP = "chainmark-notebook-edition.zip"  # inside _build/html, beside the participant edition
 
-#: The edition's settings cell: what the book's settings cell says, in four lines (chapter 0 explains each).
+#: The edition's settings cell: what the book's settings cell says, in six short lines (chapter 0 explains each).
 SETTINGS_CELL = """\
 # Settings (chapter 0 explains each; None keeps the book's default). Change one, then run the chapter from the top.
 from cmlab.harness import use_settings

@@ -136,11 +136,12 @@ def check_tags(nb, name: str = "chapter") -> None:
 
 
 def participant_notebook(nb, name: str = "chapter", restore: bool = False, executed=None,
-                         index: notebook_edition.BookIndex | None = None):
+                         index: notebook_edition.BookIndex | None = None, docname: str | None = None):
     """The participant copy of one chapter notebook (``restore``: keep the book's Build it code), made from its
-    notebook edition without solutions; ``executed`` is the chapter's executed copy (its paragraphs' numbers)."""
+    notebook edition without solutions; ``executed`` is the chapter's executed copy (its paragraphs' numbers),
+    ``docname`` its page in the book (default ``book/`` and the name's stem)."""
     check_tags(nb, name)
-    docname = f"book/{Path(name).stem}"
+    docname = docname or f"book/{Path(name).stem}"
     try:
         nb = notebook_edition.edition_notebook(nb, executed, docname, index or notebook_edition.book_index(),
                                                settings_line="", solutions=False)
@@ -169,18 +170,21 @@ def participant_notebook(nb, name: str = "chapter", restore: bool = False, execu
 
 
 def write_edition(out_dir: Path, chapters: list[Path] | None = None, restore: bool = False,
-                  zip_path: Path | None = None, executed: Path | None = None) -> list[Path]:
-    """Write the participant copy of every chapter into ``out_dir`` (and into ``zip_path``); their paths.
-    ``executed``: the folder of the executed chapters (``book/NAME.ipynb`` in it), for the paragraphs' numbers."""
+                  zip_path: Path | None = None, executed: Path | None = None, root: Path = ROOT) -> list[Path]:
+    """Write the participant copy of every chapter of the book at ``root`` into ``out_dir`` (and into
+    ``zip_path``); their paths. ``executed``: the folder of the executed chapters (the build's
+    ``jupyter_execute``, each at its path in the book), for the paragraphs' numbers."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    index = notebook_edition.book_index()
-    for path in chapters or [ROOT / nb for nb in toc_notebooks()]:
-        run = executed / "book" / path.name if executed is not None else None
+    index = notebook_edition.book_index(root)
+    for path in chapters or [root / nb for nb in toc_notebooks(root)]:
+        page = path.resolve().relative_to(root.resolve())
+        run = executed / page if executed is not None else None
         if run is not None and not run.exists():
-            raise EditionError(f"no executed copy of {path.name} in {executed}: build the book first")
+            raise EditionError(f"no executed copy of {page} in {executed}: build the book first")
         nb = participant_notebook(nbformat.read(path, as_version=4), path.name, restore=restore,
-                                  executed=nbformat.read(run, as_version=4) if run else None, index=index)
+                                  executed=nbformat.read(run, as_version=4) if run else None, index=index,
+                                  docname=page.with_suffix("").as_posix())
         target = out_dir / path.name
         nbformat.write(nb, target)
         written.append(target)
